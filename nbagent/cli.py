@@ -1,0 +1,212 @@
+"""The `nbagent` command: read and check the logs beside notebooks.
+
+    nbagent runs [PATH]           a table of runs
+    nbagent show RUN [PATH]       one run's event timeline (--json for machines)
+    nbagent verify [PATH]         check every chain; non-zero exit on tampering
+
+PATH is a notebook, its store folder (NAME.nbagent), or a folder; omitted, the current folder. Commands only
+read: they open stores read-only, take no lock, and so also work on a read-only disk.
+Exit codes: 0 ok, 1 verify found a problem, 2 bad input (usage, not a store, no such run, newer format).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._version import __version__
+from .events import EventBase
+from .state import RunState
+from .store import RunRecord, Store, StoreError
+from .store.locate import find_stores
+from .timeline import clip, describe, money
+from .verify import verify_store
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nbagent",
+        description="nbagent: a Jupyter-native LLM agent. These commands read and check the agent's logs.",
+        epilog="PATH is a notebook (.ipynb), its store folder (NAME.nbagent), or a folder; default: current folder.",
+    )
+    parser.add_argument("--version", action="version", version=f"nbagent {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("runs", help="list runs: id, session, cell, status, model, steps, tokens, cost, started",
+                       description="List the runs recorded in the logs under PATH, oldest first.")
+    p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
+    p.add_argument("--json", action="store_true", help="print JSON (one object per run) instead of a table")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("show", help="one run's event timeline",
+                       description="Show a run's events in order, indented by cause (a tool result under its call).")
+    p.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
+    p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
+    p.add_argument("--json", action="store_true", help="print the events exactly as recorded, as a JSON array")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("verify", help="check the hash chain and seq of every run",
+                       description="Check every run's chain: seq gap-free and in order, each hash correct and "
+                                   "linked. Exits 1 and names the first bad event if the log was edited, cut or "
+                                   "reordered.")
+    p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
+    p.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except StoreError as exc:
+        print(f"nbagent: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `nbagent show ... | head`
+        return 0
+
+
+def _open_all(path: str | None) -> list[Store]:
+    return [Store(p, readonly=True) for p in find_stores(path)]
+
+
+def _warn(store: Store) -> None:
+    for w in store.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def short_ids(ids: list[str], minimum: int = 12) -> dict[str, str]:
+    """Shortest prefix of each id (at least `minimum` chars) that no other id shares."""
+    out = {}
+    for i in ids:
+        n = minimum
+        while n < len(i) and any(o != i and o.startswith(i[:n]) for o in ids):
+            n += 1
+        out[i] = i[:n]
+    return out
+
+
+def table(rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [r[c].rjust(widths[c]) if c in right else r[c].ljust(widths[c]) for c in range(len(r))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    stores = _open_all(args.path)
+    for store in stores:
+        runs = store.list_runs()
+        _warn(store)
+        if args.json:
+            for r in runs:
+                print(json.dumps({"store": str(store.path), **r.model_dump(mode="json")}, ensure_ascii=False))
+            continue
+        if len(stores) > 1:
+            print(f"== {store.path}")
+        if not runs:
+            print(f"no runs yet in {store.path}")
+            continue
+        names = {s["id"]: s["name"] for s in store.sessions.all()}
+        short = short_ids([r.id for r in runs])
+        rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "STEPS", "TOKENS", "COST", "STARTED"]]
+        rows += [_run_row(r, short[r.id], names) for r in runs]
+        print(table(rows, right={5, 6, 7}))
+    return 0
+
+
+def _run_row(r: RunRecord, short: str, names: dict[str, str]) -> list[str]:
+    return [
+        short, names.get(r.session_id, r.session_id[:10]), (r.cell_id or "-")[:12], r.status.value,
+        r.model or "-", str(r.steps), str(r.tokens), money(r.cost), r.created_at[:19].replace("T", " "),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- show
+
+
+def _find_run(stores: list[Store], run: str) -> tuple[Store, str]:
+    errors = []
+    for store in stores:
+        try:
+            return store, store.resolve_run(run)
+        except StoreError as exc:
+            errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    raise StoreError(f"no run {run!r} in {', '.join(str(s.path) for s in stores)}; list runs with `nbagent runs`")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store, run_id = _find_run(_open_all(args.path), args.run)
+    _warn(store)
+    if args.json:
+        print(json.dumps(store.raw_events(run_id), ensure_ascii=False, indent=1))
+        return 0
+    events = store.run_events(run_id)
+    state = store.run_state(run_id)
+    print(render_timeline(state, events, store.path))
+    return 0
+
+
+def render_timeline(state: RunState, events: list[EventBase], log_path: Path) -> str:
+    head = [
+        f"run {state.run_id}  status {state.status.value}",
+        f"  model {state.model or '-'} · autonomy {state.autonomy.value} · cell {state.cell_id or '-'}"
+        + (f" · continues {state.previous_run_id}" if state.previous_run_id else ""),
+        f"  prompt: {clip(state.prompt, 100)}",
+        "",
+    ]
+    depth: dict[str, int] = {}
+    t0 = events[0].time if events else None
+    rows = []
+    for e in events:
+        d = depth.get(e.parent_event_id, -1) + 1 if e.parent_event_id else 0
+        depth[e.id] = d
+        offset = (e.time - t0).total_seconds() if t0 else 0.0
+        rows.append(f"{e.seq:>5}  {e.ts[11:23]}  +{offset:>7.3f}s  {'  ' * d}{e.type:<22} {describe(e)}")
+    cost = money(state.cost) if state.cost_known else "unknown"
+    tail = [
+        "",
+        f"  {len(state.steps)} step(s) · {state.model_calls} model call(s) · {state.tokens} tokens · cost {cost}",
+    ]
+    if state.answer:
+        tail.append(f"  answer: {clip(state.answer, 100)}")
+    if state.error:
+        tail.append(f"  error: {state.error}")
+    if state.pending:
+        tail.append(f"  waiting for: {state.pending.kind} (request {state.pending.request_id})")
+    tail.append(f"  log: {log_path}")
+    return "\n".join(head + rows + tail)
+
+
+# ---------------------------------------------------------------------------------------------- verify
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    failed = False
+    for store in _open_all(args.path):
+        report = verify_store(store)
+        for w in report.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        if report.ok:
+            print(f"ok: {report.path}: {report.runs} run(s), {report.sessions} session(s), "
+                  f"{report.events} event(s); every chain intact")
+            continue
+        failed = True
+        first = report.problems[0]
+        print(f"FAILED: {report.path}: {first}")
+        for extra in report.problems[1:]:
+            print(f"  also: {extra}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""The event log's data model.
+
+A run is recorded as a sequence of events; everything else (status, conversation, usage, what is waiting) is
+derived from them by `nbagent.state.fold`. Each event is one JSON object on one line of the store's
+`events.jsonl`:
+
+    {"id": ULID, "session_id": ..., "run_id": ... | null, "seq": 1.., "type": "llm_called",
+     "ts": "2026-11-22T10:00:00.123456Z", "parent_event_id": ... | null,
+     "payload": {...}, "prev_hash": ... | null, "hash": sha256 hex}
+
+- `seq` counts from 1 within a *chain*: a run's events, or (run_id null) a session's own events. The store
+  assigns it under the file lock, so it is gap-free even when two kernels write the same run.
+- `hash` is sha256 over `prev_hash` followed by the canonical JSON (sorted keys, no spaces, UTF-8) of every
+  other field. Editing, dropping or reordering any event of a chain breaks the link after it
+  (`nbagent verify`). Hashes are computed from the dict as written, never from a model round trip, so a
+  field added by a newer version cannot change an old event's hash.
+- `parent_event_id` records causality: a tool result points at its request, the request at the model call.
+
+Payloads are pydantic models, one per event type, and `Event` is a discriminated union on `type`. Payload
+models allow extra fields so that a reader one minor version behind can still read a newer log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
+
+from .levels import Autonomy, Risk
+
+# --------------------------------------------------------------------------------------------- hashing
+
+
+def canonical_json(obj: Any) -> str:
+    """The one serialisation used for hashing and for the log lines (stable across processes and versions)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def compute_hash(record: dict[str, Any]) -> str:
+    """Hash of a raw event dict: sha256(prev_hash + canonical JSON of all fields but `hash`)."""
+    body = {k: v for k, v in record.items() if k != "hash"}
+    prev = record.get("prev_hash") or ""
+    return hashlib.sha256((prev + canonical_json(body)).encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------- payloads
+
+
+class Payload(BaseModel):
+    """Base of every event payload; `event_type` is the value of the event's `type` field."""
+
+    model_config = ConfigDict(extra="allow")
+    event_type: ClassVar[str]
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class PlanStep(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    risk: Risk = Risk.WRITE_HIGH_RISK
+    target: str | None = None
+    preview: str | None = None
+    diff: str | None = None
+
+
+class SessionCreated(Payload):
+    event_type = "session_created"
+    name: str
+    notebook: str | None = None
+    defaults: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionResumed(Payload):
+    event_type = "session_resumed"
+    pid: int | None = None
+
+
+class RunStarted(Payload):
+    event_type = "run_started"
+    prompt: str
+    model: str | None = None
+    autonomy: Autonomy = Autonomy.L1
+    cell_id: str | None = None
+    previous_run_id: str | None = None
+    parent_run_id: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunResumed(Payload):
+    """A waiting or interrupted run picked up again (possibly by another process)."""
+
+    event_type = "run_resumed"
+    by: str | None = None
+
+
+class RunSuperseded(Payload):
+    """The run was forked away: an earlier cell was re-run. The run stays in the log, marked."""
+
+    event_type = "run_superseded"
+    by_run_id: str
+
+
+class ContextAssembled(Payload):
+    event_type = "context_assembled"
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    from_run_id: str | None = None
+
+
+class LlmCalled(Payload):
+    event_type = "llm_called"
+    model: str
+    request: dict[str, Any] = Field(default_factory=dict)
+    response: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
+    cost: float | None = None
+    latency_ms: float = 0.0
+    retry_count: int = 0
+    fingerprint: str | None = None
+
+
+class Thinking(Payload):
+    event_type = "thinking"
+    text: str
+
+
+class PlanningStarted(Payload):
+    event_type = "planning_started"
+    plan_id: str
+
+
+class PlanProposed(Payload):
+    event_type = "plan_proposed"
+    plan_id: str
+    purpose: str = ""
+    steps: list[PlanStep] = Field(default_factory=list)
+    max_risk: Risk = Risk.READ_ONLY
+    auto_executing: bool = False
+
+
+class WaitingForApproval(Payload):
+    event_type = "waiting_for_approval"
+    plan_id: str
+    request_id: str
+
+
+class PlanApproved(Payload):
+    event_type = "plan_approved"
+    plan_id: str
+    request_id: str | None = None
+    by: str = "user"
+
+
+class PlanRejected(Payload):
+    event_type = "plan_rejected"
+    plan_id: str
+    request_id: str | None = None
+    reason: str = ""
+    by: str = "user"
+
+
+class PlanRefined(Payload):
+    event_type = "plan_refined"
+    plan_id: str
+    request_id: str | None = None
+    feedback: str
+    by: str = "user"
+
+
+class ExecutionStarted(Payload):
+    event_type = "execution_started"
+    plan_id: str | None = None
+
+
+class ToolCallStarted(Payload):
+    event_type = "tool_call_started"
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    risk: Risk = Risk.WRITE_HIGH_RISK
+    target: str | None = None
+
+
+class ToolCallCompleted(Payload):
+    event_type = "tool_call_completed"
+    call_id: str
+    tool: str
+    duration_ms: float = 0.0
+    result: Any = None
+    preview: str = ""
+    retry_count: int = 0
+
+
+class ToolCallFailed(Payload):
+    event_type = "tool_call_failed"
+    call_id: str
+    tool: str
+    error: str
+    error_type: str | None = None
+    duration_ms: float = 0.0
+    retry_count: int = 0
+
+
+class AuthorizationDenied(Payload):
+    event_type = "authorization_denied"
+    call_id: str | None = None
+    tool: str
+    reason: str
+    target: str | None = None
+    rule: str | None = None
+
+
+class HumanInputRequested(Payload):
+    event_type = "human_input_requested"
+    request_id: str
+    question: str
+    call_id: str | None = None
+
+
+class HumanInputReceived(Payload):
+    event_type = "human_input_received"
+    request_id: str
+    answer: str
+    call_id: str | None = None
+    by: str = "user"
+
+
+class ChildRunStarted(Payload):
+    event_type = "child_run_started"
+    child_run_id: str
+    prompt: str
+    call_id: str | None = None
+
+
+class AnswerReady(Payload):
+    event_type = "answer_ready"
+    content: str
+
+
+class Completed(Payload):
+    event_type = "completed"
+    summary: str = ""
+
+
+class CompletedWithErrors(Payload):
+    event_type = "completed_with_errors"
+    errors: list[str] = Field(default_factory=list)
+
+
+class Interrupted(Payload):
+    event_type = "interrupted"
+    reason: str = "interrupted"
+
+
+class Error(Payload):
+    event_type = "error"
+    message: str
+    error_type: str | None = None
+    traceback: str | None = None
+
+
+PAYLOADS: dict[str, type[Payload]] = {
+    cls.event_type: cls
+    for cls in (
+        SessionCreated, SessionResumed, RunStarted, RunResumed, RunSuperseded, ContextAssembled, LlmCalled,
+        Thinking, PlanningStarted, PlanProposed, WaitingForApproval, PlanApproved, PlanRejected, PlanRefined,
+        ExecutionStarted, ToolCallStarted, ToolCallCompleted, ToolCallFailed, AuthorizationDenied,
+        HumanInputRequested, HumanInputReceived, ChildRunStarted, AnswerReady, Completed, CompletedWithErrors,
+        Interrupted, Error,
+    )
+}
+
+# Events after which a run's state is worth making durable (fsync) and caching in the runs table: the
+# places a run can stop, wait, or change what it is allowed to do.
+CHECKPOINT_TYPES = frozenset({
+    "run_started", "run_resumed", "run_superseded", "waiting_for_approval", "plan_approved", "plan_rejected",
+    "plan_refined", "human_input_requested", "human_input_received", "answer_ready", "completed",
+    "completed_with_errors", "interrupted", "error",
+})
+
+TERMINAL_TYPES = frozenset({"completed", "completed_with_errors", "interrupted", "error"})
+
+# --------------------------------------------------------------------------------------------- events
+
+
+class EventBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    id: str
+    session_id: str
+    run_id: str | None = None
+    seq: int = Field(ge=1)
+    type: str
+    ts: str
+    parent_event_id: str | None = None
+    payload: Payload
+    prev_hash: str | None = None
+    hash: str
+
+    @property
+    def time(self) -> datetime:
+        return datetime.fromisoformat(self.ts)
+
+    @property
+    def chain(self) -> str:
+        return chain_key(self.run_id, self.session_id)
+
+
+def chain_key(run_id: str | None, session_id: str) -> str:
+    return run_id if run_id is not None else f"session:{session_id}"
+
+
+def _event_model(payload_cls: type[Payload]) -> type[EventBase]:
+    name = payload_cls.__name__ + "Event"
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        name,
+        __base__=EventBase,
+        type=(Literal[payload_cls.event_type], ...),  # type: ignore[valid-type]
+        payload=(payload_cls, ...),
+    )
+
+
+EVENT_MODELS: dict[str, type[EventBase]] = {t: _event_model(p) for t, p in PAYLOADS.items()}
+
+Event = Annotated[Union[tuple(EVENT_MODELS.values())], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007
+_EVENT_ADAPTER: TypeAdapter[EventBase] = TypeAdapter(Event)
+
+
+class UnknownEventType(ValueError):
+    pass
+
+
+def parse_event(record: dict[str, Any]) -> EventBase:
+    """Raw log dict -> typed event. An unknown `type` means a newer nbagent wrote it."""
+    t = record.get("type")
+    if t not in EVENT_MODELS:
+        raise UnknownEventType(
+            f"unknown event type {t!r}: the log was written by a newer nbagent; upgrade with "
+            "`pip install -U nbagent`"
+        )
+    return _EVENT_ADAPTER.validate_python(record)

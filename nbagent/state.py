@@ -1,0 +1,310 @@
+"""A run's state, derived from its events: `fold(events) -> RunState`.
+
+The events are the truth; this is the one place that says what they mean. `RunState.apply` is a reducer, so a
+store can keep a state current event by event (O(1) per event) and `fold` is just the reduction from nothing.
+
+`messages` is the run's own part of the conversation in OpenAI chat format (context messages, the user's
+prompt, each assistant turn, a tool message answering every tool call, feedback from a refine). A run that
+continues a conversation prepends the messages of its `previous_run_id` chain; that is the runtime's business,
+so forking never rewrites a run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .events import EventBase, PlanStep, Usage
+from .levels import Autonomy, Risk
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    COMPLETED_WITH_ERRORS = "completed_with_errors"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    SUPERSEDED = "superseded"
+
+
+_TERMINAL_STATUS = {
+    "completed": RunStatus.COMPLETED,
+    "completed_with_errors": RunStatus.COMPLETED_WITH_ERRORS,
+    "error": RunStatus.FAILED,
+    "interrupted": RunStatus.INTERRUPTED,
+}
+
+
+class PendingDecision(BaseModel):
+    """What a waiting run needs from a person: a plan to approve, or an answer to a question."""
+
+    kind: Literal["approval", "human_input"]
+    request_id: str
+    event_id: str
+    plan_id: str | None = None
+    purpose: str = ""
+    steps: list[PlanStep] = Field(default_factory=list)
+    question: str | None = None
+    call_id: str | None = None
+
+
+class Decision(BaseModel):
+    kind: Literal["approved", "rejected", "refined", "answered"]
+    request_id: str | None
+    plan_id: str | None = None
+    by: str = "user"
+    text: str = ""
+    ts: str
+
+
+class PlanInfo(BaseModel):
+    plan_id: str
+    purpose: str = ""
+    steps: list[PlanStep] = Field(default_factory=list)
+    max_risk: Risk = Risk.READ_ONLY
+    auto_executing: bool = False
+
+
+class StepResult(BaseModel):
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["proposed", "running", "ok", "failed", "denied", "rejected", "skipped"] = "proposed"
+    result: Any = None
+    preview: str = ""
+    error: str | None = None
+    duration_ms: float = 0.0
+    retry_count: int = 0
+
+
+class RunState(BaseModel):
+    run_id: str | None = None
+    session_id: str | None = None
+    status: RunStatus = RunStatus.RUNNING
+    prompt: str = ""
+    model: str | None = None
+    autonomy: Autonomy = Autonomy.L1
+    cell_id: str | None = None
+    previous_run_id: str | None = None
+    parent_run_id: str | None = None
+    context: list[dict[str, Any]] = Field(default_factory=list)
+    turns: list[dict[str, Any]] = Field(default_factory=list)
+    pending: PendingDecision | None = None
+    decisions: list[Decision] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    cost: float = 0.0
+    cost_known: bool = True
+    model_calls: int = 0
+    steps: dict[str, StepResult] = Field(default_factory=dict)
+    plans: dict[str, PlanInfo] = Field(default_factory=dict)
+    children: list[str] = Field(default_factory=list)
+    answer: str | None = None
+    errors: list[str] = Field(default_factory=list)
+    error: str | None = None
+    superseded_by: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    last_seq: int = 0
+    last_hash: str | None = None
+    event_count: int = 0
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        prompt = [{"role": "user", "content": self.prompt}] if self.prompt else []
+        return [*self.context, *prompt, *self.turns]
+
+    @property
+    def tokens(self) -> int:
+        return self.usage.total_tokens
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status not in (RunStatus.RUNNING, RunStatus.WAITING)
+
+    # ------------------------------------------------------------------ the reducer
+
+    def apply(self, event: EventBase) -> RunState:
+        self.event_count += 1
+        self.last_seq, self.last_hash = event.seq, event.hash
+        self.run_id = self.run_id or event.run_id
+        self.session_id = self.session_id or event.session_id
+        handler = getattr(self, "_on_" + event.type, None)
+        if handler is not None:
+            handler(event.payload, event)
+        return self
+
+    def _on_run_started(self, p: Any, e: EventBase) -> None:
+        self.prompt, self.model, self.autonomy = p.prompt, p.model, p.autonomy
+        self.cell_id, self.previous_run_id, self.parent_run_id = p.cell_id, p.previous_run_id, p.parent_run_id
+        self.started_at = e.ts
+        self.status = RunStatus.RUNNING
+
+    def _on_run_resumed(self, p: Any, e: EventBase) -> None:
+        if self.status != RunStatus.SUPERSEDED:
+            self.status = RunStatus.WAITING if self.pending else RunStatus.RUNNING
+            self.ended_at = None
+
+    def _on_run_superseded(self, p: Any, e: EventBase) -> None:
+        self.status, self.superseded_by = RunStatus.SUPERSEDED, p.by_run_id
+
+    def _on_context_assembled(self, p: Any, e: EventBase) -> None:
+        self.context = list(p.messages)
+
+    def _on_llm_called(self, p: Any, e: EventBase) -> None:
+        self.model_calls += 1
+        self.usage = Usage(
+            prompt_tokens=self.usage.prompt_tokens + p.usage.prompt_tokens,
+            completion_tokens=self.usage.completion_tokens + p.usage.completion_tokens,
+            total_tokens=self.usage.total_tokens + (p.usage.total_tokens or
+                                                   p.usage.prompt_tokens + p.usage.completion_tokens),
+        )
+        if p.cost is None:
+            self.cost_known = False
+        else:
+            self.cost += p.cost
+        message = assistant_message(p.response)
+        if message is not None:
+            self.turns.append(message)
+
+    def _on_plan_proposed(self, p: Any, e: EventBase) -> None:
+        self.plans[p.plan_id] = PlanInfo(
+            plan_id=p.plan_id, purpose=p.purpose, steps=p.steps, max_risk=p.max_risk, auto_executing=p.auto_executing
+        )
+        for s in p.steps:
+            self.steps.setdefault(s.call_id, StepResult(call_id=s.call_id, tool=s.tool, arguments=s.arguments))
+
+    def _on_waiting_for_approval(self, p: Any, e: EventBase) -> None:
+        plan = self.plans.get(p.plan_id) or PlanInfo(plan_id=p.plan_id)
+        self.pending = PendingDecision(
+            kind="approval", request_id=p.request_id, event_id=e.id, plan_id=p.plan_id,
+            purpose=plan.purpose, steps=plan.steps,
+        )
+        self._wait()
+
+    def _on_plan_approved(self, p: Any, e: EventBase) -> None:
+        self._decide("approved", p, e, "")
+
+    def _on_plan_rejected(self, p: Any, e: EventBase) -> None:
+        self._decide("rejected", p, e, p.reason)
+        self._close_plan(p.plan_id, "rejected", f"Not executed: the user denied this plan. Reason: {p.reason}")
+
+    def _on_plan_refined(self, p: Any, e: EventBase) -> None:
+        self._decide("refined", p, e, p.feedback)
+        self._close_plan(p.plan_id, "skipped", "Not executed: the user asked for a different plan.")
+        self.turns.append({"role": "user", "content": p.feedback})
+
+    def _on_tool_call_started(self, p: Any, e: EventBase) -> None:
+        step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
+        step.arguments, step.status = p.arguments, "running"
+
+    def _on_tool_call_completed(self, p: Any, e: EventBase) -> None:
+        step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
+        step.status, step.result, step.preview = "ok", p.result, p.preview
+        step.duration_ms, step.retry_count = p.duration_ms, p.retry_count
+        self.turns.append(tool_message(p.call_id, p.result))
+
+    def _on_tool_call_failed(self, p: Any, e: EventBase) -> None:
+        step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
+        step.status, step.error = "failed", p.error
+        step.duration_ms, step.retry_count = p.duration_ms, p.retry_count
+        self.errors.append(f"{p.tool}: {p.error}")
+        self.turns.append(tool_message(p.call_id, f"Error: {p.error}"))
+
+    def _on_authorization_denied(self, p: Any, e: EventBase) -> None:
+        self.errors.append(f"{p.tool}: denied: {p.reason}")
+        if p.call_id:
+            step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
+            step.status, step.error = "denied", p.reason
+            self.turns.append(tool_message(p.call_id, f"Denied by policy: {p.reason}"))
+
+    def _on_human_input_requested(self, p: Any, e: EventBase) -> None:
+        self.pending = PendingDecision(
+            kind="human_input", request_id=p.request_id, event_id=e.id, question=p.question, call_id=p.call_id
+        )
+        self._wait()
+
+    def _on_human_input_received(self, p: Any, e: EventBase) -> None:
+        self._decide("answered", p, e, p.answer)
+        if p.call_id:
+            self.turns.append(tool_message(p.call_id, p.answer))
+
+    def _on_child_run_started(self, p: Any, e: EventBase) -> None:
+        self.children.append(p.child_run_id)
+
+    def _on_answer_ready(self, p: Any, e: EventBase) -> None:
+        self.answer = p.content
+
+    def _on_completed(self, p: Any, e: EventBase) -> None:
+        self._end("completed", e)
+
+    def _on_completed_with_errors(self, p: Any, e: EventBase) -> None:
+        self.errors.extend(x for x in p.errors if x not in self.errors)
+        self._end("completed_with_errors", e)
+
+    def _on_error(self, p: Any, e: EventBase) -> None:
+        self.error = p.message
+        self._end("error", e)
+
+    def _on_interrupted(self, p: Any, e: EventBase) -> None:
+        self._end("interrupted", e)  # a pending decision survives: the run can be resumed and answered
+
+    # ------------------------------------------------------------------ helpers
+
+    def _wait(self) -> None:
+        if self.status != RunStatus.SUPERSEDED:
+            self.status = RunStatus.WAITING
+
+    def _end(self, type_: str, e: EventBase) -> None:
+        self.ended_at = e.ts
+        if self.status != RunStatus.SUPERSEDED:
+            self.status = _TERMINAL_STATUS[type_]
+
+    def _decide(self, kind: Any, p: Any, e: EventBase, text: str) -> None:
+        self.decisions.append(Decision(
+            kind=kind, request_id=p.request_id, plan_id=getattr(p, "plan_id", None), by=p.by, text=text, ts=e.ts,
+        ))
+        if self.pending is not None and (p.request_id is None or p.request_id == self.pending.request_id):
+            self.pending = None
+            if self.status in (RunStatus.WAITING, RunStatus.INTERRUPTED):
+                self.status = RunStatus.RUNNING
+
+    def _close_plan(self, plan_id: str, status: Any, text: str) -> None:
+        plan = self.plans.get(plan_id)
+        for call_id in [s.call_id for s in plan.steps] if plan else []:
+            step = self.steps[call_id]
+            if step.status == "proposed":
+                step.status = status
+                self.turns.append(tool_message(call_id, text))
+
+
+def fold(events: Iterable[EventBase], state: RunState | None = None) -> RunState:
+    state = state if state is not None else RunState()
+    for event in events:
+        state.apply(event)
+    return state
+
+
+def assistant_message(response: dict[str, Any]) -> dict[str, Any] | None:
+    """The assistant message of a recorded (OpenAI-format) model response."""
+    try:
+        message = response["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [
+            {"id": c.get("id"), "type": "function",
+             "function": {"name": c["function"].get("name"), "arguments": c["function"].get("arguments", "")}}
+            for c in message["tool_calls"]
+        ]
+    return out
+
+
+def tool_message(call_id: str, result: Any) -> dict[str, Any]:
+    content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+    return {"role": "tool", "tool_call_id": call_id, "content": content}

@@ -1,0 +1,56 @@
+"""Errors a store raises. Each message is one line: the file, what is wrong, what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class StoreError(Exception):
+    """Base of every store error; `str()` is a complete one-line message for a user."""
+
+
+class NotAStore(StoreError):
+    def __init__(self, path: Path | str, why: str = "") -> None:
+        detail = f" ({why})" if why else ""
+        super().__init__(
+            f"{path}: not an nbagent store{detail}; pass a notebook (.ipynb) or its store folder (NAME.nbagent)"
+        )
+
+
+class NewerFormat(StoreError):
+    def __init__(self, path: Path | str, found: int, supported: int) -> None:
+        super().__init__(
+            f"{path}: written by a newer nbagent (store format {found}, this one reads up to {supported}); "
+            "upgrade with `pip install -U nbagent`"
+        )
+
+
+class StoreReadOnly(StoreError):
+    def __init__(self, path: Path | str, why: str) -> None:
+        super().__init__(
+            f"{path}: cannot write the log ({why}); nothing was written. Make the folder writable, or copy the "
+            "notebook to a writable folder"
+        )
+
+
+class StoreWriteFailed(StoreError):
+    def __init__(self, path: Path | str, why: str) -> None:
+        super().__init__(
+            f"{path}: writing the log failed ({why}); the event was not recorded and the log is unchanged. "
+            "Free disk space and retry"
+        )
+
+
+class StoreCorrupt(StoreError):
+    def __init__(self, path: Path | str, why: str) -> None:
+        super().__init__(f"{path}: {why}; run `nbagent verify {path}` for details")
+
+
+class AppendOnly(StoreError):
+    def __init__(self, op: str) -> None:
+        super().__init__(f"the event log is append-only: {op} is not allowed; record a new event instead")
+
+
+class RunNotFound(StoreError):
+    def __init__(self, run_id: str, path: Path | str, why: str = "no such run") -> None:
+        super().__init__(f"{path}: {why}: {run_id!r}; list runs with `nbagent runs {path}`")

@@ -1,0 +1,377 @@
+"""The store: one per notebook, a folder beside it (`analysis.ipynb` -> `analysis.nbagent/`).
+
+    analysis.nbagent/
+      meta.json      format and version; a newer format is refused, never half-read
+      events.jsonl   the append-only, hash-chained event log (eventlog.py): the truth
+      tables.json    sessions and runs (tables.py): a cache for queries, rewritten atomically
+      lock           the file lock every writer takes (two kernels on one notebook)
+
+Writers take a process-local re-entrant lock and then the file lock, so threads and processes are serialised
+the same way. Readers take no lock: appends are whole lines and table writes are atomic renames, so a reader
+always sees a consistent prefix. That is also what lets the CLI read a store on a read-only disk.
+
+Run state is derived from events (`nbagent.state`), kept current incrementally per run, and written to the
+runs table at checkpoints (waits, decisions, ends), together with the chain's last seq and hash, which lets
+`verify` notice a log truncated after that checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+from pydantic import BaseModel, Field
+from tinydb import Query
+from tinydb.table import Document
+
+from .._version import __version__
+from ..events import CHECKPOINT_TYPES, EventBase, Payload, RunStarted, SessionCreated, chain_key, parse_event
+from ..ids import new_id, now_iso
+from ..levels import Autonomy
+from ..state import RunState, RunStatus
+from .errors import NewerFormat, NotAStore, RunNotFound, StoreError, StoreReadOnly
+from .eventlog import EventLog, EventTable
+from .tables import open_tables
+
+STORE_SUFFIX = ".nbagent"
+FORMAT = "nbagent-store"
+FORMAT_VERSION = 1
+LOCK_TIMEOUT_S = 30.0
+
+
+class SessionRecord(BaseModel):
+    id: str
+    name: str
+    notebook: str | None = None
+    created_at: str
+    defaults: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunRecord(BaseModel):
+    """A row of the runs table: cached, for queries; `Store.run_state` is the truth."""
+
+    id: str
+    session_id: str
+    cell_id: str | None = None
+    previous_run_id: str | None = None
+    parent_run_id: str | None = None
+    model: str | None = None
+    autonomy: Autonomy = Autonomy.L1
+    prompt: str = ""
+    status: RunStatus = RunStatus.RUNNING
+    superseded_by: str | None = None
+    created_at: str
+    updated_at: str | None = None
+    last_seq: int = 0
+    last_hash: str | None = None
+    steps: int = 0
+    tokens: int = 0
+    cost: float | None = None
+
+
+def store_path_for(notebook: str | Path) -> Path:
+    """Where a notebook's store lives: beside it, same stem."""
+    nb = Path(notebook)
+    return nb.with_name(nb.stem + STORE_SUFFIX)
+
+
+class Store:
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        path = Path(path)
+        if path.suffix == ".ipynb":
+            path = store_path_for(path)
+        self.path = path
+        self.readonly = readonly
+        self.events_path = path / "events.jsonl"
+        self.tables_path = path / "tables.json"
+        if readonly:
+            self._check_meta()
+        else:
+            self._create_or_check()
+        self._tlock = threading.RLock()
+        self._flock = FileLock(str(path / "lock"), thread_local=False, timeout=LOCK_TIMEOUT_S)
+        self._log = EventLog(self.events_path)
+        self.events = EventTable(self._log)
+        self._db = open_tables(self.tables_path, readonly)
+        self.sessions = self._db.table("sessions")
+        self.runs = self._db.table("runs")
+        self._states: dict[str, RunState] = {}
+
+    # ------------------------------------------------------------------ opening
+
+    def _check_meta(self) -> None:
+        meta_path = self.path / "meta.json"
+        if not self.path.exists():
+            raise NotAStore(self.path, "it does not exist")
+        if not self.path.is_dir():
+            raise NotAStore(self.path, "it is a file, not a store folder")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise NotAStore(self.path, "no meta.json in it") from exc
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise NotAStore(self.path, "meta.json is not valid JSON") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise NotAStore(self.path, "meta.json does not describe an nbagent store")
+        version = meta.get("version")
+        if not isinstance(version, int):
+            raise NotAStore(self.path, "meta.json has no format version")
+        if version > FORMAT_VERSION:
+            raise NewerFormat(meta_path, version, FORMAT_VERSION)
+
+    def _create_or_check(self) -> None:
+        if (self.path / "meta.json").exists() or (self.path.exists() and not self.path.is_dir()):
+            self._check_meta()
+            return
+        if self.path.exists() and any(self.path.iterdir()):
+            raise NotAStore(self.path, "the folder has files but no meta.json; not touching it")
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "created_at": now_iso(), "created_by": __version__}
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            tmp = self.path / f".meta-{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            os.replace(tmp, self.path / "meta.json")
+        except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise StoreReadOnly(self.path, exc.strerror or str(exc)) from exc
+            raise
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive write access across threads and processes; re-entrant."""
+        if self.readonly:
+            raise StoreReadOnly(self.path, "the store was opened read-only")
+        with self._tlock:
+            try:
+                self._flock.acquire()
+            except Timeout as exc:
+                raise StoreError(
+                    f"{self.path}: another process has held the store's lock for {LOCK_TIMEOUT_S:.0f} s; "
+                    "if no kernel is using this notebook, delete the file 'lock' in that folder"
+                ) from exc
+            except OSError as exc:
+                raise StoreReadOnly(self.path, f"cannot create the lock file: {exc.strerror or exc}") from exc
+            try:
+                yield
+            finally:
+                self._flock.release()
+
+    def close(self) -> None:
+        self._log.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def warnings(self) -> list[str]:
+        return self._log.warnings
+
+    # ------------------------------------------------------------------ writing
+
+    def append(
+        self,
+        payload: Payload,
+        *,
+        run_id: str | None = None,
+        session_id: str | None = None,
+        parent_event_id: str | None = None,
+        sync: bool | None = None,
+    ) -> EventBase:
+        """Record one event; returns it with its seq and hash. Durable (fsync) at checkpoints by default."""
+        with self.locked():
+            if session_id is None:
+                if run_id is None:
+                    raise ValueError("an event needs a run_id or a session_id")
+                session_id = self._session_of(run_id)
+            record = {
+                "id": new_id(),
+                "session_id": session_id,
+                "run_id": run_id,
+                "type": payload.event_type,
+                "ts": now_iso(),
+                "parent_event_id": parent_event_id,
+                "payload": payload.model_dump(mode="json", fallback=repr),
+            }
+            durable = payload.event_type in CHECKPOINT_TYPES if sync is None else sync
+            written = self._log.append(record, sync=durable)
+            event = parse_event(written)
+            if run_id is not None and payload.event_type in CHECKPOINT_TYPES:
+                self._checkpoint(run_id)
+            return event
+
+    def sync(self) -> None:
+        """Flush appended events to disk (fsync); the runtime calls this at step boundaries."""
+        with self.locked():
+            self._log.sync()
+
+    def create_session(
+        self, name: str = "default", *, notebook: str | None = None, defaults: dict[str, Any] | None = None
+    ) -> SessionRecord:
+        with self.locked():
+            rec = SessionRecord(id=new_id(), name=name, notebook=notebook, created_at=now_iso(),
+                                defaults=defaults or {})
+            self.append(SessionCreated(name=name, notebook=notebook, defaults=rec.defaults), session_id=rec.id,
+                        sync=True)
+            self.sessions.upsert(Document(rec.model_dump(mode="json"), doc_id=rec.id))
+            return rec
+
+    def session(self, name: str = "default", *, notebook: str | None = None) -> SessionRecord:
+        """The session with this name, created if missing (one default session per notebook)."""
+        with self.locked():
+            found = self.sessions.search(Query().name == name)
+            if found:
+                return SessionRecord.model_validate(sorted(found, key=lambda d: d["id"])[0])
+            return self.create_session(name, notebook=notebook)
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        doc = self.sessions.get(doc_id=session_id)
+        if doc is None:
+            raise StoreError(f"{self.path}: no session {session_id!r}")
+        return SessionRecord.model_validate(doc)
+
+    def create_run(
+        self,
+        session_id: str,
+        prompt: str,
+        *,
+        model: str | None = None,
+        autonomy: Autonomy | str = Autonomy.L1,
+        cell_id: str | None = None,
+        previous_run_id: str | None = None,
+        parent_run_id: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        run_id = new_id()
+        started = RunStarted(
+            prompt=prompt, model=model, autonomy=Autonomy(autonomy), cell_id=cell_id,
+            previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options or {},
+        )
+        # The event first (the truth), then the cached row: a crash in between leaves a run the event log
+        # knows and the next checkpoint re-creates the row.
+        self.append(started, run_id=run_id, session_id=session_id)
+        return self.get_run(run_id)
+
+    def _checkpoint(self, run_id: str) -> None:
+        state = self.run_state(run_id)
+        row = self._row_from_state(state)
+        self.runs.upsert(Document(row.model_dump(mode="json"), doc_id=run_id))
+
+    def _row_from_state(self, state: RunState) -> RunRecord:
+        assert state.run_id and state.session_id
+        return RunRecord(
+            id=state.run_id, session_id=state.session_id, cell_id=state.cell_id,
+            previous_run_id=state.previous_run_id, parent_run_id=state.parent_run_id, model=state.model,
+            autonomy=state.autonomy, prompt=state.prompt, status=state.status, superseded_by=state.superseded_by,
+            created_at=state.started_at or now_iso(), updated_at=now_iso(), last_seq=state.last_seq,
+            last_hash=state.last_hash, steps=len(state.steps), tokens=state.tokens,
+            cost=state.cost if state.cost_known else None,
+        )
+
+    def _session_of(self, run_id: str) -> str:
+        docs = self.events.docs_for_chain(run_id)
+        if docs:
+            return str(docs[0]["session_id"])
+        row = self.runs.get(doc_id=run_id)
+        if row is None:
+            raise RunNotFound(run_id, self.path)
+        return str(row["session_id"])
+
+    # ------------------------------------------------------------------ reading
+
+    def raw_events(self, run_id: str) -> list[dict[str, Any]]:
+        """One run's events as written, in log order (the input of `verify`)."""
+        return self.events.docs_for_chain(run_id)
+
+    def run_events(self, run_id: str) -> list[EventBase]:
+        return [parse_event(d) for d in self.events.docs_for_chain(run_id)]
+
+    def session_events(self, session_id: str) -> list[EventBase]:
+        return [parse_event(d) for d in self.events.docs_for_chain(chain_key(None, session_id))]
+
+    def query_events(
+        self,
+        *,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        types: str | list[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[EventBase]:
+        """Events matching every given filter, through TinyDB's Query. `since`/`until` are ISO timestamps."""
+        q = Query()
+        conds = []
+        if session_id is not None:
+            conds.append(q.session_id == session_id)
+        if run_id is not None:
+            conds.append(q.run_id == run_id)
+        if types is not None:
+            conds.append(q.type.one_of([types] if isinstance(types, str) else list(types)))
+        if since is not None:
+            conds.append(q.ts >= since)
+        if until is not None:
+            conds.append(q.ts <= until)
+        if not conds:
+            docs = self.events.all()
+        else:
+            cond = conds[0]
+            for c in conds[1:]:
+                cond = cond & c
+            docs = self.events.search(cond)
+        return [parse_event(d) for d in docs]
+
+    def run_ids(self) -> list[str]:
+        """Every run the log knows, oldest first (ULIDs sort by time)."""
+        self.events.docs_for_chain("")  # refresh
+        return sorted(k for k in self._log.by_chain if not k.startswith("session:"))
+
+    def resolve_run(self, run_id: str) -> str:
+        """A full run id from an id or a unique prefix of one (as git does for commits)."""
+        ids = self.run_ids()
+        if run_id in ids:
+            return run_id
+        matches = [r for r in ids if r.startswith(run_id.upper())] if run_id else []
+        if len(matches) == 1:
+            return matches[0]
+        raise RunNotFound(run_id, self.path, "ambiguous run id prefix" if matches else "no such run")
+
+    def run_state(self, run_id: str) -> RunState:
+        """The run's state, folded from its events; kept current incrementally."""
+        run_id = run_id if run_id in self._states else self.resolve_run(run_id)
+        state = self._states.get(run_id)
+        if state is None:
+            state = self._states[run_id] = RunState()
+        docs = self.events.docs_for_chain(run_id)
+        for record in docs[state.event_count:]:
+            state.apply(parse_event(record))
+        return state
+
+    def get_run(self, run_id: str) -> RunRecord:
+        state = self.run_state(run_id)
+        row = self.runs.get(doc_id=state.run_id)
+        if row is not None:
+            cached = RunRecord.model_validate(row)
+            if cached.last_seq == state.last_seq:
+                return cached
+        return self._row_from_state(state)
+
+    def list_runs(self, session_id: str | None = None) -> list[RunRecord]:
+        runs = [self.get_run(r) for r in self.run_ids()]
+        return [r for r in runs if session_id is None or r.session_id == session_id]
+
+    def checkpoint_of(self, run_id: str) -> tuple[int, str | None] | None:
+        """The (last_seq, last_hash) the runs table recorded for a run at its last checkpoint."""
+        row = self.runs.get(doc_id=run_id)
+        if row is None:
+            return None
+        return int(row.get("last_seq", 0)), row.get("last_hash")
+

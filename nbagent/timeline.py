@@ -1,0 +1,77 @@
+"""One line of plain text per event: shared by `nbagent show` and the plain-text record of a run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .events import EventBase
+
+
+def clip(text: Any, width: int = 80) -> str:
+    s = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
+    s = " ".join(s.split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def call_signature(tool: str, arguments: dict[str, Any], width: int = 70) -> str:
+    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in arguments.items())
+    return f"{tool}({clip(args, width)})"
+
+
+def money(cost: float | None) -> str:
+    return "-" if cost is None else f"${cost:.4f}"
+
+
+def describe(event: EventBase) -> str:
+    p: Any = event.payload
+    t = event.type
+    if t == "session_created":
+        return f"session {p.name!r}" + (f" for {p.notebook}" if p.notebook else "")
+    if t == "run_started":
+        extra = f" · continues {p.previous_run_id}" if p.previous_run_id else ""
+        extra += f" · child of {p.parent_run_id}" if p.parent_run_id else ""
+        return f"{clip(p.prompt, 60)!r} · model {p.model or '-'} · autonomy {p.autonomy}{extra}"
+    if t == "llm_called":
+        calls = len(((p.response.get("choices") or [{}])[0].get("message") or {}).get("tool_calls") or [])
+        retry = f" · {p.retry_count} retries" if p.retry_count else ""
+        return (f"{p.model} · {p.usage.prompt_tokens}+{p.usage.completion_tokens} tokens · {money(p.cost)} · "
+                f"{p.latency_ms:.0f} ms · {calls} tool call(s){retry}")
+    if t == "plan_proposed":
+        mode = "runs now" if p.auto_executing else "needs approval"
+        return f"{len(p.steps)} step(s), max risk {p.max_risk} ({mode}): {clip(p.purpose, 60)}"
+    if t == "tool_call_started":
+        return f"{call_signature(p.tool, p.arguments)} [{p.risk}]"
+    if t == "tool_call_completed":
+        retry = f" · {p.retry_count} retries" if p.retry_count else ""
+        return f"{p.tool} · {p.duration_ms:.0f} ms{retry} · {clip(p.preview or p.result, 60)}"
+    if t == "tool_call_failed":
+        return f"{p.tool} · {clip(p.error, 70)} · retries {p.retry_count}"
+    if t == "authorization_denied":
+        return f"{p.tool}: {clip(p.reason, 70)}"
+    if t in ("plan_approved", "plan_rejected", "plan_refined"):
+        text = getattr(p, "reason", "") or getattr(p, "feedback", "")
+        return f"plan {p.plan_id} by {p.by}" + (f": {clip(text, 60)}" if text else "")
+    if t == "human_input_requested":
+        return clip(p.question, 80)
+    if t == "human_input_received":
+        return f"by {p.by}: {clip(p.answer, 70)}"
+    if t == "answer_ready":
+        return clip(p.content, 80)
+    if t == "error":
+        return f"{p.error_type or 'error'}: {clip(p.message, 70)}"
+    if t == "completed_with_errors":
+        return f"{len(p.errors)} error(s)"
+    if t == "interrupted":
+        return p.reason
+    if t == "child_run_started":
+        return f"child run {p.child_run_id}: {clip(p.prompt, 60)}"
+    if t == "run_superseded":
+        return f"by run {p.by_run_id}"
+    if t == "thinking":
+        return clip(p.text, 80)
+    if t == "context_assembled":
+        return f"{len(p.messages)} context message(s), {len(p.tools)} tool(s)"
+    if t == "waiting_for_approval":
+        return f"plan {p.plan_id} · request {p.request_id}"
+    return clip(event.payload.model_dump(mode="json"), 80)
