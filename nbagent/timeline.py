@@ -62,6 +62,8 @@ def describe(event: EventBase) -> str:
         return f"{p.error_type or 'error'}: {clip(p.message, 70)}"
     if t == "completed_with_errors":
         return f"{len(p.errors)} error(s)"
+    if t == "completed":
+        return clip(p.summary, 80) if p.summary else "done"
     if t == "interrupted":
         return p.reason
     if t == "child_run_started":

@@ -31,10 +31,12 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        where = f"line {self.line}" if self.line is not None else "log"
-        who = f" event {self.event_id}" if self.event_id else ""
-        run = f" ({'run ' + self.chain if not self.chain.startswith('session:') else self.chain})" if self.chain else ""
-        return f"{where}:{who}{run}: {self.message}"
+        where = [f"line {self.line}" if self.line is not None else "log"]
+        if self.event_id:
+            where.append(f"event {self.event_id}")
+        if self.chain:
+            where.append(f"({self.chain})" if self.chain.startswith("session:") else f"(run {self.chain})")
+        return f"{' '.join(where)}: {self.message}"
 
 
 @dataclass
@@ -51,16 +53,9 @@ class Report:
         return not self.problems
 
 
-@dataclass
-class _Head:
-    seq: int = 0
-    hash: str | None = None
-    broken: bool = False  # after the first problem in a chain, later links are not reported again
-
-
 def verify_store(store: Store) -> Report:
     report = Report(path=store.events_path)
-    heads: dict[str, _Head] = {}
+    chains: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     try:
         data = store.events_path.read_bytes()
     except FileNotFoundError:
@@ -82,57 +77,62 @@ def verify_store(store: Store) -> Report:
             report.problems.append(Problem(number, None, None, f"not a valid JSON event ({exc}): edited or cut"))
             continue
         report.events += 1
-        _check_record(report, heads, number, record)
+        missing = [k for k in REQUIRED if k not in record]
+        if missing:
+            event_id = record.get("id") if isinstance(record.get("id"), str) else None
+            report.problems.append(Problem(number, event_id, None, f"missing fields {', '.join(missing)}"))
+            continue
+        if record["type"] not in PAYLOADS:
+            report.warnings.append(f"line {number}: unknown event type {record['type']!r} (a newer nbagent?)")
+        chains.setdefault(chain_key(record.get("run_id"), record["session_id"]), []).append((number, record))
+    heads = {key: _check_chain(report, key, entries) for key, entries in chains.items()}
     _check_checkpoints(store, report, heads)
-    report.runs = sum(1 for k in heads if not k.startswith("session:"))
-    report.sessions = sum(1 for k in heads if k.startswith("session:"))
+    report.runs = sum(1 for k in chains if not k.startswith("session:"))
+    report.sessions = sum(1 for k in chains if k.startswith("session:"))
+    report.problems.sort(key=lambda p: (p.line is None, p.line or 0))
     return report
 
 
-def _check_record(report: Report, heads: dict[str, _Head], number: int, record: dict[str, Any]) -> None:
-    missing = [k for k in REQUIRED if k not in record]
-    event_id = record.get("id") if isinstance(record.get("id"), str) else None
-    if missing:
-        report.problems.append(Problem(number, event_id, None, f"missing fields {', '.join(missing)}"))
-        return
-    key = chain_key(record.get("run_id"), record["session_id"])
-    head = heads.setdefault(key, _Head())
-    seq = record["seq"]
+def _check_chain(report: Report, key: str, entries: list[tuple[int, dict[str, Any]]]) -> tuple[int, str | None]:
+    """Report the first problem of one chain; returns its (last seq, last hash)."""
+    expected_prev: str | None = None
+    seqs = [r.get("seq") for _, r in entries]
+    for position, (number, record) in enumerate(entries):
+        want = position + 1
+        seq = record["seq"]
 
-    def bad(message: str) -> None:
-        if not head.broken:
-            report.problems.append(Problem(number, event_id, key, message))
-        head.broken = True
+        def bad(message: str, number: int = number, record: dict[str, Any] = record) -> tuple[int, str | None]:
+            report.problems.append(Problem(number, record["id"], key, message))
+            return entries[-1][1]["seq"], entries[-1][1]["hash"]
 
-    if record["type"] not in PAYLOADS:
-        report.warnings.append(f"line {number}: unknown event type {record['type']!r} (a newer nbagent?)")
-    if compute_hash(record) != record["hash"]:
-        bad("hash does not match the content: the event was edited after it was written")
-    elif not isinstance(seq, int) or seq < 1:
-        bad(f"invalid seq {seq!r}")
-    elif seq <= head.seq:
-        bad(f"seq {seq} comes after seq {head.seq}: events were reordered or duplicated")
-    elif seq > head.seq + 1:
-        missing_n = seq - head.seq - 1
-        bad(f"seq jumps from {head.seq} to {seq}: {missing_n} event(s) before it were removed")
-    elif record.get("prev_hash") != head.hash:
-        bad("prev_hash does not match the previous event's hash: the chain was broken")
-    head.seq, head.hash = seq if isinstance(seq, int) else head.seq, record["hash"]
+        if compute_hash(record) != record["hash"]:
+            return bad("hash does not match the content: the event was edited after it was written")
+        if seq != want:
+            if want in seqs[position + 1:]:
+                later = entries[seqs.index(want, position + 1)][0]
+                return bad(f"seq {seq} comes before seq {want} (line {later}): events were reordered")
+            if isinstance(seq, int) and seq > want:
+                return bad(f"seq jumps from {want - 1} to {seq}: {seq - want} event(s) before it were removed")
+            return bad(f"seq {seq!r} where {want} was expected: events were duplicated or renumbered")
+        if record.get("prev_hash") != expected_prev:
+            return bad("prev_hash does not match the previous event's hash: the chain was broken")
+        expected_prev = record["hash"]
+    last = entries[-1][1]
+    return last["seq"], last["hash"]
 
 
-def _check_checkpoints(store: Store, report: Report, heads: dict[str, _Head]) -> None:
+def _check_checkpoints(store: Store, report: Report, heads: dict[str, tuple[int, str | None]]) -> None:
     for row in store.runs.all():
         run_id = str(row.doc_id)
         expected = int(row.get("last_seq") or 0)
-        head = heads.get(run_id)
-        have = head.seq if head else 0
+        have, last_hash = heads.get(run_id, (0, None))
         if have < expected:
             report.problems.append(Problem(
                 None, None, run_id,
                 f"the log ends at seq {have} but the runs table saw seq {expected} at its last checkpoint: "
                 f"{expected - have} event(s) were removed from the end",
             ))
-        elif head and have == expected and row.get("last_hash") not in (None, head.hash) and not head.broken:
+        elif have == expected and row.get("last_hash") not in (None, last_hash):
             report.problems.append(Problem(
                 None, None, run_id, f"the last event (seq {have}) differs from the one the runs table recorded",
             ))

@@ -1,7 +1,14 @@
 """The event store: an append-only, hash-chained log in TinyDB beside the notebook (see store.py)."""
 
 from .errors import (
-    AppendOnly, NewerFormat, NotAStore, RunNotFound, StoreCorrupt, StoreError, StoreReadOnly, StoreWriteFailed,
+    AppendOnly,
+    NewerFormat,
+    NotAStore,
+    RunNotFound,
+    StoreCorrupt,
+    StoreError,
+    StoreReadOnly,
+    StoreWriteFailed,
 )
 from .store import FORMAT_VERSION, STORE_SUFFIX, RunRecord, SessionRecord, Store, store_path_for
 

@@ -28,7 +28,7 @@ from typing import Any
 from tinydb.storages import Storage
 from tinydb.table import Document, Table
 
-from ..events import chain_key, compute_hash, canonical_json
+from ..events import canonical_json, chain_key, compute_hash
 from .errors import AppendOnly, StoreReadOnly, StoreWriteFailed
 
 log = logging.getLogger("nbagent.store")

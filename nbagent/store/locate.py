@@ -28,7 +28,7 @@ def find_stores(path: str | Path | None) -> list[Path]:
         return _stores_in(p, explicit=True)
     if p.name in {"events.jsonl", "tables.json", "meta.json"} and p.parent.suffix == STORE_SUFFIX:
         return [p.parent]
-    raise NotAStore(p, "expected a notebook (.ipynb) or a store folder (NAME.nbagent)")
+    raise NotAStore(p, "it is a plain file")
 
 
 def _stores_in(folder: Path, *, explicit: bool) -> list[Path]:
