@@ -103,6 +103,8 @@ class Store:
         self.sessions = self._db.table("sessions")
         self.runs = self._db.table("runs")
         self._states: dict[str, RunState] = {}
+        if not readonly:
+            self._remove_leftovers()
 
     # ------------------------------------------------------------------ opening
 
@@ -142,6 +144,12 @@ class Store:
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise StoreReadOnly(self.path, exc.strerror or str(exc)) from exc
             raise
+
+    def _remove_leftovers(self) -> None:
+        """Temp files of table writes killed before their rename; under the lock none can be in progress."""
+        with self.locked():
+            for leftover in self.path.glob(".tables-*.tmp"):
+                leftover.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

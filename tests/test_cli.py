@@ -1,0 +1,203 @@
+"""The `nbagent` command: help, tables, timelines, and one-line errors for bad input that change nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import llm, new_run
+
+from nbagent import events as E
+from nbagent.cli import build_parser, main
+from nbagent.store import Store, StoreReadOnly
+
+COMMANDS = ["runs", "show", "verify"]
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    (tmp_path / "analysis.ipynb").write_text("{}")
+    store = Store(tmp_path / "analysis.ipynb")
+    run = new_run(store, "Load sales.csv and find the top regions", cell_id="cell-1")
+    call = store.append(llm(None, [("c1", "read_file", {"path": "sales.csv"})], tokens=(120, 30)), run_id=run)
+    started = store.append(E.ToolCallStarted(call_id="c1", tool="read_file", arguments={"path": "sales.csv"},
+                                             risk="READ_ONLY"), run_id=run, parent_event_id=call.id)
+    store.append(E.ToolCallCompleted(call_id="c1", tool="read_file", duration_ms=2.5, result="region,revenue",
+                                     preview="region,revenue"), run_id=run, parent_event_id=started.id)
+    store.append(llm("North, East and West.", tokens=(200, 12)), run_id=run)
+    store.append(E.AnswerReady(content="North, East and West."), run_id=run)
+    store.append(E.Completed(), run_id=run)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path, run
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_every_command_has_help(command: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [command, "--help"] if command else ["--help"]
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv)
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: nbagent") and (command or "runs") in out
+
+
+def test_installed_entry_point_runs() -> None:
+    exe = Path(sys.executable).with_name("nbagent")
+    result = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and "verify" in result.stdout
+
+
+def test_runs_table(project, capsys) -> None:
+    _, run = project
+    code, out, _ = run_cli(capsys, "runs")
+    assert code == 0
+    header, row = out.strip().splitlines()
+    assert header.split() == ["RUN", "SESSION", "CELL", "STATUS", "MODEL", "STEPS", "TOKENS", "COST", "STARTED"]
+    assert row.split()[:8] == [run[:12], "default", "cell-1", "completed", "scripted/test", "1", "362", "$0.0020"]
+
+
+def test_runs_json_and_notebook_path(project, capsys) -> None:
+    folder, run = project
+    code, out, _ = run_cli(capsys, "runs", str(folder / "analysis.ipynb"), "--json")
+    assert code == 0 and json.loads(out)["id"] == run and json.loads(out)["status"] == "completed"
+
+
+def test_show_timeline_indents_by_cause(project, capsys) -> None:
+    _, run = project
+    code, out, _ = run_cli(capsys, "show", run[:14])
+    assert code == 0
+    assert f"run {run}  status completed" in out and "prompt: Load sales.csv" in out
+    started = next(line for line in out.splitlines() if "tool_call_started" in line)
+    completed = next(line for line in out.splitlines() if "tool_call_completed" in line)
+    assert completed.index("tool_call") > started.index("tool_call")
+    assert 'read_file(path="sales.csv") [READ_ONLY]' in out
+    assert "1 step(s) · 2 model call(s) · 362 tokens" in out and "answer: North, East and West." in out
+
+
+def test_show_json_is_the_log_as_written(project, capsys) -> None:
+    folder, run = project
+    code, out, _ = run_cli(capsys, "show", run, "--json")
+    events = json.loads(out)
+    on_disk = [json.loads(line) for line in (folder / "analysis.nbagent" / "events.jsonl").read_text().splitlines()]
+    assert code == 0 and events == [e for e in on_disk if e["run_id"] == run]
+
+
+def test_verify_ok(project, capsys) -> None:
+    code, out, _ = run_cli(capsys, "verify")
+    assert code == 0 and out.startswith("ok: ")
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def assert_one_line_error(code: int, out: str, err: str, *fragments: str) -> None:
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("nbagent: error: ")
+    for f in fragments:
+        assert f in err, err
+
+
+def test_unknown_run_id(project, capsys) -> None:
+    folder, _ = project
+    before = snapshot(folder)
+    assert_one_line_error(*run_cli(capsys, "show", "01NOSUCHRUN"), "analysis.nbagent", "no such run",
+                          "nbagent runs")
+    assert snapshot(folder) == before
+
+
+def test_store_written_by_a_newer_version(project, capsys) -> None:
+    folder, _ = project
+    meta = folder / "analysis.nbagent" / "meta.json"
+    meta.write_text(json.dumps({"format": "nbagent-store", "version": 7}))
+    before = snapshot(folder)
+    for command in (["runs"], ["verify"], ["show", "01"]):
+        assert_one_line_error(*run_cli(capsys, *command), str(meta), "newer nbagent", "pip install -U nbagent")
+    assert snapshot(folder) == before
+
+
+@pytest.mark.parametrize("make", ["text_file", "folder_without_meta", "garbage_meta", "missing", "bare_folder"])
+def test_not_a_store(make: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    target = {
+        "text_file": tmp_path / "notes.txt",
+        "folder_without_meta": tmp_path / "x.nbagent",
+        "garbage_meta": tmp_path / "y.nbagent",
+        "missing": tmp_path / "nothing.ipynb",
+        "bare_folder": tmp_path / "empty",
+    }[make]
+    if make == "text_file":
+        target.write_text("hello")
+    elif make == "folder_without_meta":
+        target.mkdir()
+        (target / "events.jsonl").write_text("")
+    elif make == "garbage_meta":
+        target.mkdir()
+        (target / "meta.json").write_bytes(b"\x00\xff not json")
+    elif make == "bare_folder":
+        target.mkdir()
+    before = snapshot(tmp_path)
+    for command in ("runs", "verify"):
+        assert_one_line_error(*run_cli(capsys, command, str(target)), str(target))
+    assert snapshot(tmp_path) == before
+
+
+def test_empty_folder_without_path(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(*run_cli(capsys, "runs"), str(tmp_path), "no agent logs here")
+
+
+@pytest.fixture
+def readonly_disk(tmp_path: Path):
+    """A real read-only file system: a tmpfs, filled, then remounted read-only (needs root, as CI has)."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+                             capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_store_on_a_readonly_disk(readonly_disk: Path, capsys) -> None:
+    store = Store(readonly_disk / "nb.ipynb")
+    run = new_run(store)
+    store.append(E.Completed(), run_id=run)
+    store.close()
+    os.remove(readonly_disk / "nb.nbagent" / "lock")
+    subprocess.run(["mount", "-o", "remount,ro", str(readonly_disk)], check=True)
+    before = snapshot(readonly_disk)
+
+    # reading works: the CLI opens stores read-only and takes no lock
+    assert run_cli(capsys, "runs", str(readonly_disk))[0] == 0
+    assert run_cli(capsys, "show", run, str(readonly_disk))[0] == 0
+    assert run_cli(capsys, "verify", str(readonly_disk))[0] == 0
+    # writing says so in one line, naming the store and what to do
+    with pytest.raises(StoreReadOnly) as exc:
+        Store(readonly_disk / "nb.ipynb")
+    message = str(exc.value)
+    assert "\n" not in message and "nb.nbagent" in message and "Read-only file system" in message
+    assert "writable" in message
+    with pytest.raises(StoreReadOnly):
+        Store(readonly_disk / f"new-{uuid.uuid4().hex}.ipynb")
+    assert snapshot(readonly_disk) == before

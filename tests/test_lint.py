@@ -1,0 +1,31 @@
+"""The code base stays ruff-clean: checked by the test command, so CI enforces it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ruff_clean() -> None:
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (pip install -e '.[test]')")
+    result = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_runtime_imports_no_ipython_widgets_or_litellm() -> None:
+    """Importing the package and its store must stay cheap and kernel-free (DESIGN.md section 2)."""
+    code = (
+        "import sys, nbagent, nbagent.store, nbagent.state, nbagent.cli, nbagent.verify; "
+        "bad = [m for m in ('IPython', 'ipywidgets', 'anywidget', 'litellm', 'ipykernel') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
