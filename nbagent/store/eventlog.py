@@ -21,6 +21,7 @@ import errno
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,12 +50,17 @@ class EventLog:
         self._offset = 0  # bytes consumed: always just after a newline
         self._lines = 0  # lines consumed, for messages
         self._fd: int | None = None
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        # readers take no file lock, but two threads of one process must not parse the same bytes twice
+        self._mutex = threading.RLock()
 
     # ------------------------------------------------------------------ reading
 
     def refresh(self) -> int:
         """Parse the complete lines appended since the last call; returns how many events were added."""
+        with self._mutex:
+            return self._refresh()
+
+    def _refresh(self) -> int:
         try:
             size = os.stat(self.path).st_size
         except FileNotFoundError:
@@ -99,8 +105,6 @@ class EventLog:
         if isinstance(record.get("id"), str):
             self.by_id[record["id"]] = doc_id
         self.heads[key] = (record.get("seq", 0), record.get("hash", ""))
-        for listener in self.listeners:
-            listener(record)
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -114,7 +118,11 @@ class EventLog:
         The caller holds the store's lock: nobody else can append between our refresh and our write, which is
         what makes seq gap-free and the chain linear across processes.
         """
-        self.refresh()
+        with self._mutex:
+            return self._append(record, sync=sync)
+
+    def _append(self, record: dict[str, Any], *, sync: bool) -> dict[str, Any]:
+        self._refresh()
         self._repair_torn_tail()
         key = chain_key(record.get("run_id"), record["session_id"])
         last_seq, last_hash = self.heads.get(key, (0, None))
