@@ -201,3 +201,18 @@ def test_store_on_a_readonly_disk(readonly_disk: Path, capsys) -> None:
     with pytest.raises(StoreReadOnly):
         Store(readonly_disk / f"new-{uuid.uuid4().hex}.ipynb")
     assert snapshot(readonly_disk) == before
+
+
+def test_docs_list_every_event_type_and_command() -> None:
+    from nbagent.events import PAYLOADS
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    log_md = (docs / "log.md").read_text()
+    assert [t for t in PAYLOADS if f"| `{t}` |" not in log_md] == []
+    cli_md = (docs / "cli.md").read_text()
+    for command in COMMANDS:
+        sub = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+        assert f"## `nbagent {command}" in cli_md
+        for action in sub._actions:
+            for flag in action.option_strings:
+                assert flag in ("-h", "--help") or flag in cli_md, f"{command} {flag} is not documented"

@@ -29,7 +29,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field
 from tinydb import Query
-from tinydb.table import Document
+from tinydb.table import Document, Table
 
 from .._version import __version__
 from ..events import CHECKPOINT_TYPES, EventBase, Payload, RunStarted, SessionCreated, chain_key, parse_event
@@ -230,7 +230,7 @@ class Store:
                                 defaults=defaults or {})
             self.append(SessionCreated(name=name, notebook=notebook, defaults=rec.defaults), session_id=rec.id,
                         sync=True)
-            self.sessions.upsert(Document(rec.model_dump(mode="json"), doc_id=rec.id))
+            _put(self.sessions, rec.id, rec.model_dump(mode="json"))
             return rec
 
     def session(self, name: str = "default", *, notebook: str | None = None) -> SessionRecord:
@@ -272,7 +272,7 @@ class Store:
     def _checkpoint(self, run_id: str) -> None:
         state = self.run_state(run_id)
         row = self._row_from_state(state)
-        self.runs.upsert(Document(row.model_dump(mode="json"), doc_id=run_id))
+        _put(self.runs, run_id, row.model_dump(mode="json"))
 
     def _row_from_state(self, state: RunState) -> RunRecord:
         assert state.run_id and state.session_id
@@ -286,9 +286,10 @@ class Store:
         )
 
     def _session_of(self, run_id: str) -> str:
-        docs = self.events.docs_for_chain(run_id)
-        if docs:
-            return str(docs[0]["session_id"])
+        self._log.refresh()
+        first = self._log.first(run_id)
+        if first is not None:
+            return str(first["session_id"])
         row = self.runs.get(doc_id=run_id)
         if row is None:
             raise RunNotFound(run_id, self.path)
@@ -358,8 +359,8 @@ class Store:
         state = self._states.get(run_id)
         if state is None:
             state = self._states[run_id] = RunState()
-        docs = self.events.docs_for_chain(run_id)
-        for record in docs[state.event_count:]:
+        self._log.refresh()
+        for record in self._log.chain(run_id, state.event_count):
             state.apply(parse_event(record))
         return state
 
@@ -383,3 +384,10 @@ class Store:
             return None
         return int(row.get("last_seq", 0)), row.get("last_hash")
 
+
+def _put(table: Table, doc_id: str, row: dict[str, Any]) -> None:
+    """Insert or replace one row with one file write (TinyDB's upsert writes twice when inserting)."""
+    if table.contains(doc_id=doc_id):
+        table.update(row, doc_ids=[doc_id])
+    else:
+        table.insert(Document(row, doc_id=doc_id))

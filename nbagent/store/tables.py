@@ -52,7 +52,7 @@ class AtomicJSONStorage(Storage):
             raise _write_error(self.path, exc) from exc
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
+                f.write(json.dumps(data, ensure_ascii=False, separators=(",", ":")))  # the C encoder
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
