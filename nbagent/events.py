@@ -46,6 +46,14 @@ def compute_hash(record: dict[str, Any]) -> str:
     return hashlib.sha256((prev + canonical_json(body)).encode("utf-8")).hexdigest()
 
 
+def load_record(line: bytes | str) -> dict[str, Any]:
+    """One log line -> its raw dict; ValueError if the line is not a JSON object."""
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    return record
+
+
 # --------------------------------------------------------------------------------------------- payloads
 
 

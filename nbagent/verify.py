@@ -12,12 +12,11 @@ A torn last line is a crash, not tampering: reported as a warning, not a failure
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .events import PAYLOADS, chain_key, compute_hash
+from .events import PAYLOADS, chain_key, compute_hash, load_record
 from .store import Store
 
 REQUIRED = ("id", "session_id", "seq", "type", "ts", "payload", "hash")
@@ -70,9 +69,7 @@ def verify_store(store: Store) -> Report:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
+            record = load_record(raw)
         except ValueError as exc:
             report.problems.append(Problem(number, None, None, f"not a valid JSON event ({exc}): edited or cut"))
             continue

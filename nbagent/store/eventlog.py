@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import gc
-import json
 import logging
 import os
 import threading
@@ -30,7 +29,7 @@ from typing import Any
 from tinydb.storages import Storage
 from tinydb.table import Document, Table
 
-from ..events import canonical_json, chain_key, compute_hash
+from ..events import canonical_json, chain_key, compute_hash, load_record
 from .errors import AppendOnly, StoreReadOnly, StoreWriteFailed
 
 log = logging.getLogger("nbagent.store")
@@ -94,9 +93,7 @@ class EventLog:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError("not a JSON object")
+                record = load_record(line)
             except ValueError as exc:
                 self._warn(f"{self.path}: line {self._lines} is not a valid event ({exc}); skipped")
                 continue
