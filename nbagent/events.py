@@ -120,10 +120,14 @@ class RunSuperseded(Payload):
 
 
 class ContextAssembled(Payload):
+    """What a run starts from: extra context messages, the system prompt, the tools, the history it continues."""
+
     event_type = "context_assembled"
     messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)
     from_run_id: str | None = None
+    system: str | None = None
+    history_messages: int = 0
 
 
 class LlmCalled(Payload):
@@ -276,6 +280,7 @@ class Error(Payload):
     message: str
     error_type: str | None = None
     traceback: str | None = None
+    retry_count: int = 0
 
 
 PAYLOADS: dict[str, type[Payload]] = {

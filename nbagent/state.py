@@ -68,6 +68,7 @@ class PlanInfo(BaseModel):
     steps: list[PlanStep] = Field(default_factory=list)
     max_risk: Risk = Risk.READ_ONLY
     auto_executing: bool = False
+    status: Literal["proposed", "auto", "approved", "rejected", "refined"] = "proposed"
 
 
 class StepResult(BaseModel):
@@ -92,6 +93,7 @@ class RunState(BaseModel):
     cell_id: str | None = None
     previous_run_id: str | None = None
     parent_run_id: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
     context: list[dict[str, Any]] = Field(default_factory=list)
     turns: list[dict[str, Any]] = Field(default_factory=list)
     pending: PendingDecision | None = None
@@ -102,6 +104,10 @@ class RunState(BaseModel):
     model_calls: int = 0
     steps: dict[str, StepResult] = Field(default_factory=dict)
     plans: dict[str, PlanInfo] = Field(default_factory=dict)
+    plan_of: dict[str, str] = Field(default_factory=dict)  # call_id -> plan_id
+    last_llm_event_id: str | None = None
+    recorded_own: int = 0  # own messages already written into llm_called requests (delta encoding)
+    model_attempts: int = 0  # model calls including retries: the turn counter of offline models
     children: list[str] = Field(default_factory=list)
     answer: str | None = None
     errors: list[str] = Field(default_factory=list)
@@ -141,6 +147,7 @@ class RunState(BaseModel):
     def _on_run_started(self, p: Any, e: EventBase) -> None:
         self.prompt, self.model, self.autonomy = p.prompt, p.model, p.autonomy
         self.cell_id, self.previous_run_id, self.parent_run_id = p.cell_id, p.previous_run_id, p.parent_run_id
+        self.options = dict(p.options)
         self.started_at = e.ts
         self.status = RunStatus.RUNNING
 
@@ -157,6 +164,11 @@ class RunState(BaseModel):
 
     def _on_llm_called(self, p: Any, e: EventBase) -> None:
         self.model_calls += 1
+        self.model_attempts += 1 + p.retry_count
+        self.last_llm_event_id = e.id
+        own_from = p.request.get("own_from")
+        if isinstance(own_from, int):
+            self.recorded_own = own_from + len(p.request.get("messages") or [])
         self.usage = Usage(
             prompt_tokens=self.usage.prompt_tokens + p.usage.prompt_tokens,
             completion_tokens=self.usage.completion_tokens + p.usage.completion_tokens,
@@ -173,8 +185,11 @@ class RunState(BaseModel):
 
     def _on_plan_proposed(self, p: Any, e: EventBase) -> None:
         self.plans[p.plan_id] = PlanInfo(
-            plan_id=p.plan_id, purpose=p.purpose, steps=p.steps, max_risk=p.max_risk, auto_executing=p.auto_executing
+            plan_id=p.plan_id, purpose=p.purpose, steps=p.steps, max_risk=p.max_risk, auto_executing=p.auto_executing,
+            status="auto" if p.auto_executing else "proposed",
         )
+        for s in p.steps:
+            self.plan_of[s.call_id] = p.plan_id
         for s in p.steps:
             self.steps.setdefault(s.call_id, StepResult(call_id=s.call_id, tool=s.tool, arguments=s.arguments))
 
@@ -188,13 +203,16 @@ class RunState(BaseModel):
 
     def _on_plan_approved(self, p: Any, e: EventBase) -> None:
         self._decide("approved", p, e, "")
+        self._plan_status(p.plan_id, "approved")
 
     def _on_plan_rejected(self, p: Any, e: EventBase) -> None:
         self._decide("rejected", p, e, p.reason)
+        self._plan_status(p.plan_id, "rejected")
         self._close_plan(p.plan_id, "rejected", f"Not executed: the user denied this plan. Reason: {p.reason}")
 
     def _on_plan_refined(self, p: Any, e: EventBase) -> None:
         self._decide("refined", p, e, p.feedback)
+        self._plan_status(p.plan_id, "refined")
         self._close_plan(p.plan_id, "skipped", "Not executed: the user asked for a different plan.")
         self.turns.append({"role": "user", "content": p.feedback})
 
@@ -232,6 +250,8 @@ class RunState(BaseModel):
         self._decide("answered", p, e, p.answer)
         if p.call_id:
             self.turns.append(tool_message(p.call_id, p.answer))
+            if p.call_id in self.steps:
+                self.steps[p.call_id].status, self.steps[p.call_id].result = "ok", p.answer
 
     def _on_child_run_started(self, p: Any, e: EventBase) -> None:
         self.children.append(p.child_run_id)
@@ -254,6 +274,19 @@ class RunState(BaseModel):
         self._end("interrupted", e)  # a pending decision survives: the run can be resumed and answered
 
     # ------------------------------------------------------------------ helpers
+
+    def _plan_status(self, plan_id: str, status: Any) -> None:
+        if plan_id in self.plans:
+            self.plans[plan_id].status = status
+
+    def open_calls(self) -> list[dict[str, Any]]:
+        """Tool calls of the last assistant turn that no tool message answers yet (what a resumed run does next)."""
+        for i in range(len(self.turns) - 1, -1, -1):
+            m = self.turns[i]
+            if m["role"] == "assistant":
+                answered = {t.get("tool_call_id") for t in self.turns[i + 1:] if t["role"] == "tool"}
+                return [c for c in m.get("tool_calls") or [] if c.get("id") not in answered]
+        return []
 
     def _wait(self) -> None:
         if self.status != RunStatus.SUPERSEDED:

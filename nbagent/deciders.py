@@ -1,0 +1,222 @@
+"""Who answers a run's questions: approvals of plans, and `ask_human`.
+
+The runtime asks a `Decider`; the decider answers, or returns None, which means "nobody can answer now": the
+run is left `waiting` in the store and can be answered and resumed later, in this process or another
+(`Agent.resume`). Deciders:
+
+- `PolicyDecider`: headless rules (approve all, none, or up to a risk level; a fixed answer for questions);
+- `RecordedDecider`: the decisions recorded in an earlier run, in order (replay);
+- `InteractiveDecider`: waits for a decision delivered from elsewhere (a widget click on another thread, a
+  later cell, any code) and matches it to the request by id, so a stale or repeated click does nothing;
+- `PauseDecider`: never answers; every question leaves the run waiting for `Agent.resume`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from abc import ABC, abstractmethod
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .events import PlanStep
+from .levels import Risk
+
+
+class ApprovalRequest(BaseModel):
+    run_id: str
+    request_id: str
+    plan_id: str
+    purpose: str = ""
+    steps: list[PlanStep] = Field(default_factory=list)
+    max_risk: Risk = Risk.READ_ONLY
+
+
+class QuestionRequest(BaseModel):
+    run_id: str
+    request_id: str
+    question: str
+
+
+class Verdict(BaseModel):
+    action: Literal["approve", "deny", "refine"]
+    text: str = ""  # the reason of a deny, the feedback of a refine
+    by: str = "user"
+
+    @classmethod
+    def approve(cls, by: str = "user") -> Verdict:
+        return cls(action="approve", by=by)
+
+    @classmethod
+    def deny(cls, reason: str = "", by: str = "user") -> Verdict:
+        return cls(action="deny", text=reason, by=by)
+
+    @classmethod
+    def refine(cls, feedback: str, by: str = "user") -> Verdict:
+        if not feedback.strip():
+            raise ValueError("refine needs feedback: say what the model should do differently")
+        return cls(action="refine", text=feedback, by=by)
+
+
+class Answer(BaseModel):
+    text: str
+    by: str = "user"
+
+
+class Decider(ABC):
+    @abstractmethod
+    async def decide(self, request: ApprovalRequest) -> Verdict | None: ...
+
+    @abstractmethod
+    async def answer(self, request: QuestionRequest) -> Answer | None: ...
+
+
+class PauseDecider(Decider):
+    async def decide(self, request: ApprovalRequest) -> Verdict | None:
+        return None
+
+    async def answer(self, request: QuestionRequest) -> Answer | None:
+        return None
+
+
+ApprovePolicy = Literal["all", "none", "low"]
+
+
+class PolicyDecider(Decider):
+    """Headless approvals: 'all', 'none', 'low' (up to WRITE_LOW_RISK), or any Risk as the highest approved."""
+
+    def __init__(self, approve: ApprovePolicy | Risk | str = "none", *, answer: str | None = None) -> None:
+        if approve not in ("all", "none", "low"):
+            approve = Risk(approve)
+        self.policy = approve
+        self.fixed_answer = answer
+
+    @property
+    def _by(self) -> str:
+        return f"policy:{self.policy}"
+
+    async def decide(self, request: ApprovalRequest) -> Verdict:
+        if self.policy == "all":
+            return Verdict.approve(by=self._by)
+        if self.policy == "none":
+            return Verdict.deny("denied by the headless policy (approve=none)", by=self._by)
+        limit = Risk.WRITE_LOW_RISK if self.policy == "low" else Risk(self.policy)
+        if request.max_risk.rank <= limit.rank:
+            return Verdict.approve(by=self._by)
+        return Verdict.deny(f"denied by the headless policy: {request.max_risk} is above {limit}", by=self._by)
+
+    async def answer(self, request: QuestionRequest) -> Answer | None:
+        return Answer(text=self.fixed_answer, by=self._by) if self.fixed_answer is not None else None
+
+
+class RecordedDecisionMissing(Exception):
+    pass
+
+
+class RecordedDecider(Decider):
+    """Replays, in order, the approvals and answers recorded in earlier runs (a run and its children)."""
+
+    def __init__(self, verdicts: list[Verdict], answers: list[Answer], source: str = "recording") -> None:
+        self._verdicts = list(verdicts)
+        self._answers = list(answers)
+        self.source = source
+
+    @classmethod
+    def from_events(cls, events: list, source: str) -> RecordedDecider:  # list[EventBase]
+        verdicts: list[Verdict] = []
+        answers: list[Answer] = []
+        by = f"recorded:{source}"
+        for e in events:
+            p = e.payload
+            if e.type == "plan_approved":
+                verdicts.append(Verdict.approve(by=by))
+            elif e.type == "plan_rejected":
+                verdicts.append(Verdict.deny(p.reason, by=by))
+            elif e.type == "plan_refined":
+                verdicts.append(Verdict.refine(p.feedback, by=by))
+            elif e.type == "human_input_received":
+                answers.append(Answer(text=p.answer, by=by))
+        return cls(verdicts, answers, source)
+
+    async def decide(self, request: ApprovalRequest) -> Verdict:
+        if not self._verdicts:
+            raise RecordedDecisionMissing(
+                f"replay diverged: the recording {self.source} has no more approval decisions, but the run asked "
+                f"to approve plan {request.plan_id} ({request.purpose or 'no purpose given'})"
+            )
+        return self._verdicts.pop(0)
+
+    async def answer(self, request: QuestionRequest) -> Answer:
+        if not self._answers:
+            raise RecordedDecisionMissing(
+                f"replay diverged: the recording {self.source} has no more answers, but the run asked "
+                f"{request.question!r}"
+            )
+        return self._answers.pop(0)
+
+
+class InteractiveDecider(Decider):
+    """Waits for `resolve(request_id, ...)` from any thread.
+
+    The wait is sliced (`poll` seconds) so a kernel interrupt or a task cancel ends it promptly, and resolution
+    goes through `loop.call_soon_threadsafe`, because widget clicks arrive on the kernel's comm handling, not
+    necessarily in the loop's thread. A `timeout` turns into None: the run is left waiting.
+    """
+
+    def __init__(self, *, timeout: float | None = None, poll: float = 0.25) -> None:
+        self.timeout = timeout
+        self.poll = poll
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[object]]] = {}
+        self.requests: dict[str, ApprovalRequest | QuestionRequest] = {}
+
+    async def decide(self, request: ApprovalRequest) -> Verdict | None:
+        result = await self._wait(request.request_id, request)
+        assert result is None or isinstance(result, Verdict)
+        return result
+
+    async def answer(self, request: QuestionRequest) -> Answer | None:
+        result = await self._wait(request.request_id, request)
+        assert result is None or isinstance(result, Answer)
+        return result
+
+    def waiting(self) -> list[ApprovalRequest | QuestionRequest]:
+        with self._lock:
+            return [self.requests[r] for r in self._pending]
+
+    def resolve(self, request_id: str, value: Verdict | Answer) -> bool:
+        """Deliver a decision; False if nothing waits for this request id (stale, duplicate, or wrong kind)."""
+        with self._lock:
+            entry = self._pending.get(request_id)
+            request = self.requests.get(request_id)
+            if entry is None or request is None:
+                return False
+            if isinstance(request, ApprovalRequest) != isinstance(value, Verdict):
+                return False
+            loop, future = entry
+            del self._pending[request_id]
+
+        def settle() -> None:
+            if not future.done():
+                future.set_result(value)
+
+        loop.call_soon_threadsafe(settle)
+        return True
+
+    async def _wait(self, request_id: str, request: ApprovalRequest | QuestionRequest) -> object | None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        with self._lock:
+            self._pending[request_id] = (loop, future)
+            self.requests[request_id] = request
+        deadline = None if self.timeout is None else loop.time() + self.timeout
+        try:
+            while not future.done():
+                if deadline is not None and loop.time() >= deadline:
+                    return None
+                await asyncio.wait({future}, timeout=self.poll)
+            return future.result()
+        finally:
+            with self._lock:
+                self._pending.pop(request_id, None)

@@ -1,0 +1,289 @@
+"""The model layer: one async call to any model through litellm, with retries, streaming and accounting.
+
+- litellm is imported lazily (2-3 s, and it would fetch a price map over the network unless
+  `LITELLM_LOCAL_MODEL_COST_MAP` is set first): never at package import or `%load_ext`.
+- litellm 1.106.2 fails every call that passes `tools=` unless the `mcp` package is importable; it is a
+  dependency, and `import_litellm` says so plainly if it is missing.
+- Retries: transient failures (timeouts, connection errors, HTTP 408/429/5xx) are retried with exponential
+  backoff and a cap by tenacity; litellm's own retries are turned off so they do not multiply. Anything else
+  fails at once. The number of retries is returned with the reply (and recorded in `llm_called`).
+- Fingerprints identify a request for replay: a hash of the tool schemas and every message, computed
+  incrementally per run (`Fingerprint`) so a long run does not re-hash its whole history at every step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from .events import Usage, canonical_json
+
+
+class ModelError(Exception):
+    """A model call failed for good (after retries, or at once for a non-transient error)."""
+
+    def __init__(self, message: str, *, retry_count: int = 0, transient: bool = False,
+                 error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_count = retry_count
+        self.transient = transient
+        self.error_type = error_type
+
+
+def import_litellm() -> ModuleType:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_TELEMETRY", "False")
+    if importlib.util.find_spec("mcp") is None:
+        raise ModelError("litellm 1.106.2 needs the 'mcp' package for any call with tools: pip install mcp")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    litellm.drop_params = True  # a provider that lacks a parameter gets the call without it, not an error
+    return litellm
+
+
+class ModelSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    timeout: float = 120.0
+    max_retries: int = 4
+    retry_base: float = 0.5  # seconds; waits 0.5, 1, 2, 4... capped at retry_cap
+    retry_cap: float = 20.0
+    params: dict[str, Any] = Field(default_factory=dict)  # temperature, max_tokens...
+
+
+class ToolCallRequest(BaseModel):
+    id: str
+    name: str
+    arguments_raw: str
+    arguments: dict[str, Any] | None = None
+    parse_error: str | None = None
+
+
+class ModelReply(BaseModel):
+    content: str | None = None
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    cost: float | None = None
+    latency_ms: float = 0.0
+    retry_count: int = 0
+    finish_reason: str | None = None
+    response: dict[str, Any] = Field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------- transient
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        seen.append(cur)
+        cur = getattr(cur, "original_exception", None) or cur.__cause__ or cur.__context__
+    return seen
+
+
+def is_transient(exc: BaseException) -> bool:
+    from .models.base import ModelScriptError
+
+    chain = _chain(exc)
+    if any(isinstance(e, ModelScriptError) for e in chain):
+        return False
+    for e in chain:
+        if isinstance(e, ConnectionError | TimeoutError):
+            return True
+        name = type(e).__name__
+        if name in ("Timeout", "APITimeoutError", "APIConnectionError", "RateLimitError", "InternalServerError",
+                    "ServiceUnavailableError", "BadGatewayError", "TimeoutError", "ConnectError", "ReadTimeout"):
+            return True
+        status = getattr(e, "status_code", None)
+        if isinstance(status, int) and (status in (408, 409, 429) or status >= 500):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------- fingerprint
+
+
+def sha(obj: Any) -> str:
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+class Fingerprint:
+    """Rolling hash over a run's messages: O(new messages) per call, not O(all messages)."""
+
+    def __init__(self, tools: list[dict[str, Any]], prefix: list[dict[str, Any]]) -> None:
+        self.tools_sha = sha(tools)
+        self.prefix_sha = sha(prefix)
+        self.prefix_len = len(prefix)
+        self._own_hashed = 0
+        self._rolling = self.prefix_sha
+
+    def of(self, own: list[dict[str, Any]]) -> str:
+        if len(own) < self._own_hashed:
+            raise ValueError("messages shrank between calls")
+        h = self._rolling
+        for m in own[self._own_hashed:]:
+            h = hashlib.sha256((h + canonical_json(m)).encode("utf-8")).hexdigest()
+        self._rolling, self._own_hashed = h, len(own)
+        return hashlib.sha256((self.tools_sha + h).encode("utf-8")).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------- the call
+
+
+def parse_tool_calls(message: dict[str, Any]) -> list[ToolCallRequest]:
+    out = []
+    for i, c in enumerate(message.get("tool_calls") or []):
+        fn = c.get("function") or {}
+        raw = fn.get("arguments")
+        raw_s = raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})
+        req = ToolCallRequest(id=c.get("id") or f"call_{i}", name=fn.get("name") or "", arguments_raw=raw_s)
+        try:
+            parsed = json.loads(raw_s) if raw_s.strip() else {}
+            if not isinstance(parsed, dict):
+                req.parse_error = f"arguments must be a JSON object, got {type(parsed).__name__}"
+            else:
+                req.arguments = parsed
+        except ValueError as exc:
+            req.parse_error = f"arguments are not valid JSON ({exc.msg} at position {exc.pos})"
+        out.append(req)
+    return out
+
+
+def _response_dict(resp: Any) -> dict[str, Any]:
+    data = resp.model_dump() if hasattr(resp, "model_dump") else dict(resp)
+    keep = {k: data.get(k) for k in ("id", "model", "created", "object", "system_fingerprint", "usage")}
+    keep["choices"] = [
+        {"index": c.get("index", 0), "finish_reason": c.get("finish_reason"),
+         "message": {k: v for k, v in (c.get("message") or {}).items()
+                     if k in ("role", "content", "tool_calls", "reasoning_content") and v is not None}}
+        for c in data.get("choices") or []
+    ]
+    return json.loads(json.dumps(keep, default=str))
+
+
+async def complete(
+    settings: ModelSettings,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    *,
+    metadata: dict[str, Any] | None = None,
+    on_token: Callable[[str], None] | None = None,
+    on_retry: Callable[[int, BaseException], None] | None = None,
+) -> ModelReply:
+    """One model turn, retried on transient failures; streams text to `on_token` when given."""
+    from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    litellm = import_litellm()
+    if settings.model.startswith("nbagent/"):
+        from .models.provider import ensure_registered
+
+        ensure_registered()
+    kwargs: dict[str, Any] = {
+        "model": settings.model, "messages": messages, "timeout": settings.timeout, "num_retries": 0,
+        "max_retries": 0, **settings.params,
+    }
+    if tools:
+        kwargs["tools"] = tools
+    if settings.api_base:
+        kwargs["api_base"] = settings.api_base
+    if settings.api_key is not None:
+        kwargs["api_key"] = settings.api_key.get_secret_value()
+    if metadata:
+        kwargs["metadata"] = metadata
+    if on_token is not None:
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+
+    attempts = 0
+    started = time.perf_counter()
+
+    def before_sleep(state: Any) -> None:
+        if on_retry is not None and state.outcome is not None:
+            on_retry(state.attempt_number, state.outcome.exception())
+
+    try:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(settings.max_retries + 1),
+            wait=wait_exponential(multiplier=settings.retry_base, max=settings.retry_cap),
+            retry=retry_if_exception(is_transient),
+            before_sleep=before_sleep,
+            reraise=True,
+        ):
+            with attempt:
+                attempts = attempt.retry_state.attempt_number
+                if metadata and "nbagent_turn" in metadata:
+                    # local models count attempts: a scripted error turn is consumed, the retry gets the next
+                    kwargs["metadata"] = {**metadata, "nbagent_turn": metadata["nbagent_turn"] + attempts - 1}
+                started = time.perf_counter()
+                resp = await _call(litellm, kwargs, messages, on_token)
+    except Exception as exc:
+        from .models.base import ModelScriptError
+
+        script_error = next((e for e in _chain(exc) if isinstance(e, ModelScriptError)), None)
+        if script_error is not None:  # our own offline model's message, without litellm's wrapping
+            raise ModelError(str(script_error), error_type=type(script_error).__name__) from exc
+        transient = is_transient(exc)
+        retries = max(0, attempts - 1)
+        # a provider may echo the key it rejected: scrub it (and other known secrets) before truncating
+        from .secrets import Redactor
+
+        key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+        detail = Redactor([key]).text(str(exc).split("\n")[0])[:500]
+        what = f"after {retries} retr{'y' if retries == 1 else 'ies'}" if transient else "(not retried)"
+        raise ModelError(f"model call to {settings.model} failed {what}: {type(exc).__name__}: {detail}",
+                         retry_count=retries, transient=transient, error_type=type(exc).__name__) from exc
+    latency = (time.perf_counter() - started) * 1000
+    response = _response_dict(resp)
+    choice = (response.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    usage = response.get("usage") or {}
+    return ModelReply(
+        content=message.get("content"),
+        tool_calls=parse_tool_calls(message),
+        usage=Usage(prompt_tokens=usage.get("prompt_tokens") or 0,
+                    completion_tokens=usage.get("completion_tokens") or 0,
+                    total_tokens=usage.get("total_tokens") or 0),
+        cost=_cost(litellm, resp, settings.model),
+        latency_ms=latency,
+        retry_count=max(0, attempts - 1),
+        finish_reason=choice.get("finish_reason"),
+        response=response,
+    )
+
+
+async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, Any]],
+                on_token: Callable[[str], None] | None) -> Any:
+    if on_token is None:
+        return await litellm.acompletion(**kwargs)
+    stream = await litellm.acompletion(**kwargs)
+    chunks = []
+    async for chunk in stream:
+        chunks.append(chunk)
+        delta = chunk.choices[0].delta.content if chunk.choices else None
+        if delta:
+            on_token(delta)
+    return litellm.stream_chunk_builder(chunks, messages=messages)
+
+
+def _cost(litellm: Any, resp: Any, model: str) -> float | None:
+    hidden = getattr(resp, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost")
+    if isinstance(cost, int | float):
+        return float(cost)
+    try:
+        return float(litellm.completion_cost(completion_response=resp, model=model))
+    except Exception:
+        return None  # a model without a known price: reported as unknown, never as free

@@ -1,0 +1,96 @@
+"""Replay: answer model calls from a recording (the `llm_called` events of earlier runs), no network.
+
+Requests are matched by fingerprint (a hash of the tools and every message, computed by `nbagent.llm`), so a
+replayed run gets the recorded reply only if it asks exactly what the recorded run asked. When it asks
+something else, the error names the first message that differs from the recorded request at the same
+position, which is usually the place to look (a tool that now returns something else, an edited prompt).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict, deque
+from typing import Any
+
+from pydantic import BaseModel
+
+from .base import LocalModel, ModelScriptError
+
+
+class RecordedCall(BaseModel):
+    fingerprint: str
+    own_messages: list[dict[str, Any]]  # the run's own messages at that call (after the shared prefix)
+    prefix_sha: str | None = None
+    response: dict[str, Any]
+    usage: dict[str, Any] = {}
+    tools: list[str] = []
+    tools_sha: str | None = None
+
+
+class ReplayDiverged(ModelScriptError):
+    pass
+
+
+def _clip(value: Any, width: int = 100) -> str:
+    s = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str, sort_keys=True)
+    s = " ".join(s.split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def first_difference(recorded: list[dict[str, Any]], current: list[dict[str, Any]]) -> str:
+    for i, (a, b) in enumerate(zip(recorded, current, strict=False)):
+        if a != b:
+            return (f"message {i + 1} ({b.get('role', '?')}) differs: recorded {_clip(a.get('content') or a)} "
+                    f"but now {_clip(b.get('content') or b)}")
+    if len(current) > len(recorded):
+        extra = current[len(recorded)]
+        return f"message {len(recorded) + 1} ({extra.get('role', '?')}) is new: {_clip(extra.get('content') or extra)}"
+    return f"the request has {len(current)} messages where the recording had {len(recorded)}"
+
+
+class ReplayModel(LocalModel):
+    name = "replay"
+
+    def __init__(self, calls: list[RecordedCall], source: str = "recording") -> None:
+        self.calls = calls
+        self.source = source
+        self._by_fp: dict[str, deque[RecordedCall]] = defaultdict(deque)
+        for c in calls:
+            self._by_fp[c.fingerprint].append(c)
+        self.used = 0
+
+    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], turn: int,
+                    *, fingerprint: str | None = None, prefix_len: int = 0,
+                    prefix_sha: str | None = None) -> dict[str, Any]:
+        queue = self._by_fp.get(fingerprint or "")
+        if queue:
+            call = queue.popleft()
+            self.used += 1
+            message = (call.response.get("choices") or [{}])[0].get("message") or {}
+            tool_calls = [
+                {"id": c.get("id"), "name": c["function"]["name"], "arguments": c["function"].get("arguments", "")}
+                for c in message.get("tool_calls") or []
+            ]
+            return {"content": message.get("content"), "tool_calls": tool_calls, "usage": call.usage or None}
+        turn = self.used  # calls are replayed in order: the next recorded one is the one to compare with
+        if turn >= len(self.calls):
+            raise ReplayDiverged(
+                f"replay diverged at model call {turn + 1}: the recording {self.source} has only "
+                f"{len(self.calls)} model call(s)"
+            )
+        expected = self.calls[turn]
+        if prefix_sha is not None and expected.prefix_sha not in (None, prefix_sha):
+            raise ReplayDiverged(
+                f"replay diverged at model call {turn + 1}: the conversation before this run differs from the "
+                f"recording {self.source} (system prompt or earlier cells changed)"
+            )
+        from ..llm import sha
+
+        if expected.tools_sha is not None and sha(tools) != expected.tools_sha:
+            now = [t.get("function", {}).get("name") for t in tools]
+            what = (f"recorded {', '.join(expected.tools)}; now {', '.join(now)}" if now != expected.tools
+                    else "same names, but a tool's description or parameters changed")
+            raise ReplayDiverged(f"replay diverged at model call {turn + 1} of {self.source}: the tools differ "
+                                 f"from the recording ({what})")
+        where = first_difference(expected.own_messages, messages[prefix_len:])
+        raise ReplayDiverged(f"replay diverged at model call {turn + 1} of {self.source}: {where}")

@@ -1,0 +1,91 @@
+"""`nbagent/scripted`: a model that plays a script of turns, for offline notebooks, demos, CI and tests.
+
+Script file (JSON):
+
+    {"turns": [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "data.csv"}}]},
+        {"content": "The top region is North."}
+    ]}
+
+Each model call takes the next turn, counted across the run and the child runs it spawns, and recorded, so a
+run resumed in another process continues where it stopped. Running out of turns is a clear error. A turn may
+also be `{"error": {"type": "rate_limit"}}` (or server, timeout, connection, bad_request) to rehearse failures,
+and `"usage": {"prompt_tokens": .., "completion_tokens": ..}` to set token counts (estimated otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .base import LocalModel, ModelScriptError
+
+
+class ScriptedCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    id: str | None = None
+
+
+class ScriptedTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    content: str | None = None
+    tool_calls: list[ScriptedCall] = Field(default_factory=list)
+    error: dict[str, Any] | None = None
+    usage: dict[str, int] | None = None
+
+
+class Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turns: list[ScriptedTurn]
+
+    @classmethod
+    def load(cls, source: str | Path | dict[str, Any] | Script) -> Script:
+        if isinstance(source, Script):
+            return source
+        if isinstance(source, dict):
+            return cls.model_validate(source)
+        path = Path(source)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ModelScriptError(f"{path}: script file not found") from None
+        except ValueError as exc:
+            raise ModelScriptError(f"{path}: not valid JSON ({exc})") from None
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise ModelScriptError(
+                f"{path}: not a valid script at {loc}: {first['msg']}; expected "
+                '{"turns": [{"content": ...} | {"tool_calls": [{"name": ..., "arguments": {...}}]}]}'
+            ) from None
+
+
+class ScriptedModel(LocalModel):
+    name = "scripted"
+
+    def __init__(self, script: str | Path | dict[str, Any] | Script, *, label: str | None = None) -> None:
+        self.script = Script.load(script)
+        self.label = label or (str(script) if isinstance(script, str | Path) else "inline script")
+
+    async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], turn: int) -> dict[str, Any]:
+        turns = self.script.turns
+        if turn >= len(turns):
+            raise ModelScriptError(
+                f"scripted model: the script ({self.label}) has {len(turns)} turn(s) and all were used; this is "
+                f"model call {turn + 1}. Add a turn (e.g. {{\"content\": \"final answer\"}}) to the script"
+            )
+        t = turns[turn]
+        if t.error is not None:
+            return {"error": t.error}
+        calls = [
+            {"id": c.id or f"call_{turn}_{i}", "name": c.name, "arguments": c.arguments}
+            for i, c in enumerate(t.tool_calls)
+        ]
+        return {"content": t.content, "tool_calls": calls, "usage": t.usage}

@@ -1,0 +1,792 @@
+"""The agent loop: plain asyncio, no IPython, everything it does recorded as events.
+
+The loop is driven by the run's *derived* state (`store.run_state`, a fold of its events), never by local
+variables that a crash would lose. Each turn of `_drive` asks what the events say comes next:
+
+    terminal?            -> stop
+    a pending decision?  -> ask the Decider; no answer -> leave the run `waiting` and return
+    open tool calls?     -> (plan them,) authorize and execute them
+    an answer recorded?  -> finish (`completed` or `completed_with_errors`)
+    otherwise            -> check budgets, call the model, record `llm_called`
+
+So resuming a run in a new process is the same loop started on the same events: nothing else is needed.
+
+A model turn with tool calls becomes a plan when it has `plan_threshold` (3) or more calls, or when any call
+is above the run's autonomy (the approval table in `policy.py`). A plan is proposed with its purpose, steps,
+risks and previews; it either runs at once (`auto_executing`) or waits for approval. Approve runs it, Deny
+answers every call with the reason, Refine answers them as skipped and adds the feedback for the model.
+Malformed calls (invalid JSON, unknown tool, wrong argument types, more calls than allowed) are answered with
+an error the model sees, before any planning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr
+
+from .bus import EventBus
+from .deciders import (
+    Answer,
+    ApprovalRequest,
+    Decider,
+    InteractiveDecider,
+    QuestionRequest,
+    RecordedDecider,
+    Verdict,
+)
+from .events import (
+    AnswerReady,
+    AuthorizationDenied,
+    ChildRunStarted,
+    Completed,
+    CompletedWithErrors,
+    ContextAssembled,
+    Error,
+    EventBase,
+    ExecutionStarted,
+    HumanInputReceived,
+    HumanInputRequested,
+    Interrupted,
+    LlmCalled,
+    Payload,
+    PlanApproved,
+    PlanningStarted,
+    PlanProposed,
+    PlanRefined,
+    PlanRejected,
+    PlanStep,
+    RunResumed,
+    RunSuperseded,
+    Thinking,
+    ToolCallCompleted,
+    ToolCallFailed,
+    ToolCallStarted,
+    Usage,
+    WaitingForApproval,
+)
+from .ids import new_id
+from .levels import Autonomy, Risk
+from .llm import Fingerprint, ModelError, ModelSettings, ToolCallRequest, complete, is_transient, parse_tool_calls
+from .models.base import LocalModel
+from .policy import Authorizer, AuthPolicy, Budget, Denial, action_for, hour_ago_iso
+from .secrets import Redactor
+from .state import RunState, RunStatus
+from .store import Store
+from .tools.base import Tool, ToolError, ToolLike, as_tools
+from .tools.control import CONTROL_TOOLS
+
+DEFAULT_SYSTEM_PROMPT = """\
+You are nbagent, an assistant working inside a researcher's Jupyter notebook. Use the tools to look before you
+answer; never guess file contents. Changes you propose may need the user's approval; if a plan is denied, do
+not try to achieve the same change another way. When the task is done, give a short final answer in Markdown
+(or call respond_to_user). If the request is ambiguous, call ask_human."""
+
+MAX_RESULT_CHARS = 50_000
+CONTROL_RISK = Risk.READ_ONLY
+
+
+class RunResult(BaseModel):
+    """What `Agent.run` returns: the run's derived state, summarised."""
+
+    run_id: str
+    status: RunStatus
+    answer: str | None = None
+    error: str | None = None
+    errors: list[str] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    cost: float | None = None
+    steps: int = 0
+    model_calls: int = 0
+    pending: dict[str, Any] | None = None
+    children: list[str] = Field(default_factory=list)
+    log_path: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (RunStatus.COMPLETED, RunStatus.COMPLETED_WITH_ERRORS)
+
+
+class _Ctx:
+    """Per-run working data that is *not* state: caches and handles, all rebuildable from the events."""
+
+    def __init__(self, run_id: str, root_id: str, depth: int, turn: list[int]) -> None:
+        self.run_id = run_id
+        self.root_id = root_id
+        self.depth = depth
+        self.turn = turn  # shared across a run tree: offline models count model attempts per tree
+        self.fingerprint: Fingerprint | None = None
+        self.prefix: list[dict[str, Any]] = []
+        self.stop: list[str] = []  # budget or policy reasons to finish after the current turn
+
+
+class Agent:
+    """An agent: a model, tools, an autonomy level, a decider, and the store that records every run.
+
+        agent = Agent(model="nbagent/scripted", script="turns.json", tools=[read_csv], autonomy="L1",
+                      decider=PolicyDecider("low"), store="analysis.ipynb")
+        result = await agent.run("Which region sold most?")
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        tools: Iterable[ToolLike] = (),
+        autonomy: Autonomy | str = Autonomy.L1,
+        decider: Decider | None = None,
+        store: Store | str | Path | None = None,
+        session: str = "default",
+        script: Any = None,
+        function: Callable[..., Any] | None = None,
+        local_model: LocalModel | None = None,
+        replay: str | None = None,
+        budget: Budget | None = None,
+        policy: AuthPolicy | None = None,
+        plan_threshold: int = 3,
+        system_prompt: str | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        retry_base: float = 0.5,
+        retry_cap: float = 20.0,
+        model_params: dict[str, Any] | None = None,
+        tool_timeout: float | None = 300.0,
+        tool_retries: int = 2,
+        bus: EventBus | None = None,
+        stream: bool = False,
+    ) -> None:
+        self.store = store if isinstance(store, Store) else Store(store or Path.cwd() / "agent.nbagent")
+        self.session = self.store.session(session)
+        self.autonomy = Autonomy(autonomy)
+        self.tools = as_tools(tools)
+        clash = set(self.tools) & set(CONTROL_TOOLS)
+        if clash:
+            raise ValueError(f"tool names reserved for control tools: {sorted(clash)}")
+        self.budget = budget or Budget()
+        self.policy = policy or AuthPolicy()
+        self.authorizer = Authorizer(self.policy, self.budget)
+        self.plan_threshold = plan_threshold
+        self.system_prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+        self.bus = bus or EventBus()
+        self.stream = stream
+        self.tool_timeout = tool_timeout
+        self.tool_retries = tool_retries
+        self.redactor = Redactor([api_key])
+        self.replay_source = replay
+        self._local: LocalModel | None = local_model
+        if replay is not None:
+            from .models.replay import ReplayModel
+            from .replay import recorded_calls, recorded_events
+
+            self._local = ReplayModel(recorded_calls(self.store, replay), source=f"run {replay}")
+            decider = decider or RecordedDecider.from_events(recorded_events(self.store, replay), replay)
+            model = "nbagent/replay"
+        elif script is not None:
+            from .models.scripted import ScriptedModel
+
+            self._local = ScriptedModel(script)
+            model = model or "nbagent/scripted"
+        elif function is not None:
+            from .models.function import FunctionModel
+
+            self._local = FunctionModel(function)
+            model = model or "nbagent/function"
+        if model is None:
+            raise ValueError("no model: pass model='provider/name' (any litellm model), or script=PATH for the "
+                             "offline scripted model")
+        self._local_key: str | None = None
+        if self._local is not None:
+            from .models.provider import register_local
+
+            self._local_key = register_local(self._local)
+        self.settings = ModelSettings(
+            model=model, api_base=api_base, api_key=SecretStr(api_key) if api_key else None, timeout=timeout,
+            max_retries=max_retries, retry_base=retry_base, retry_cap=retry_cap, params=model_params or {},
+        )
+        self.decider = decider or InteractiveDecider()
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        previous_run_id: str | Literal["auto"] | None = "auto",
+        fork_of: str | None = None,
+        cell_id: str | None = None,
+        context: list[dict[str, Any]] | None = None,
+        parent_run_id: str | None = None,
+        tools: list[str] | None = None,
+        _depth: int = 0,
+        _turn: list[int] | None = None,
+    ) -> RunResult:
+        """Start a run. It continues the session's conversation (`previous_run_id="auto"`: the latest run), or
+        `fork_of` an earlier run: the new run starts from the state before it, and that run and every run
+        after it in its chain are marked superseded (never deleted)."""
+        if fork_of is not None:
+            previous_run_id = self.store.run_state(fork_of).previous_run_id
+        elif previous_run_id == "auto" and self.replay_source is not None and parent_run_id is None:
+            previous_run_id = self.store.run_state(self.replay_source).previous_run_id  # the recording's start
+        elif previous_run_id == "auto":
+            previous_run_id = None if parent_run_id else self.latest_run_id()
+        options = {"tools": tools} if tools is not None else {}
+        run = self.store.create_run(
+            self.session.id, self.redactor.text(prompt), model=self.model, autonomy=self.autonomy, cell_id=cell_id,
+            previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options,
+        )
+        self.bus.event(self.store.run_events(run.id)[0])
+        if fork_of is not None:
+            for old in self.successors(fork_of):
+                self._record(old, RunSuperseded(by_run_id=run.id))
+        history = self.conversation(previous_run_id) if previous_run_id else []
+        ctx = _Ctx(run.id, run.id if _turn is None else self._root_of(run.id), _depth, _turn or [0])
+        tool_names = [t["function"]["name"] for t in self._schemas(run.id)]
+        self._record(run.id, ContextAssembled(
+            messages=self.redactor.redact(context or []), tools=tool_names, from_run_id=previous_run_id,
+            system=self.system_prompt, history_messages=len(history),
+        ))
+        return await self._drive(ctx)
+
+    async def resume(self, run_id: str, verdict: Verdict | None = None, answer: Answer | str | None = None
+                     ) -> RunResult:
+        """Continue a waiting or interrupted run (in this process or any other), optionally answering it."""
+        run_id = self.store.resolve_run(run_id)
+        state = self.store.run_state(run_id)
+        if state.status == RunStatus.SUPERSEDED:
+            raise RunStateError(f"run {run_id} was superseded by {state.superseded_by}; it cannot be resumed")
+        if state.status in (RunStatus.COMPLETED, RunStatus.COMPLETED_WITH_ERRORS, RunStatus.FAILED):
+            raise RunStateError(f"run {run_id} has already ended ({state.status.value}); nothing to resume")
+        if verdict is not None or answer is not None:
+            self.answer_pending(run_id, verdict=verdict, answer=answer)
+        if state.status in (RunStatus.INTERRUPTED, RunStatus.WAITING):
+            self._record(run_id, RunResumed(by="resume"))
+        root = self._root_of(run_id)
+        ctx = _Ctx(run_id, root, 0, [self._tree_attempts(root)])
+        return await self._drive(ctx)
+
+    def answer_pending(self, run_id: str, *, verdict: Verdict | None = None, answer: Answer | str | None = None
+                       ) -> EventBase:
+        """Record a decision for a waiting (or interrupted-while-waiting) run without running it."""
+        run_id = self.store.resolve_run(run_id)
+        state = self.store.run_state(run_id)
+        pending = state.pending
+        if pending is None:
+            raise RunStateError(f"run {run_id} is not waiting for a decision (status {state.status.value})")
+        if pending.kind == "approval":
+            if verdict is None:
+                raise RunStateError(f"run {run_id} waits for an approval of plan {pending.plan_id}: approve, deny "
+                                    "or refine it")
+            return self._record_verdict(run_id, pending.plan_id or "", pending.request_id, pending.event_id, verdict)
+        if answer is None:
+            raise RunStateError(f"run {run_id} waits for an answer to: {pending.question}")
+        ans = Answer(text=answer) if isinstance(answer, str) else answer
+        return self._record(run_id, HumanInputReceived(
+            request_id=pending.request_id, answer=self.redactor.text(ans.text), call_id=pending.call_id, by=ans.by,
+        ), parent=pending.event_id)
+
+    def latest_run_id(self) -> str | None:
+        """The session's latest top-level run that was not forked away: what a new run continues."""
+        for run in reversed(self.store.list_runs(self.session.id)):
+            if run.parent_run_id is None and run.status != RunStatus.SUPERSEDED:
+                return run.id
+        return None
+
+    def successors(self, run_id: str) -> list[str]:
+        """The run and every run that continues it, directly or not (what a fork supersedes)."""
+        runs = self.store.list_runs(self.session.id)
+        chain = {run_id}
+        for r in runs:  # ULID order: a successor is always newer than what it continues
+            if r.previous_run_id in chain:
+                chain.add(r.id)
+        return [r.id for r in runs if r.id in chain and r.status != RunStatus.SUPERSEDED]
+
+    def conversation(self, run_id: str | None) -> list[dict[str, Any]]:
+        """The messages a run leaves behind, after those of the runs it continues (oldest first)."""
+        chain: list[str] = []
+        while run_id is not None and run_id not in chain:
+            chain.append(run_id)
+            run_id = self.store.run_state(run_id).previous_run_id
+        messages: list[dict[str, Any]] = []
+        for rid in reversed(chain):
+            messages.extend(_closed(self.store.run_state(rid).messages))
+        return messages
+
+    def result(self, run_id: str) -> RunResult:
+        s = self.store.run_state(run_id)
+        return RunResult(
+            run_id=run_id, status=s.status, answer=s.answer, error=s.error, errors=list(s.errors), usage=s.usage,
+            cost=s.cost if s.cost_known else None, steps=len(s.steps), model_calls=s.model_calls,
+            pending=s.pending.model_dump(mode="json") if s.pending else None, children=list(s.children),
+            log_path=str(self.store.path),
+        )
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _drive(self, ctx: _Ctx) -> RunResult:
+        run_id = ctx.run_id
+        try:
+            while True:
+                state = self.store.run_state(run_id)
+                if state.is_terminal:
+                    break
+                if state.pending is not None:
+                    if not await self._settle(ctx, state):
+                        break  # nobody can decide now: the run stays `waiting`
+                    continue
+                open_calls = state.open_calls()
+                if open_calls:
+                    await self._handle_calls(ctx, state, open_calls)
+                    continue
+                if state.answer is not None or ctx.stop:
+                    self._finish(run_id, ctx)
+                    continue
+                await self._model_turn(ctx, state)
+        except (asyncio.CancelledError, KeyboardInterrupt) as exc:
+            # Recording is synchronous, so the cancellation cannot cut it short; the run stays resumable.
+            self._record(run_id, Interrupted(reason=type(exc).__name__))
+            raise
+        except Exception as exc:  # a bug or an unexpected failure: the run fails cleanly, with the reason
+            self._record(run_id, Error(message=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
+                                       traceback=traceback.format_exc(limit=8)))
+        return self.result(run_id)
+
+    async def _model_turn(self, ctx: _Ctx, state: RunState) -> None:
+        run_id = ctx.run_id
+        calls_last_hour = self.store.events.count(_since_type("llm_called", hour_ago_iso())) \
+            if self.budget.max_calls_per_hour is not None else 0
+        denial = self.authorizer.check_model_call(tokens=state.tokens, cost=state.cost,
+                                                  model_calls=state.model_calls, calls_last_hour=calls_last_hour)
+        if denial is not None:
+            self._deny(run_id, None, "(model)", denial, None)
+            ctx.stop.append(denial.reason)
+            return
+        tools = self._schemas(run_id)
+        if ctx.fingerprint is None:
+            ctx.prefix = self._prefix(run_id, state)
+            ctx.fingerprint = Fingerprint(tools, ctx.prefix)
+        own = state.messages
+        messages = ctx.prefix + own
+        fingerprint = ctx.fingerprint.of(own)
+        metadata: dict[str, Any] = {}
+        if self._local_key is not None:
+            metadata = {"nbagent_model": self._local_key, "nbagent_turn": ctx.turn[0],
+                        "nbagent_fingerprint": fingerprint, "nbagent_prefix_len": len(ctx.prefix),
+                        "nbagent_prefix_sha": ctx.fingerprint.prefix_sha}
+        on_token = (lambda text: self.bus.token(run_id, text)) if self.stream else None
+        try:
+            reply = await complete(self.settings, messages, tools, metadata=metadata, on_token=on_token)
+        except ModelError as exc:
+            ctx.turn[0] += 1 + exc.retry_count
+            self._record(run_id, Error(message=str(exc), error_type=exc.error_type, retry_count=exc.retry_count))
+            return
+        ctx.turn[0] += 1 + reply.retry_count
+        request = {
+            "model": self.model, "params": self.settings.params, "tools": [t["function"]["name"] for t in tools],
+            "tools_sha": ctx.fingerprint.tools_sha,
+            "prefix": {"messages": len(ctx.prefix), "sha": ctx.fingerprint.prefix_sha},
+            "own_from": state.recorded_own, "messages": own[state.recorded_own:], "n_messages": len(messages),
+        }
+        if self.settings.api_base:
+            request["api_base"] = self.settings.api_base
+        called = self._record(run_id, LlmCalled(
+            model=self.model, request=request, response=reply.response, usage=reply.usage, cost=reply.cost,
+            latency_ms=round(reply.latency_ms, 3), retry_count=reply.retry_count, fingerprint=fingerprint,
+        ))
+        if reply.tool_calls:
+            if reply.content and reply.content.strip():
+                self._record(run_id, Thinking(text=reply.content), parent=called.id)
+            return  # the open calls are handled by the next turn of the loop
+        if not (reply.content or "").strip():
+            self._record(run_id, Error(
+                message="the model returned an empty reply (no text and no tool calls); try again, or another model",
+                error_type="EmptyReply"), parent=called.id)
+            return
+        self._record(run_id, AnswerReady(content=reply.content or ""), parent=called.id)
+
+    # ------------------------------------------------------------------ tool calls and plans
+
+    async def _handle_calls(self, ctx: _Ctx, state: RunState, open_calls: list[dict[str, Any]]) -> None:
+        run_id = ctx.run_id
+        calls = parse_tool_calls({"tool_calls": open_calls})
+        parent = state.last_llm_event_id
+        plan_id = state.plan_of.get(calls[0].id)
+        if plan_id is not None:
+            # a plan already decided (auto, approved): carry it out (again, after a crash or an interrupt)
+            await self._execute_all(ctx, calls, parent)
+            return
+        allowed = self._allowed_tools(run_id)
+        valid: list[ToolCallRequest] = []
+        for i, call in enumerate(calls):
+            problem = self._malformed(call, i, allowed)
+            if problem is not None:
+                self._record(run_id, ToolCallFailed(call_id=call.id, tool=call.name or "(none)", error=problem,
+                                                    error_type="InvalidToolCall"), parent=parent)
+            else:
+                valid.append(call)
+        if not valid:
+            return
+        steps = [self._step(run_id, c) for c in valid]
+        needs_approval = [s for s in steps if action_for(self.autonomy, s.risk) == "propose"]
+        if len(valid) < self.plan_threshold and not needs_approval:
+            await self._execute_all(ctx, valid, parent)
+            return
+        plan_id = new_id()
+        auto = not needs_approval
+        max_risk = max((s.risk for s in steps), key=lambda r: r.rank)
+        self._record(run_id, PlanningStarted(plan_id=plan_id), parent=parent)
+        purpose = _purpose(state, valid)
+        proposed = self._record(run_id, PlanProposed(plan_id=plan_id, purpose=purpose, steps=steps,
+                                                     max_risk=max_risk, auto_executing=auto), parent=parent)
+        if auto:
+            self._record(run_id, ExecutionStarted(plan_id=plan_id), parent=proposed.id)
+            await self._execute_all(ctx, valid, parent)
+        else:
+            self._record(run_id, WaitingForApproval(plan_id=plan_id, request_id=new_id()), parent=proposed.id)
+
+    async def _execute_all(self, ctx: _Ctx, calls: list[ToolCallRequest], parent: str | None) -> None:
+        for call in calls:
+            await self._execute(ctx, call, parent)
+            if self.store.run_state(ctx.run_id).pending is not None:
+                return  # ask_human: the rest of the turn waits for the answer
+
+    def _malformed(self, call: ToolCallRequest, index: int, allowed: dict[str, Tool]) -> str | None:
+        limit = self.budget.max_tool_calls_per_turn
+        if index >= limit:
+            return f"not executed: more than {limit} tool calls in one reply; do the rest in a later turn"
+        if not call.name:
+            return "the tool call has no tool name"
+        if call.name not in allowed:
+            names = ", ".join(sorted(allowed))
+            return f"unknown tool {call.name!r}; the available tools are: {names}"
+        if call.parse_error is not None:
+            return f"{call.parse_error}; send the arguments of {call.name} as a JSON object"
+        try:
+            allowed[call.name].validate(call.arguments or {})
+        except ToolError as exc:
+            return str(exc)
+        return None
+
+    def _step(self, run_id: str, call: ToolCallRequest) -> PlanStep:
+        tool = self._allowed_tools(run_id)[call.name]
+        args = call.arguments or {}
+        return PlanStep(call_id=call.id, tool=call.name, arguments=self.redactor.redact(args), risk=tool.risk,
+                        target=tool.target(args), preview=self.redactor.redact(tool.preview(args)))
+
+    async def _settle(self, ctx: _Ctx, state: RunState) -> bool:
+        """Ask the decider about the pending request; True once a decision was recorded."""
+        pending = state.pending
+        assert pending is not None
+        if pending.kind == "approval":
+            plan = state.plans.get(pending.plan_id or "")
+            request = ApprovalRequest(run_id=ctx.run_id, request_id=pending.request_id,
+                                      plan_id=pending.plan_id or "", purpose=pending.purpose, steps=pending.steps,
+                                      max_risk=plan.max_risk if plan else Risk.WRITE_HIGH_RISK)
+            verdict = await self.decider.decide(request)
+            if verdict is None:
+                return False
+            self._record_verdict(ctx.run_id, request.plan_id, request.request_id, pending.event_id, verdict)
+            return True
+        question = QuestionRequest(run_id=ctx.run_id, request_id=pending.request_id, question=pending.question or "")
+        answer = await self.decider.answer(question)
+        if answer is None:
+            return False
+        self._record(ctx.run_id, HumanInputReceived(request_id=pending.request_id,
+                                                    answer=self.redactor.text(answer.text), call_id=pending.call_id,
+                                                    by=answer.by), parent=pending.event_id)
+        return True
+
+    def _record_verdict(self, run_id: str, plan_id: str, request_id: str, parent: str, verdict: Verdict
+                        ) -> EventBase:
+        payload: Payload
+        if verdict.action == "approve":
+            payload = PlanApproved(plan_id=plan_id, request_id=request_id, by=verdict.by)
+        elif verdict.action == "deny":
+            payload = PlanRejected(plan_id=plan_id, request_id=request_id, reason=verdict.text, by=verdict.by)
+        else:
+            payload = PlanRefined(plan_id=plan_id, request_id=request_id, feedback=self.redactor.text(verdict.text),
+                                  by=verdict.by)
+        event = self._record(run_id, payload, parent=parent)
+        if verdict.action == "approve":
+            self._record(run_id, ExecutionStarted(plan_id=plan_id), parent=event.id)
+        return event
+
+    async def _execute(self, ctx: _Ctx, call: ToolCallRequest, parent: str | None) -> None:
+        run_id = ctx.run_id
+        state = self.store.run_state(run_id)
+        step = state.steps.get(call.id)
+        if step is not None and step.status == "running":
+            if call.name == "spawn_agent" and any(True for _ in self._child_of_call(state, call.id)):
+                await self._spawn(ctx, call, parent, resume=True)
+                return
+            self._record(run_id, ToolCallFailed(
+                call_id=call.id, tool=call.name, error="interrupted while running; not re-run automatically "
+                "(it may have partly happened): check its effect, then ask again", error_type="Interrupted"),
+                parent=parent)
+            return
+        tool = self._allowed_tools(run_id)[call.name]
+        args = call.arguments or {}
+        denial = self.authorizer.check_tool(call.name, args, shell_like=tool.shell_like)
+        if denial is None and call.name not in CONTROL_TOOLS:
+            executed = sum(1 for s in state.steps.values() if s.status in ("ok", "failed", "running"))
+            denial = self.authorizer.check_step(executed)
+            if denial is not None:
+                ctx.stop.append(denial.reason)
+        if denial is not None:
+            self._deny(run_id, call.id, call.name, denial, tool.target(args), parent)
+            return
+        if call.name in CONTROL_TOOLS:
+            await self._control(ctx, call, args, parent)
+            return
+        started = self._record(run_id, ToolCallStarted(call_id=call.id, tool=call.name,
+                                                       arguments=self.redactor.redact(args), risk=tool.risk,
+                                                       target=tool.target(args)), parent=parent)
+        t0 = time.perf_counter()
+        retries = 0
+        try:
+            result, retries = await self._call_tool(tool, args)
+        except Exception as exc:
+            self._record(run_id, ToolCallFailed(
+                call_id=call.id, tool=call.name, error=_error_text(exc), error_type=type(exc).__name__,
+                duration_ms=_ms(t0), retry_count=getattr(exc, "retry_count", 0)), parent=started.id)
+            return
+        result = self.redactor.redact(_jsonable(result))
+        self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=_ms(t0), result=result,
+                                               preview=_preview(result), retry_count=retries), parent=started.id)
+
+    async def _call_tool(self, tool: Tool, args: dict[str, Any]) -> tuple[Any, int]:
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+        attempts = 0
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.tool_retries + 1),
+                wait=wait_exponential(multiplier=self.settings.retry_base, max=self.settings.retry_cap),
+                retry=retry_if_exception(lambda e: not isinstance(e, ToolError) and is_transient(e)),
+                reraise=True,
+            ):
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    coro = tool.call(args)
+                    result = await (asyncio.wait_for(coro, self.tool_timeout) if self.tool_timeout else coro)
+        except Exception as exc:
+            exc.retry_count = max(0, attempts - 1)  # type: ignore[attr-defined]
+            raise
+        return result, max(0, attempts - 1)
+
+    async def _control(self, ctx: _Ctx, call: ToolCallRequest, args: dict[str, Any], parent: str | None) -> None:
+        run_id = ctx.run_id
+        if call.name == "ask_human":
+            started = self._record(run_id, ToolCallStarted(call_id=call.id, tool=call.name, arguments=args,
+                                                           risk=CONTROL_RISK), parent=parent)
+            self._record(run_id, HumanInputRequested(request_id=new_id(), question=args["question"],
+                                                     call_id=call.id), parent=started.id)
+            return
+        if call.name == "spawn_agent":
+            await self._spawn(ctx, call, parent, resume=False)
+            return
+        started = self._record(run_id, ToolCallStarted(call_id=call.id, tool=call.name, arguments=args,
+                                                       risk=CONTROL_RISK), parent=parent)
+        if call.name == "respond_to_user":
+            self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, result="delivered to the user",
+                                                   preview="answer delivered"), parent=started.id)
+            self._record(run_id, AnswerReady(content=args["message"]), parent=started.id)
+        else:  # done
+            state = self.store.run_state(run_id)
+            self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, result="finished",
+                                                   preview="finished"), parent=started.id)
+            if state.answer is None:
+                last_text = next((m.get("content") for m in reversed(state.turns)
+                                  if m["role"] == "assistant" and m.get("content")), None)
+                self._record(run_id, AnswerReady(content=args.get("summary") or last_text or "Done."),
+                             parent=started.id)
+
+    async def _spawn(self, ctx: _Ctx, call: ToolCallRequest, parent: str | None, *, resume: bool) -> None:
+        run_id = ctx.run_id
+        args = call.arguments or {}
+        t0 = time.perf_counter()
+        if resume:
+            child_id = next(self._child_of_call(self.store.run_state(run_id), call.id))
+            child_state = self.store.run_state(child_id)
+            child_ctx = _Ctx(child_id, ctx.root_id, ctx.depth + 1, ctx.turn)
+            if child_state.status in (RunStatus.INTERRUPTED, RunStatus.WAITING):
+                self._record(child_id, RunResumed(by=f"parent {run_id}"))
+            result = await self._drive(child_ctx)
+            started_id = parent
+        else:
+            if ctx.depth >= 3:
+                self._record(run_id, ToolCallFailed(call_id=call.id, tool=call.name, error="spawn_agent: sub-agents "
+                                                    "may not nest deeper than 3 levels", error_type="DepthLimit"),
+                             parent=parent)
+                return
+            started = self._record(run_id, ToolCallStarted(call_id=call.id, tool=call.name, arguments=args,
+                                                           risk=CONTROL_RISK), parent=parent)
+            started_id = started.id
+            names = args.get("tools")
+            parent_tools = [n for n in self._allowed_tools(run_id) if n not in CONTROL_TOOLS]
+            child_tools = [n for n in (names or parent_tools) if n in parent_tools]
+            holder: list[str] = []
+
+            def announce(kind: str, data: Any) -> None:
+                if kind == "event" and data.type == "run_started" and data.payload.parent_run_id == run_id \
+                        and not holder:
+                    holder.append(data.run_id)
+                    self._record(run_id, ChildRunStarted(child_run_id=data.run_id, prompt=args["prompt"],
+                                                         call_id=call.id), parent=started_id)
+
+            unsubscribe = self.bus.subscribe(announce)
+            try:
+                result = await self.run(args["prompt"], previous_run_id=None, parent_run_id=run_id,
+                                        tools=child_tools, _depth=ctx.depth + 1, _turn=ctx.turn)
+            finally:
+                unsubscribe()
+        if result.status == RunStatus.WAITING:
+            return  # the parent waits with its child; resuming the parent resumes the child
+        if result.status == RunStatus.INTERRUPTED:
+            raise asyncio.CancelledError()
+        outcome = {"run_id": result.run_id, "status": result.status.value, "answer": result.answer}
+        if result.error or result.errors:
+            outcome["errors"] = [result.error] if result.error else result.errors
+        if result.status == RunStatus.FAILED:
+            self._record(run_id, ToolCallFailed(call_id=call.id, tool=call.name,
+                                                error=f"the sub-agent failed: {result.error}",
+                                                error_type="ChildRunFailed", duration_ms=_ms(t0)), parent=started_id)
+            return
+        self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=_ms(t0), result=outcome,
+                                               preview=_preview(result.answer or "")), parent=started_id)
+
+    def _child_of_call(self, state: RunState, call_id: str) -> Iterable[str]:
+        for e in self.store.query_events(run_id=state.run_id, types="child_run_started"):
+            if e.payload.call_id == call_id:  # type: ignore[attr-defined]
+                yield e.payload.child_run_id  # type: ignore[attr-defined]
+
+    def _deny(self, run_id: str, call_id: str | None, tool: str, denial: Denial, target: str | None,
+              parent: str | None = None) -> None:
+        self._record(run_id, AuthorizationDenied(call_id=call_id, tool=tool, reason=denial.reason, target=target,
+                                                 rule=denial.rule), parent=parent)
+
+    def _finish(self, run_id: str, ctx: _Ctx) -> None:
+        state = self.store.run_state(run_id)
+        if state.answer is None:
+            last = next((m.get("content") for m in reversed(state.turns)
+                         if m["role"] == "assistant" and m.get("content")), None)
+            summary = "; ".join(ctx.stop) if ctx.stop else ""
+            self._record(run_id, AnswerReady(content=last or f"Stopped before an answer: {summary}"))
+            state = self.store.run_state(run_id)
+        if state.errors or ctx.stop:
+            self._record(run_id, CompletedWithErrors(errors=[*state.errors, *(s for s in ctx.stop
+                                                                               if s not in state.errors)]))
+        else:
+            self._record(run_id, Completed())
+
+    # ------------------------------------------------------------------ helpers
+
+    def _record(self, run_id: str, payload: Payload, parent: str | None = None) -> EventBase:
+        event = self.store.append(payload, run_id=run_id, parent_event_id=parent)
+        self.bus.event(event)
+        return event
+
+    def _allowed_tools(self, run_id: str) -> dict[str, Tool]:
+        names = self.store.run_state(run_id).options.get("tools")
+        tools = {**self.tools, **CONTROL_TOOLS}
+        if names is not None:
+            tools = {n: t for n, t in tools.items() if n in names or (n in CONTROL_TOOLS and n != "spawn_agent")}
+        return tools
+
+    def _schemas(self, run_id: str) -> list[dict[str, Any]]:
+        return [t.schema() for t in self._allowed_tools(run_id).values()]
+
+    def _prefix(self, run_id: str, state: RunState) -> list[dict[str, Any]]:
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return system + (self.conversation(state.previous_run_id) if state.previous_run_id else [])
+
+    def _root_of(self, run_id: str) -> str:
+        state = self.store.run_state(run_id)
+        while state.parent_run_id is not None:
+            state = self.store.run_state(state.parent_run_id)
+        return state.run_id or run_id
+
+    def _tree_attempts(self, root: str) -> int:
+        total, todo = 0, [root]
+        while todo:
+            s = self.store.run_state(todo.pop())
+            total += s.model_attempts
+            todo.extend(s.children)
+        return total
+
+
+class RunStateError(Exception):
+    """The run is not in a state that allows what was asked (resume a finished run, answer a running one)."""
+
+
+def _closed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A finished conversation for the next run: any tool call left unanswered gets a result saying so."""
+    out = list(messages)
+    for i in range(len(out) - 1, -1, -1):
+        m = out[i]
+        if m["role"] == "assistant":
+            answered = {t.get("tool_call_id") for t in out[i + 1:] if t["role"] == "tool"}
+            missing = [c for c in m.get("tool_calls") or [] if c.get("id") not in answered]
+            out.extend({"role": "tool", "tool_call_id": c.get("id"),
+                        "content": "Not executed: the run ended before this call ran."} for c in missing)
+            break
+    return out
+
+
+def _since_type(type_: str, since: str) -> Any:
+    from tinydb import Query
+
+    q = Query()
+    return (q.type == type_) & (q.ts >= since)
+
+
+def _purpose(state: RunState, calls: list[ToolCallRequest]) -> str:
+    for m in reversed(state.turns):
+        if m["role"] == "assistant":
+            text = (m.get("content") or "").strip()
+            if text:
+                return text[:500]
+            break
+    return f"{len(calls)} tool call(s): " + ", ".join(c.name for c in calls)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = json.dumps(repr(value))
+    if len(text) > MAX_RESULT_CHARS:
+        return (text[:MAX_RESULT_CHARS] + f"… [truncated: the result had {len(text):,} characters; ask for less]")
+    value = json.loads(text)
+    return value
+
+
+def _preview(result: Any, width: int = 200) -> str:
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return "the tool timed out"
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, ToolError) else f"{type(exc).__name__}: {text}"
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+__all__ = ["Agent", "RunResult", "RunStateError"]

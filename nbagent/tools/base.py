@@ -1,0 +1,189 @@
+"""Tools: typed Python functions the model may call.
+
+`@tool(risk=...)` turns any sync or async function into a `Tool`. Its JSON schema comes from the signature
+(type hints, defaults) and the docstring (first paragraph = description; `Args:` lines = parameter
+descriptions), through a pydantic model built from the signature, so the model sees exactly what Python will
+validate. Arguments are validated before the call; a mismatch is a `ToolArgumentError` whose message is meant
+for the model ("argument 'n': Input should be a valid integer"), so it can correct itself.
+
+A tool without a declared risk counts as WRITE_HIGH_RISK: the approval table then asks before running it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from ..levels import Risk
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
+_ARG_LINE = re.compile(r"^\s*(\w+)\s*(\([^)]*\))?\s*:\s*(.+)$")
+
+
+class ToolError(Exception):
+    """An error whose message the model sees as the tool's result."""
+
+
+class ToolArgumentError(ToolError):
+    pass
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """(description, {param: description}) from a Google-style docstring."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    description: list[str] = []
+    params: dict[str, str] = {}
+    arg_indent: int | None = None  # indentation of parameter lines inside an Args: section
+    current: str | None = None
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        if _ARGS_HEADER.match(line):
+            arg_indent, current = -1, None
+            continue
+        if arg_indent is None:
+            description.append(line)
+            continue
+        if not line.strip():
+            continue
+        if indent == 0 and not _ARG_LINE.match(line):
+            arg_indent = None  # the next section (Returns:, Raises:) ends the arguments
+            continue
+        m = _ARG_LINE.match(line)
+        if m and (arg_indent == -1 or indent == arg_indent):
+            arg_indent, current = indent, m.group(1)
+            params[current] = m.group(3).strip()
+        elif current is not None:
+            params[current] += " " + line.strip()
+    text = "\n".join(description).strip().split("\n\n")[0]
+    return " ".join(text.split()), params
+
+
+class Tool:
+    """A callable the agent may use, with its schema, risk and argument validation."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        risk: Risk | str = Risk.WRITE_HIGH_RISK,
+        target_arg: str | None = None,
+        preview: Callable[[dict[str, Any]], str | None] | None = None,
+        shell_like: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        doc_description, param_docs = parse_docstring(fn.__doc__)
+        self.description = description if description is not None else doc_description
+        self.risk = Risk(risk)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.args_model = _args_model(fn, self.name, param_docs)
+        params = list(self.args_model.model_fields)
+        # the argument that names what the tool touches (shown in events and checked for traversal)
+        self.target_arg = target_arg or next((p for p in ("path", "file", "filename", "target") if p in params), None)
+        self._preview = preview
+        self.shell_like = shell_like
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r}, risk={self.risk.value})"
+
+    def schema(self) -> dict[str, Any]:
+        """OpenAI-format tool schema."""
+        parameters = self.args_model.model_json_schema()
+        parameters.pop("title", None)
+        for prop in parameters.get("properties", {}).values():
+            prop.pop("title", None)
+        parameters.setdefault("properties", {})
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": parameters},
+        }
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            model = self.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"argument {'.'.join(str(x) for x in err['loc']) or '(all)'!r}: {err['msg']}" for err in exc.errors()
+            )
+            raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from None
+        return {k: getattr(model, k) for k in self.args_model.model_fields}
+
+    def target(self, arguments: dict[str, Any]) -> str | None:
+        value = arguments.get(self.target_arg) if self.target_arg else None
+        return str(value) if value is not None else None
+
+    def preview(self, arguments: dict[str, Any]) -> str | None:
+        """What the approval card shows for this call (a diff for a file write); never raises."""
+        if self._preview is None:
+            return None
+        try:
+            return self._preview(arguments)
+        except Exception as exc:  # a preview is a courtesy: its failure must not block the plan
+            return f"(no preview: {exc})"
+
+    async def call(self, arguments: dict[str, Any]) -> Any:
+        """Validate, then run (a sync function runs in a worker thread so the event loop stays live)."""
+        kwargs = self.validate(arguments)
+        if self.is_async:
+            return await self.fn(**kwargs)
+        result = await asyncio.to_thread(self.fn, **kwargs)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+
+def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+    from pydantic import Field
+
+    try:
+        hints = get_type_hints(fn)
+    except Exception:
+        hints = {}
+    fields: dict[str, Any] = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        annotation = hints.get(p.name, Any)
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[p.name] = (annotation, Field(default, description=docs.get(p.name)))
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
+    )
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    risk: Risk | str = Risk.WRITE_HIGH_RISK,
+    name: str | None = None,
+    description: str | None = None,
+    **options: Any,
+) -> Any:
+    """Decorator: `@tool` or `@tool(risk="READ_ONLY")`. The function stays callable as before."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, risk=risk, **options)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+ToolLike = Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]
+
+
+def as_tools(items: Iterable[ToolLike]) -> dict[str, Tool]:
+    out: dict[str, Tool] = {}
+    for item in items:
+        t = item if isinstance(item, Tool) else Tool(item)
+        if t.name in out:
+            raise ValueError(f"two tools are named {t.name!r}; give one another name with @tool(name=...)")
+        out[t.name] = t
+    return out

@@ -1,0 +1,353 @@
+"""The model layer and the agent loop over litellm's real HTTP path, against a local OpenAI-compatible stub.
+
+litellm ("openai/..." with an api_base) -> the openai SDK -> httpx -> `stub_openai` on 127.0.0.1. Nothing
+leaves the machine; the stub's script decides every answer, so the tests are deterministic. Retries wait
+`retry_base` (0.01 s) and timeouts are short; no test asserts on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stub_openai import Delay, HttpError, Reply, StubOpenAI, stub, tool_call  # noqa: F401  (stub: the fixture)
+
+from nbagent.deciders import PolicyDecider
+from nbagent.llm import ModelError, ModelReply, ModelSettings, complete
+from nbagent.runtime import Agent, RunResult
+from nbagent.state import RunStatus
+from nbagent.tools.base import tool
+
+API_KEY = "sk-test-abcdefghijklmnop1234"
+MODEL = "openai/stub-model"
+MESSAGES = [{"role": "system", "content": "You are a test."}, {"role": "user", "content": "What is in data.csv?"}]
+FILES = {"data.csv": "region,sales\nnorth,10\nsouth,32\n"}
+
+
+@tool(risk="READ_ONLY")
+def read_file(path: str) -> str:
+    """Read a text file of the project.
+
+    Args:
+        path: the file to read, relative to the project
+    """
+    return FILES[path]
+
+
+TOOLS = [read_file.schema()]
+
+
+def settings(stub: StubOpenAI, **kw: Any) -> ModelSettings:
+    base: dict[str, Any] = dict(model=MODEL, api_base=stub.base_url, api_key=API_KEY, retry_base=0.01,
+                                retry_cap=0.05, max_retries=3, timeout=1.0)
+    return ModelSettings(**{**base, **kw})
+
+
+def call(stub: StubOpenAI, tools: list[dict[str, Any]] | None = None, on_token: Any = None, on_retry: Any = None,
+         **kw: Any) -> ModelReply:
+    return asyncio.run(complete(settings(stub, **kw), MESSAGES, TOOLS if tools is None else tools,
+                                on_token=on_token, on_retry=on_retry))
+
+
+def call_error(stub: StubOpenAI, **kw: Any) -> ModelError:
+    with pytest.raises(ModelError) as info:
+        call(stub, **kw)
+    return info.value
+
+
+def make_agent(stub: StubOpenAI, tmp_path: Path, **kw: Any) -> Agent:
+    base: dict[str, Any] = dict(api_base=stub.base_url, api_key=API_KEY, tools=[read_file],
+                                decider=PolicyDecider("all"), store=tmp_path / "nb.ipynb", retry_base=0.01,
+                                retry_cap=0.05, max_retries=3, timeout=1.0)
+    return Agent(MODEL, **{**base, **kw})
+
+
+def run_agent(stub: StubOpenAI, tmp_path: Path, prompt: str = "What is in data.csv?", **kw: Any
+              ) -> tuple[Agent, RunResult, list[Any]]:
+    agent = make_agent(stub, tmp_path, **kw)
+    try:
+        result = asyncio.run(agent.run(prompt))
+        events = agent.store.run_events(result.run_id)
+    finally:
+        agent.store.close()
+    return agent, result, events
+
+
+def of_type(events: list[Any], type_: str) -> list[Any]:
+    return [e for e in events if e.type == type_]
+
+
+# ------------------------------------------------------------------------------------------- tool calls
+
+
+def test_tool_call_reply_parses_and_request_carries_our_tool_schemas(stub: StubOpenAI) -> None:
+    stub.push(Reply(tool_calls=[tool_call("read_file", {"path": "data.csv"}, id="call_abc")],
+                    usage={"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}))
+    reply = call(stub)
+
+    assert reply.content is None
+    assert [(c.id, c.name, c.arguments, c.parse_error) for c in reply.tool_calls] == [
+        ("call_abc", "read_file", {"path": "data.csv"}, None)]
+    assert reply.finish_reason == "tool_calls"
+    assert reply.retry_count == 0
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.total_tokens) == (40, 9, 49)
+    assert reply.response["id"] == "chatcmpl-stub-1"
+    assert reply.cost is None  # no price known for the stub model: unknown, never reported as free
+
+    [request] = stub.requests  # one HTTP request: litellm and the openai SDK did not retry on their own
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["authorization"] == f"Bearer {API_KEY}"
+    assert request.body["model"] == "stub-model"  # the "openai/" provider prefix is stripped
+    assert request.body["messages"] == MESSAGES
+    assert request.body["tools"] == TOOLS
+    assert request.body["tools"][0]["function"]["parameters"]["required"] == ["path"]
+    assert "stream" not in request.body
+
+
+def test_tool_call_with_invalid_json_arguments_is_parsed_with_an_error(stub: StubOpenAI) -> None:
+    stub.push(Reply(tool_calls=[tool_call("read_file", '{"path": "data.csv"')]))
+    [c] = call(stub).tool_calls
+    assert c.name == "read_file"
+    assert c.arguments is None
+    assert c.arguments_raw == '{"path": "data.csv"'
+    assert c.parse_error is not None and c.parse_error.startswith("arguments are not valid JSON")
+
+
+def test_agent_runs_read_only_tool_then_answers(stub: StubOpenAI, tmp_path: Path) -> None:
+    stub.push(
+        Reply(content="Let me look.", tool_calls=[tool_call("read_file", {"path": "data.csv"}, id="call_1")],
+              usage={"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}),
+        Reply(content="South sold most (32).", usage={"prompt_tokens": 150, "completion_tokens": 8,
+                                                      "total_tokens": 158}),
+    )
+    _, result, events = run_agent(stub, tmp_path)
+
+    assert result.status == RunStatus.COMPLETED, result.error
+    assert result.answer == "South sold most (32)."
+    assert (result.model_calls, result.usage.total_tokens) == (2, 278)
+
+    [done] = of_type(events, "tool_call_completed")
+    assert (done.payload.call_id, done.payload.tool) == ("call_1", "read_file")
+    assert done.payload.result == FILES["data.csv"]
+    assert of_type(events, "thinking")[0].payload.text == "Let me look."
+
+    first, second = of_type(events, "llm_called")
+    assert (first.payload.usage.prompt_tokens, first.payload.usage.completion_tokens) == (100, 20)
+    assert (second.payload.usage.total_tokens, second.payload.retry_count) == (158, 0)
+    assert first.payload.response["id"] == "chatcmpl-stub-1"
+    assert first.payload.response["choices"][0]["message"]["tool_calls"][0]["function"] == {
+        "name": "read_file", "arguments": json.dumps({"path": "data.csv"})}
+    assert second.payload.response["choices"][0]["message"]["content"] == "South sold most (32)."
+    assert second.payload.request["api_base"] == stub.base_url
+    assert "read_file" in second.payload.request["tools"]
+
+    # what went over the wire: our tool schemas (with the control tools) and, the second time, the tool result
+    r1, r2 = stub.requests
+    names = [t["function"]["name"] for t in r1.body["tools"]]
+    assert "read_file" in names and "respond_to_user" in names
+    assert next(t for t in r1.body["tools"] if t["function"]["name"] == "read_file") == read_file.schema()
+    assert r1.body["messages"][-1] == {"role": "user", "content": "What is in data.csv?"}
+    assistant, tool_msg = r2.body["messages"][-2:]
+    assert assistant["role"] == "assistant" and assistant["tool_calls"][0]["id"] == "call_1"
+    assert tool_msg["role"] == "tool" and tool_msg["tool_call_id"] == "call_1"
+    assert "south,32" in tool_msg["content"]
+    assert of_type(events, "completed") and events[-1].type == "completed"
+
+
+# ------------------------------------------------------------------------------------------- streaming
+
+
+def test_streaming_tokens_arrive_in_order_and_usage_comes_from_the_last_chunk(stub: StubOpenAI) -> None:
+    pieces = ["The ", "south ", "region", " sold ", "most", "."]
+    stub.push(Reply(content="".join(pieces), pieces=pieces,
+                    usage={"prompt_tokens": 31, "completion_tokens": 6, "total_tokens": 37}))
+    tokens: list[str] = []
+    reply = call(stub, on_token=tokens.append)
+
+    assert tokens == pieces
+    assert reply.content == "".join(tokens)
+    assert reply.tool_calls == []
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.total_tokens) == (31, 6, 37)
+    assert reply.finish_reason == "stop"
+    [request] = stub.requests
+    assert request.body["stream"] is True
+    assert request.body["stream_options"] == {"include_usage": True}
+
+
+def test_streaming_tool_call_deltas_build_parsed_tool_calls(stub: StubOpenAI) -> None:
+    args_a = {"path": "data.csv"}
+    args_b = {"path": "sub dir/notes, with \"quotes\".txt"}
+    stub.push(Reply(content="Reading both.", arg_chunk=3, tool_calls=[
+        tool_call("read_file", args_a, id="call_a"), tool_call("read_file", args_b, id="call_b")],
+        usage={"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42}))
+    tokens: list[str] = []
+    reply = call(stub, on_token=tokens.append)
+
+    assert "".join(tokens) == reply.content == "Reading both."
+    assert [(c.id, c.name, c.arguments, c.parse_error) for c in reply.tool_calls] == [
+        ("call_a", "read_file", args_a, None), ("call_b", "read_file", args_b, None)]
+    assert reply.usage.total_tokens == 42
+    assert reply.finish_reason == "tool_calls"
+
+
+def test_agent_streams_tokens_and_records_streamed_usage(stub: StubOpenAI, tmp_path: Path) -> None:
+    stub.push(
+        Reply(tool_calls=[tool_call("read_file", {"path": "data.csv"}, id="call_s")], arg_chunk=4,
+              usage={"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}),
+        Reply(content="South sold most.", usage={"prompt_tokens": 70, "completion_tokens": 4, "total_tokens": 74}),
+    )
+    agent = make_agent(stub, tmp_path, stream=True)
+    tokens: list[tuple[str, str]] = []
+    agent.bus.subscribe(lambda kind, data: tokens.append(data) if kind == "token" else None)
+    try:
+        result = asyncio.run(agent.run("Which region sold most?"))
+        events = agent.store.run_events(result.run_id)
+    finally:
+        agent.store.close()
+
+    assert result.status == RunStatus.COMPLETED, result.error
+    assert result.answer == "South sold most."
+    assert [t for _, t in tokens] == ["South", " sold", " most."]
+    assert {rid for rid, _ in tokens} == {result.run_id}
+    assert of_type(events, "tool_call_completed")[0].payload.result == FILES["data.csv"]
+    assert [e.payload.usage.total_tokens for e in of_type(events, "llm_called")] == [60, 74]
+    assert all(r.body["stream"] is True for r in stub.requests)
+
+
+# ------------------------------------------------------------------------------------------- transient errors
+
+
+@pytest.mark.parametrize("error", [HttpError(429, "slow down", headers={"Retry-After": "0"}), HttpError(500),
+                                   HttpError(503, "overloaded")], ids=["429", "500", "503"])
+def test_transient_error_then_success_is_retried_once(stub: StubOpenAI, error: HttpError) -> None:
+    stub.push(error, Reply(content="fine now"))
+    retries: list[tuple[int, str]] = []
+    reply = call(stub, on_retry=lambda n, exc: retries.append((n, type(exc).__name__)))
+
+    assert reply.content == "fine now"
+    assert reply.retry_count == 1
+    assert len(stub.requests) == 2  # our one retry, none hidden inside litellm or the openai SDK
+    expected = {429: "RateLimitError", 500: "InternalServerError", 503: "ServiceUnavailableError"}[error.status]
+    assert retries == [(1, expected)]
+
+
+def test_agent_records_the_retry_of_a_429(stub: StubOpenAI, tmp_path: Path) -> None:
+    stub.push(HttpError(429, headers={"Retry-After": "0"}), Reply(content="All good."))
+    _, result, events = run_agent(stub, tmp_path)
+
+    assert result.status == RunStatus.COMPLETED, result.error
+    assert result.answer == "All good."
+    [llm] = of_type(events, "llm_called")
+    assert llm.payload.retry_count == 1
+    assert len(stub.requests) == 2
+
+
+def test_500_storm_gives_up_after_max_retries(stub: StubOpenAI) -> None:
+    stub.fallback = HttpError(500, "storm")
+    exc = call_error(stub, max_retries=3)
+
+    assert exc.transient is True
+    assert exc.retry_count == 3
+    assert exc.error_type == "InternalServerError"
+    assert "failed after 3 retries" in str(exc)
+    assert len(stub.requests) == 4
+
+
+def test_agent_fails_after_a_500_storm(stub: StubOpenAI, tmp_path: Path) -> None:
+    stub.fallback = HttpError(500, "storm")
+    _, result, events = run_agent(stub, tmp_path, max_retries=2)
+
+    assert result.status == RunStatus.FAILED
+    last = events[-1]
+    assert last.type == "error"
+    assert "failed after 2 retries" in last.payload.message
+    assert last.payload.retry_count == 2
+    assert last.payload.error_type == "InternalServerError"
+    assert result.error is not None and "after 2 retries" in result.error
+    assert of_type(events, "llm_called") == []
+    assert len(stub.requests) == 3
+
+
+def test_timeout_then_success(stub: StubOpenAI) -> None:
+    stub.push(Delay(2.0, then=Reply(content="too late")), Reply(content="on time"))
+    reply = call(stub, timeout=0.3)
+
+    assert reply.content == "on time"
+    assert reply.retry_count == 1
+    assert len(stub.requests) == 2
+
+
+def test_timeouts_give_up_as_a_transient_error(stub: StubOpenAI) -> None:
+    stub.fallback = Delay(2.0, then=Reply(content="too late"))
+    exc = call_error(stub, timeout=0.3, max_retries=1)
+
+    assert exc.transient is True
+    assert exc.retry_count == 1
+    assert exc.error_type == "Timeout"
+    assert "failed after 1 retry:" in str(exc)
+    assert len(stub.requests) == 2
+
+
+# ------------------------------------------------------------------------------------------- permanent errors
+
+
+@pytest.mark.parametrize("status,error_type", [(400, "BadRequestError"), (401, "AuthenticationError")])
+def test_non_transient_error_is_not_retried(stub: StubOpenAI, status: int, error_type: str) -> None:
+    stub.push(HttpError(status, "no"), Reply(content="never reached"))
+    exc = call_error(stub)
+
+    assert exc.transient is False
+    assert exc.retry_count == 0
+    assert exc.error_type == error_type
+    assert "(not retried)" in str(exc)
+    assert len(stub.requests) == 1
+
+
+@pytest.mark.parametrize("status", [400, 401])
+def test_agent_fails_at_once_on_a_non_transient_error(stub: StubOpenAI, tmp_path: Path, status: int) -> None:
+    stub.push(HttpError(status, "rejected"), Reply(content="never reached"))
+    _, result, events = run_agent(stub, tmp_path)
+
+    assert result.status == RunStatus.FAILED
+    assert events[-1].type == "error"
+    assert events[-1].payload.retry_count == 0
+    assert "(not retried)" in events[-1].payload.message
+    assert len(stub.requests) == 1
+
+
+# ------------------------------------------------------------------------------------------- secrets
+
+
+def _store_bytes(agent: Agent) -> dict[str, bytes]:
+    files = {str(p): p.read_bytes() for p in sorted(Path(agent.store.path).rglob("*")) if p.is_file()}
+    assert files, "the store wrote no files"
+    return files
+
+
+def test_api_key_reaches_the_server_but_never_the_store(stub: StubOpenAI, tmp_path: Path) -> None:
+    stub.push(
+        Reply(content="Reading.", tool_calls=[tool_call("read_file", {"path": "data.csv"})]),
+        Reply(content="Done reading."),
+    )
+    agent, result, _ = run_agent(stub, tmp_path, stream=True)
+
+    assert result.status == RunStatus.COMPLETED, result.error
+    assert [r.headers["authorization"] for r in stub.requests] == [f"Bearer {API_KEY}"] * 2
+    leaks = [name for name, data in _store_bytes(agent).items() if API_KEY.encode() in data]
+    assert leaks == []
+
+
+def test_api_key_echoed_in_a_provider_error_never_reaches_the_store(stub: StubOpenAI, tmp_path: Path) -> None:
+    # some OpenAI-compatible servers echo the key they rejected in the error message
+    stub.push(HttpError(401, f"Incorrect API key provided: {API_KEY}."))
+    agent, result, events = run_agent(stub, tmp_path)
+
+    assert result.status == RunStatus.FAILED
+    assert stub.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+    assert "Incorrect API key provided" in events[-1].payload.message
+    leaks = [name for name, data in _store_bytes(agent).items() if API_KEY.encode() in data]
+    assert leaks == []
+    assert API_KEY not in (result.error or "")
