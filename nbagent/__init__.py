@@ -1,8 +1,51 @@
 """nbagent: a Jupyter-native LLM agent whose every step is recorded in a verifiable log beside the notebook.
 
-Importing the package is cheap on purpose: no litellm, IPython or widget import happens here.
+    from nbagent import Agent, tool, PolicyDecider
+
+    @tool(risk="READ_ONLY")
+    def row_count(path: str) -> int:
+        "Count the rows of a CSV file."
+        ...
+
+    agent = Agent(model="openai/gpt-4o-mini", tools=[row_count], store="analysis.ipynb")
+    result = await agent.run("How many rows does sales.csv have?")
+
+Importing the package is cheap on purpose: names are loaded on first use, and no litellm, IPython or widget
+import happens here.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from .deciders import Answer, InteractiveDecider, PauseDecider, PolicyDecider, RecordedDecider, Verdict
+    from .levels import Autonomy, Risk
+    from .policy import AuthPolicy, Budget
+    from .runtime import Agent, RunResult
+    from .store import Store
+    from .tools.base import Tool, tool
+
+_EXPORTS = {
+    "Agent": ".runtime", "RunResult": ".runtime", "tool": ".tools.base", "Tool": ".tools.base",
+    "Store": ".store", "Risk": ".levels", "Autonomy": ".levels", "Budget": ".policy", "AuthPolicy": ".policy",
+    "PolicyDecider": ".deciders", "InteractiveDecider": ".deciders", "PauseDecider": ".deciders",
+    "RecordedDecider": ".deciders", "Verdict": ".deciders", "Answer": ".deciders",
+}
+
+__all__ = [
+    "Agent", "Answer", "AuthPolicy", "Autonomy", "Budget", "InteractiveDecider", "PauseDecider", "PolicyDecider",
+    "RecordedDecider", "Risk", "RunResult", "Store", "Tool", "Verdict", "__version__", "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nbagent' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value

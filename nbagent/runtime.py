@@ -254,7 +254,7 @@ class Agent:
         ctx = _Ctx(run.id, run.id if _turn is None else self._root_of(run.id), _depth, _turn or [0])
         tool_names = [t["function"]["name"] for t in self._schemas(run.id)]
         self._record(run.id, ContextAssembled(
-            messages=self.redactor.redact(context or []), tools=tool_names, from_run_id=previous_run_id,
+            messages=context or [], tools=tool_names, from_run_id=previous_run_id,
             system=self.system_prompt, history_messages=len(history),
         ))
         return await self._drive(ctx)
@@ -268,9 +268,10 @@ class Agent:
             raise RunStateError(f"run {run_id} was superseded by {state.superseded_by}; it cannot be resumed")
         if state.status in (RunStatus.COMPLETED, RunStatus.COMPLETED_WITH_ERRORS, RunStatus.FAILED):
             raise RunStateError(f"run {run_id} has already ended ({state.status.value}); nothing to resume")
+        was = state.status  # (the store's state object is live: read it before it changes)
         if verdict is not None or answer is not None:
             self.answer_pending(run_id, verdict=verdict, answer=answer)
-        if state.status in (RunStatus.INTERRUPTED, RunStatus.WAITING):
+        if was in (RunStatus.INTERRUPTED, RunStatus.WAITING):
             self._record(run_id, RunResumed(by="resume"))
         root = self._root_of(run_id)
         ctx = _Ctx(run_id, root, 0, [self._tree_attempts(root)])
@@ -293,7 +294,7 @@ class Agent:
             raise RunStateError(f"run {run_id} waits for an answer to: {pending.question}")
         ans = Answer(text=answer) if isinstance(answer, str) else answer
         return self._record(run_id, HumanInputReceived(
-            request_id=pending.request_id, answer=self.redactor.text(ans.text), call_id=pending.call_id, by=ans.by,
+            request_id=pending.request_id, answer=ans.text, call_id=pending.call_id, by=ans.by,
         ), parent=pending.event_id)
 
     def latest_run_id(self) -> str | None:
@@ -481,8 +482,8 @@ class Agent:
     def _step(self, run_id: str, call: ToolCallRequest) -> PlanStep:
         tool = self._allowed_tools(run_id)[call.name]
         args = call.arguments or {}
-        return PlanStep(call_id=call.id, tool=call.name, arguments=self.redactor.redact(args), risk=tool.risk,
-                        target=tool.target(args), preview=self.redactor.redact(tool.preview(args)))
+        return PlanStep(call_id=call.id, tool=call.name, arguments=args, risk=tool.risk, target=tool.target(args),
+                        preview=tool.preview(args))
 
     async def _settle(self, ctx: _Ctx, state: RunState) -> bool:
         """Ask the decider about the pending request; True once a decision was recorded."""
@@ -502,9 +503,8 @@ class Agent:
         answer = await self.decider.answer(question)
         if answer is None:
             return False
-        self._record(ctx.run_id, HumanInputReceived(request_id=pending.request_id,
-                                                    answer=self.redactor.text(answer.text), call_id=pending.call_id,
-                                                    by=answer.by), parent=pending.event_id)
+        self._record(ctx.run_id, HumanInputReceived(request_id=pending.request_id, answer=answer.text,
+                                                    call_id=pending.call_id, by=answer.by), parent=pending.event_id)
         return True
 
     def _record_verdict(self, run_id: str, plan_id: str, request_id: str, parent: str, verdict: Verdict
@@ -515,8 +515,7 @@ class Agent:
         elif verdict.action == "deny":
             payload = PlanRejected(plan_id=plan_id, request_id=request_id, reason=verdict.text, by=verdict.by)
         else:
-            payload = PlanRefined(plan_id=plan_id, request_id=request_id, feedback=self.redactor.text(verdict.text),
-                                  by=verdict.by)
+            payload = PlanRefined(plan_id=plan_id, request_id=request_id, feedback=verdict.text, by=verdict.by)
         event = self._record(run_id, payload, parent=parent)
         if verdict.action == "approve":
             self._record(run_id, ExecutionStarted(plan_id=plan_id), parent=event.id)
@@ -549,9 +548,8 @@ class Agent:
         if call.name in CONTROL_TOOLS:
             await self._control(ctx, call, args, parent)
             return
-        started = self._record(run_id, ToolCallStarted(call_id=call.id, tool=call.name,
-                                                       arguments=self.redactor.redact(args), risk=tool.risk,
-                                                       target=tool.target(args)), parent=parent)
+        started = self._record(run_id, ToolCallStarted(call_id=call.id, tool=call.name, arguments=args,
+                                                       risk=tool.risk, target=tool.target(args)), parent=parent)
         t0 = time.perf_counter()
         retries = 0
         try:
@@ -561,7 +559,7 @@ class Agent:
                 call_id=call.id, tool=call.name, error=_error_text(exc), error_type=type(exc).__name__,
                 duration_ms=_ms(t0), retry_count=getattr(exc, "retry_count", 0)), parent=started.id)
             return
-        result = self.redactor.redact(_jsonable(result))
+        result = _jsonable(result)
         self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=_ms(t0), result=result,
                                                preview=_preview(result), retry_count=retries), parent=started.id)
 
@@ -693,6 +691,9 @@ class Agent:
     # ------------------------------------------------------------------ helpers
 
     def _record(self, run_id: str, payload: Payload, parent: str | None = None) -> EventBase:
+        """The one way the runtime writes: every payload is redacted here, so no path can skip it."""
+        clean = self.redactor.redact(payload.model_dump(mode="json", fallback=repr))
+        payload = type(payload).model_validate(clean)
         event = self.store.append(payload, run_id=run_id, parent_event_id=parent)
         self.bus.event(event)
         return event

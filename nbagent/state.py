@@ -303,7 +303,7 @@ class RunState(BaseModel):
         ))
         if self.pending is not None and (p.request_id is None or p.request_id == self.pending.request_id):
             self.pending = None
-            if self.status in (RunStatus.WAITING, RunStatus.INTERRUPTED):
+            if self.status == RunStatus.WAITING:  # an interrupted run stays so until it is resumed
                 self.status = RunStatus.RUNNING
 
     def _close_plan(self, plan_id: str, status: Any, text: str) -> None:

@@ -148,11 +148,14 @@ def test_interrupted_while_waiting_keeps_the_pending_decision_and_resumes(store:
     assert state(store, run).status == RunStatus.RUNNING
 
 
-def test_interrupted_run_answered_directly(store: Store) -> None:
+def test_interrupted_run_answered_directly_stays_interrupted_until_resumed(store: Store) -> None:
     run = new_run(store)
     propose(store, run)
     store.append(E.Interrupted(), run_id=run)
     store.append(E.PlanApproved(plan_id="p1", request_id="r1"), run_id=run)
+    s = state(store, run)
+    assert s.status == RunStatus.INTERRUPTED and s.pending is None
+    store.append(E.RunResumed(), run_id=run)
     assert state(store, run).status == RunStatus.RUNNING
 
 
