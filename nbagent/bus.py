@@ -16,7 +16,9 @@ from .events import EventBase
 
 log = logging.getLogger("nbagent.bus")
 
-Listener = Callable[[str, Any], None]  # (kind, data): ("event", EventBase) or ("token", (run_id, text))
+# (kind, data): ("event", EventBase), ("token", (run_id, text)), or ("token_reset", run_id) when a streamed reply
+# was abandoned (the connection dropped and the call is retried): a view drops the tokens it showed.
+Listener = Callable[[str, Any], None]
 
 
 class EventBus:
@@ -49,3 +51,6 @@ class EventBus:
 
     def token(self, run_id: str, text: str) -> None:
         self._emit("token", (run_id, text))
+
+    def token_reset(self, run_id: str) -> None:
+        self._emit("token_reset", run_id)

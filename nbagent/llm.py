@@ -43,8 +43,14 @@ def import_litellm() -> ModuleType:
     os.environ.setdefault("LITELLM_TELEMETRY", "False")
     if importlib.util.find_spec("mcp") is None:
         raise ModelError("litellm 1.106.2 needs the 'mcp' package for any call with tools: pip install mcp")
+    import logging
+
     import litellm
 
+    if not os.environ.get("NBAGENT_LITELLM_DEBUG"):
+        # litellm's own warnings (its logging worker, cost-map notes) are noise in a notebook; our events
+        # record what matters. NBAGENT_LITELLM_DEBUG=1 brings them back.
+        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
     litellm.suppress_debug_info = True
     litellm.telemetry = False
     litellm.drop_params = True  # a provider that lacks a parameter gets the call without it, not an error
@@ -275,7 +281,15 @@ async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, A
         delta = chunk.choices[0].delta.content if chunk.choices else None
         if delta:
             on_token(delta)
+    if getattr(stream, "received_finish_reason", "unknown") is None:
+        # the body ended without a finish chunk: litellm would invent finish_reason "stop" and pass a cut reply
+        # off as complete, so this is treated as a dropped connection (and retried)
+        raise IncompleteStream(f"the stream ended after {len(chunks)} chunk(s) without a finish reason")
     return litellm.stream_chunk_builder(chunks, messages=messages)
+
+
+class IncompleteStream(ConnectionError):
+    """A streamed reply that stopped before its end (transient: retried)."""
 
 
 def _cost(litellm: Any, resp: Any, model: str) -> float | None:

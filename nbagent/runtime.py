@@ -386,8 +386,10 @@ class Agent:
                         "nbagent_fingerprint": fingerprint, "nbagent_prefix_len": len(ctx.prefix),
                         "nbagent_prefix_sha": ctx.fingerprint.prefix_sha}
         on_token = (lambda text: self.bus.token(run_id, text)) if self.stream else None
+        on_retry = (lambda attempt, exc: self.bus.token_reset(run_id)) if self.stream else None
         try:
-            reply = await complete(self.settings, messages, tools, metadata=metadata, on_token=on_token)
+            reply = await complete(self.settings, messages, tools, metadata=metadata, on_token=on_token,
+                                   on_retry=on_retry)
         except ModelError as exc:
             ctx.turn[0] += 1 + exc.retry_count
             self._record(run_id, Error(message=str(exc), error_type=exc.error_type, retry_count=exc.retry_count))

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
-
 MAX_DELAY_S = 3.0
 
 
@@ -38,7 +36,10 @@ class Reply:
     finish_reason: str | None = None
     pieces: list[str] | None = None
     arg_chunk: int = 7  # streamed tool-call arguments are cut into pieces of this many characters
-    cut_after: int | None = None  # streaming: drop the connection after this many content pieces (no [DONE])
+    # streaming: stop after this many content pieces, with no finish chunk and no [DONE]; "drop" leaves the
+    # chunked body unfinished (a dropped connection), "clean" ends it properly (a proxy that gave up politely)
+    cut_after: int | None = None
+    cut: str = "drop"
 
 
 @dataclass
@@ -147,12 +148,13 @@ class StubOpenAI:
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"  # one request per connection; a stream ends when the socket closes
+            protocol_version = "HTTP/1.1"  # streams use chunked transfer encoding, as real servers do
 
             def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
                 pass
 
             def do_POST(self) -> None:
+                self.close_connection = True  # one request per connection: nothing lingers at shutdown
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 try:
@@ -189,6 +191,7 @@ class StubOpenAI:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                self.send_header("Connection", "close")
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
                 self.end_headers()
@@ -211,13 +214,18 @@ class StubOpenAI:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
                 self.end_headers()
+
+                def write(data: bytes) -> None:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
                 base = {"id": f"chatcmpl-stub-{n}", "object": "chat.completion.chunk", "created": 1700000000 + n,
                         "model": body.get("model", "stub-model"), "system_fingerprint": "fp_stub"}
 
                 def send(choices: list[dict[str, Any]], **extra: Any) -> None:
-                    self.wfile.write(b"data: " + json.dumps({**base, "choices": choices, **extra}).encode() + b"\n\n")
-                    self.wfile.flush()
+                    write(b"data: " + json.dumps({**base, "choices": choices, **extra}).encode() + b"\n\n")
 
                 def delta(d: dict[str, Any], finish: str | None = None) -> None:
                     send([{"index": 0, "delta": d, "finish_reason": finish}])
@@ -227,7 +235,8 @@ class StubOpenAI:
                     pieces = reply.pieces if reply.pieces is not None else _words(reply.content)
                     for i, piece in enumerate(pieces):
                         if i == reply.cut_after:
-                            self.close_connection = True
+                            if reply.cut == "clean":
+                                self.wfile.write(b"0\r\n\r\n")
                             return
                         delta({"content": piece})
                 calls = _calls(reply, n)
@@ -240,8 +249,8 @@ class StubOpenAI:
                 delta({}, reply.finish_reason or ("tool_calls" if calls else "stop"))
                 if (body.get("stream_options") or {}).get("include_usage"):
                     send([], usage=_usage(reply))
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                write(b"data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
 
         return Handler
 
@@ -257,12 +266,3 @@ def _words(text: str) -> list[str]:
         else:
             out[-1] += " "
     return [p for p in out if p]
-
-
-@pytest.fixture
-def stub() -> StubOpenAI:
-    server = StubOpenAI().start()
-    try:
-        yield server
-    finally:
-        server.stop()

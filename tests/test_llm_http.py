@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from stub_openai import Delay, HttpError, Reply, StubOpenAI, stub, tool_call  # noqa: F401  (stub: the fixture)
+from stub_openai import Delay, HttpError, Reply, StubOpenAI, tool_call
 
 from nbagent.deciders import PolicyDecider
 from nbagent.llm import ModelError, ModelReply, ModelSettings, complete
@@ -38,6 +39,13 @@ def read_file(path: str) -> str:
 
 
 TOOLS = [read_file.schema()]
+
+
+@pytest.fixture
+def stub() -> Iterator[StubOpenAI]:
+    """A fresh stub server per test; stopped (shutdown, socket closed, delays cut short) at teardown."""
+    with StubOpenAI() as server:
+        yield server
 
 
 def settings(stub: StubOpenAI, **kw: Any) -> ModelSettings:
@@ -217,6 +225,47 @@ def test_agent_streams_tokens_and_records_streamed_usage(stub: StubOpenAI, tmp_p
     assert all(r.body["stream"] is True for r in stub.requests)
 
 
+def test_dropped_stream_is_retried_and_on_retry_separates_the_attempts(stub: StubOpenAI) -> None:
+    # the connection drops mid-body (unfinished chunked encoding): transient, so retried. The pieces streamed
+    # before the drop were already delivered to on_token; on_retry is what tells a consumer to discard them.
+    stub.push(Reply(content="one two three four", cut_after=2), Reply(content="fresh answer"))
+    seen: list[str] = []
+    reply = call(stub, on_token=lambda t: seen.append(f"token:{t}"),
+                 on_retry=lambda n, exc: seen.append(f"retry:{n}:{type(exc).__name__}"))
+
+    assert reply.content == "fresh answer"
+    assert reply.retry_count == 1
+    assert seen == ["token:one", "token: two", "retry:1:MidStreamFallbackError", "token:fresh", "token: answer"]
+
+
+def test_agent_streamed_tokens_match_the_answer_after_a_dropped_stream(stub: StubOpenAI, tmp_path: Path) -> None:
+    """The bus says `token_reset` when a dropped stream is retried, so a live view can drop what it showed."""
+    stub.push(Reply(content="one two three", cut_after=2), Reply(content="South sold most."))
+    agent = make_agent(stub, tmp_path, stream=True)
+    tokens: list[str] = []
+
+    def listen(kind: str, data: Any) -> None:
+        if kind == "token":
+            tokens.append(data[1])
+        elif kind == "token_reset":
+            tokens.clear()
+
+    agent.bus.subscribe(listen)
+    try:
+        result = asyncio.run(agent.run("Which region sold most?"))
+    finally:
+        agent.store.close()
+    assert result.answer == "South sold most."
+    assert "".join(tokens) == result.answer
+
+
+def test_stream_that_ends_early_is_not_taken_as_a_complete_reply(stub: StubOpenAI) -> None:
+    # the body ends properly but without a finish chunk or [DONE] (a proxy that gave up politely)
+    stub.push(Reply(content="one two three four", cut_after=2, cut="clean"), Reply(content="one two three four"))
+    reply = call(stub, on_token=lambda t: None)
+    assert reply.content == "one two three four"
+
+
 # ------------------------------------------------------------------------------------------- transient errors
 
 
@@ -338,6 +387,16 @@ def test_api_key_reaches_the_server_but_never_the_store(stub: StubOpenAI, tmp_pa
     assert [r.headers["authorization"] for r in stub.requests] == [f"Bearer {API_KEY}"] * 2
     leaks = [name for name, data in _store_bytes(agent).items() if API_KEY.encode() in data]
     assert leaks == []
+
+
+def test_model_error_message_does_not_carry_an_echoed_api_key(stub: StubOpenAI) -> None:
+    key = "local-vllm-token-0123456789"  # not shaped like a known credential: only the known value can catch it
+    stub.push(HttpError(401, f"Incorrect API key provided: {key}."))
+    exc = call_error(stub, api_key=key)
+
+    assert stub.requests[0].headers["authorization"] == f"Bearer {key}"
+    assert key not in str(exc)
+    assert "Incorrect API key provided: [REDACTED]" in str(exc)
 
 
 def test_api_key_echoed_in_a_provider_error_never_reaches_the_store(stub: StubOpenAI, tmp_path: Path) -> None:

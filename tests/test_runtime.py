@@ -37,7 +37,7 @@ def test_every_cell_of_the_autonomy_table(autonomy: Autonomy, risk: Risk, tmp_pa
     result = run(a)
     expected = APPROVAL_TABLE[autonomy][risk]
     if expected == "run":
-        assert result.status == RunStatus.COMPLETED and CALLS == [(tool.name, args)]
+        assert result.status == RunStatus.COMPLETED and [(tool.name, args)] == CALLS
         assert "plan_proposed" not in types(a, result.run_id)
     else:
         assert result.status == RunStatus.WAITING and CALLS == []
