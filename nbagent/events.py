@@ -196,12 +196,16 @@ class ExecutionStarted(Payload):
 
 
 class ToolCallStarted(Payload):
+    """An allowed attempt: with `decision` and `reason`, the audit line of why it was allowed to run."""
+
     event_type = "tool_call_started"
     call_id: str
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     risk: Risk = Risk.WRITE_HIGH_RISK
     target: str | None = None
+    decision: str = "allowed"
+    reason: str = ""
 
 
 class ToolCallCompleted(Payload):

@@ -539,6 +539,11 @@ class Agent:
         tool = self._allowed_tools(run_id)[call.name]
         args = call.arguments or {}
         denial = self.authorizer.check_tool(call.name, args, shell_like=tool.shell_like)
+        if denial is None:
+            try:
+                tool.authorize(args)
+            except ToolError as exc:
+                denial = Denial(rule=f"scope.{getattr(exc, 'rule', 'denied')}", reason=str(exc))
         if denial is None and call.name not in CONTROL_TOOLS:
             executed = sum(1 for s in state.steps.values() if s.status in ("ok", "failed", "running"))
             denial = self.authorizer.check_step(executed)
@@ -550,8 +555,9 @@ class Agent:
         if call.name in CONTROL_TOOLS:
             await self._control(ctx, call, args, parent)
             return
-        started = self._record(run_id, ToolCallStarted(call_id=call.id, tool=call.name, arguments=args,
-                                                       risk=tool.risk, target=tool.target(args)), parent=parent)
+        started = self._record(run_id, ToolCallStarted(
+            call_id=call.id, tool=call.name, arguments=args, risk=tool.risk, target=tool.target(args),
+            reason=self._why_allowed(state, call.id, tool.risk)), parent=parent)
         t0 = time.perf_counter()
         retries = 0
         try:
@@ -665,6 +671,13 @@ class Agent:
             return
         self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=_ms(t0), result=outcome,
                                                preview=_preview(result.answer or "")), parent=started_id)
+
+    def _why_allowed(self, state: RunState, call_id: str, risk: Risk) -> str:
+        plan = state.plans.get(state.plan_of.get(call_id, ""))
+        if plan is not None and plan.status == "approved":
+            by = next((d.by for d in reversed(state.decisions) if d.plan_id == plan.plan_id), "user")
+            return f"plan {plan.plan_id} approved by {by}"
+        return f"{risk.value} runs without asking at autonomy {self.autonomy.value}"
 
     def _child_of_call(self, state: RunState, call_id: str) -> Iterable[str]:
         for e in self.store.query_events(run_id=state.run_id, types="child_run_started"):

@@ -77,6 +77,7 @@ class Tool:
         risk: Risk | str = Risk.WRITE_HIGH_RISK,
         target_arg: str | None = None,
         preview: Callable[[dict[str, Any]], str | None] | None = None,
+        authorize: Callable[[dict[str, Any]], None] | None = None,
         shell_like: bool = False,
     ) -> None:
         self.fn = fn
@@ -90,6 +91,7 @@ class Tool:
         # the argument that names what the tool touches (shown in events and checked for traversal)
         self.target_arg = target_arg or next((p for p in ("path", "file", "filename", "target") if p in params), None)
         self._preview = preview
+        self._authorize = authorize
         self.shell_like = shell_like
 
     def __repr__(self) -> str:
@@ -129,6 +131,11 @@ class Tool:
             return self._preview(arguments)
         except Exception as exc:  # a preview is a courtesy: its failure must not block the plan
             return f"(no preview: {exc})"
+
+    def authorize(self, arguments: dict[str, Any]) -> None:
+        """The tool's own check before it runs (a file tool's scope); raises a ToolError with a `rule`."""
+        if self._authorize is not None:
+            self._authorize(arguments)
 
     async def call(self, arguments: dict[str, Any]) -> Any:
         """Validate, then run (a sync function runs in a worker thread so the event loop stays live)."""
