@@ -42,8 +42,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "sub").mkdir()
     (root / "sub" / "notes.txt").write_text("inside notes\n")
     for folder, name, text in [(".git", "config", "[core]"), (".ssh", "id", "KEY"), (".aws", "credentials", "K"),
-                               (".jupyter", "jupyter_server_config.py", "c"), ("analysis.nbagent", "events.jsonl", "{}"),
-                               ("sub/.git", "HEAD", "ref")]:
+                               (".jupyter", "jupyter_server_config.py", "c"),
+                               ("analysis.nbagent", "events.jsonl", "{}"), ("sub/.git", "HEAD", "ref")]:
         (root / folder).mkdir(parents=True, exist_ok=True)
         (root / folder / name).write_text(text)
     for name in (".env", ".env.local", "id_rsa", "key.pem", "server.key", "credentials.json", ".netrc",
@@ -213,7 +213,7 @@ def test_operations_include_and_file_types_are_switchable(world: dict[str, Path]
     assert exc.value.rule == "include"
     assert only_sub.read_file("sub/notes.txt")["content"]
     csv_only = FileTools(Scope(root=world["root"], file_types=[".csv"]))
-    with pytest.raises(ScopeDenied, match="only .csv files"):
+    with pytest.raises(ScopeDenied, match=r"only \.csv files"):
         csv_only.read_file("sub/notes.txt")
     extra = FileTools(Scope(root=world["root"], exclude=["sub/"]))
     with pytest.raises(ScopeDenied) as exc:
