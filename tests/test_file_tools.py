@@ -1,0 +1,159 @@
+"""The file tools doing their jobs: listing, reading (ranges, encodings, binary), searching, writing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from nbagent.deciders import PolicyDecider
+from nbagent.runtime import Agent
+from nbagent.scope import Scope, ScopeDenied
+from nbagent.state import RunStatus
+from nbagent.tools.base import ToolError
+from nbagent.tools.files import FileTools
+
+
+@pytest.fixture
+def ft(tmp_path: Path) -> FileTools:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "sales.csv").write_text("region,revenue\nNorth,10\nSouth,7\nEast,3\n")
+    (tmp_path / "latin1.txt").write_bytes("café crème, déjà vu, naïve façade — ".encode("cp1252") * 20)
+    (tmp_path / "bom.txt").write_bytes(b"\xef\xbb\xbfwith a BOM\n")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    (tmp_path / "notes.md").write_text("# Notes\nrevenue grew\nREVENUE fell\n")
+    return FileTools(Scope(root=tmp_path, base=tmp_path, max_read_bytes=10_000))
+
+
+def test_list_files_with_depth_pattern_and_sizes(ft: FileTools) -> None:
+    top = ft.list_files()
+    assert [e["path"] for e in top["entries"]] == ["bom.txt", "data/", "image.png", "latin1.txt", "notes.md"]
+    deep = ft.list_files(".", pattern="*.csv", depth=2)["entries"]
+    assert {"path": "data/sales.csv", "type": "file", "size": 39} in deep
+
+
+def test_read_whole_file_and_line_ranges(ft: FileTools) -> None:
+    whole = ft.read_file("data/sales.csv")
+    assert whole["lines"] == "1-4 of 4" and whole["content"].startswith("region")
+    part = ft.read_file("data/sales.csv", start_line=2, end_line=3)
+    assert part["content"] == "North,10\nSouth,7\n" and part["lines"] == "2-3 of 4"
+    with pytest.raises(ToolError, match="start_line"):
+        ft.read_file("data/sales.csv", start_line=0)
+
+
+def test_encoding_detection_and_bom(ft: FileTools) -> None:
+    latin = ft.read_file("latin1.txt")
+    assert "café crème" in latin["content"] and latin["encoding"].lower().replace("-", "") in (
+        "cp1252", "windows1252", "latin1", "iso88591")
+    assert ft.read_file("bom.txt")["content"] == "with a BOM\n"
+
+
+def test_binary_files_are_refused_for_text_reads(ft: FileTools) -> None:
+    with pytest.raises(ToolError, match="binary"):
+        ft.read_file("image.png")
+    assert ft.get_file_metadata("image.png")["kind"] == "binary"
+
+
+def test_size_limit_and_ranged_read_of_a_large_file(ft: FileTools, tmp_path: Path) -> None:
+    (tmp_path / "big.log").write_text("".join(f"line {i}\n" for i in range(5000)))
+    with pytest.raises(ScopeDenied, match="over the 10,000-byte limit"):
+        ft.read_file("big.log")
+    assert ft.read_file("big.log", start_line=4999, end_line=5000)["content"] == "line 4998\nline 4999\n"
+
+
+def test_search_plain_regex_case_and_limits(ft: FileTools) -> None:
+    plain = ft.search_content("revenue")
+    assert {(m["path"], m["line"]) for m in plain["matches"]} == {("data/sales.csv", 1), ("notes.md", 2),
+                                                                  ("notes.md", 3)}
+    cased = ft.search_content("revenue", case_sensitive=True, glob="*.md")["matches"]
+    assert [m["line"] for m in cased] == [2]
+    rx = ft.search_content(r"^\w+,\d$", regex=True)["matches"]
+    assert [m["text"] for m in rx] == ["South,7", "East,3"]
+    assert ft.search_content("e", max_matches=2)["truncated"] == "stopped at 2 matches"
+    with pytest.raises(ToolError, match="invalid regular expression"):
+        ft.search_content("(", regex=True)
+
+
+def test_metadata(ft: FileTools) -> None:
+    meta = ft.get_file_metadata("data/sales.csv")
+    assert meta["size"] == 39 and meta["lines"] == 4 and meta["kind"] == "text" and len(meta["sha256"]) == 64
+
+
+def test_create_refuses_an_existing_path_and_makes_folders(ft: FileTools, tmp_path: Path) -> None:
+    assert ft.create_file("reports/q1/summary.md", "# Q1\n") == {"created": "reports/q1/summary.md", "bytes": 5}
+    assert (tmp_path / "reports/q1/summary.md").read_text() == "# Q1\n"
+    with pytest.raises(ScopeDenied, match="already exists; use write_file"):
+        ft.create_file("notes.md", "x")
+    assert (tmp_path / "notes.md").read_text().startswith("# Notes")
+
+
+def test_write_replaces_atomically_and_keeps_the_mode(ft: FileTools, tmp_path: Path) -> None:
+    target = tmp_path / "notes.md"
+    os.chmod(target, 0o640)
+    inode = target.stat().st_ino
+    ft.write_file("notes.md", "new text\n")
+    assert target.read_text() == "new text\n" and oct(target.stat().st_mode & 0o777) == "0o640"
+    assert target.stat().st_ino != inode  # a new file renamed over the old one: never half-written
+    assert not [p for p in tmp_path.iterdir() if "nbagent-tmp" in p.name]
+    with pytest.raises(ScopeDenied, match="does not exist; use create_file"):
+        ft.write_file("missing.md", "x")
+
+
+def test_write_and_delete_refuse_hard_links(ft: FileTools, tmp_path: Path) -> None:
+    os.link(tmp_path / "notes.md", tmp_path / "twin.md")
+    for call in (lambda: ft.write_file("twin.md", "x"), lambda: ft.delete_file("notes.md")):
+        with pytest.raises(ScopeDenied, match="hard links"):
+            call()
+    assert (tmp_path / "twin.md").read_text().startswith("# Notes")
+
+
+def test_delete(ft: FileTools, tmp_path: Path) -> None:
+    assert ft.delete_file("notes.md")["deleted"] == "notes.md" and not (tmp_path / "notes.md").exists()
+
+
+def test_write_size_limit(tmp_path: Path) -> None:
+    ft = FileTools(Scope(root=tmp_path, max_write_bytes=10))
+    with pytest.raises(ScopeDenied, match="over the 10-byte limit"):
+        ft.create_file("x.txt", "this is longer than ten bytes")
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_previews_are_unified_diffs(ft: FileTools) -> None:
+    create = ft.preview_create({"path": "new.md", "content": "a\nb\n"})
+    assert create.startswith("--- /dev/null\n+++ b/new.md\n") and "+a\n+b\n" in create
+    write = ft.preview_write({"path": "notes.md", "content": "# Notes\nrevenue grew a lot\nREVENUE fell\n"})
+    assert "-revenue grew\n+revenue grew a lot\n" in write and write.startswith("--- a/notes.md\n+++ b/notes.md")
+    delete = ft.preview_delete({"path": "data/sales.csv"})
+    assert "+++ /dev/null" in delete and "-North,10" in delete
+
+
+def test_the_approval_card_carries_the_diff(ft: FileTools, tmp_path: Path) -> None:
+    script = {"turns": [{"tool_calls": [{"name": "write_file",
+                                         "arguments": {"path": "notes.md", "content": "# Notes\nrewritten\n"}}]},
+                        {"content": "rewritten"}]}
+    agent = Agent(script=script, tools=ft.tools(), decider=PolicyDecider("none"), store=tmp_path / "nb.ipynb")
+    result = asyncio.run(agent.run("rewrite the notes"))
+    plan = next(e for e in agent.store.run_events(result.run_id) if e.type == "plan_proposed").payload
+    step = plan.steps[0]
+    assert step.risk == "WRITE_HIGH_RISK" and step.target == "notes.md"
+    assert "-revenue grew\n" in step.preview and "+rewritten\n" in step.preview
+    assert (tmp_path / "notes.md").read_text().startswith("# Notes\nrevenue")  # denied: unchanged
+    assert result.status == RunStatus.COMPLETED
+
+
+def test_every_attempt_is_an_event_with_target_decision_reason_and_duration(ft: FileTools, tmp_path: Path) -> None:
+    script = {"turns": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "data/sales.csv"}},
+                                        {"name": "read_file", "arguments": {"path": "../etc/passwd"}}]},
+                        {"content": "ok"}]}
+    agent = Agent(script=script, tools=ft.tools(), store=tmp_path / "nb.ipynb")
+    result = asyncio.run(agent.run("read"))
+    events = agent.store.run_events(result.run_id)
+    started = next(e for e in events if e.type == "tool_call_started").payload
+    assert (started.target, started.decision) == ("data/sales.csv", "allowed")
+    assert started.reason == "READ_ONLY runs without asking at autonomy L1"
+    assert next(e for e in events if e.type == "tool_call_completed").payload.duration_ms > 0
+    denied = next(e for e in events if e.type == "authorization_denied").payload
+    assert denied.target == "../etc/passwd" and denied.reason
+    assert denied.rule in ("path_traversal", "scope.outside")
