@@ -49,3 +49,16 @@ def __getattr__(name: str) -> Any:
     value = getattr(import_module(module, __name__), name)
     globals()[name] = value
     return value
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """`%load_ext nbagent`: registers `%%agent` and `%agent` (nothing heavy is imported yet)."""
+    from .ipython import load_ipython_extension as load
+
+    load(ip)
+
+
+def unload_ipython_extension(ip: Any) -> None:
+    from .ipython import unload_ipython_extension as unload
+
+    unload(ip)

@@ -3,6 +3,7 @@
     nbagent runs [PATH]           a table of runs
     nbagent show RUN [PATH]       one run's event timeline (--json for machines)
     nbagent verify [PATH]         check every chain; non-zero exit on tampering
+    nbagent run NOTEBOOK          execute a notebook headlessly (the main job for CI)
 
 PATH is a notebook, its store folder (NAME.nbagent), or a folder; omitted, the current folder. Commands only
 read: they open stores read-only, take no lock, and so also work on a read-only disk.
@@ -47,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
     p.add_argument("--json", action="store_true", help="print the events exactly as recorded, as a JSON array")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("run", help="execute a notebook headlessly, answering approvals by policy",
+                       description="Execute NOTEBOOK with nbclient (sending cell ids as JupyterLab does), answer "
+                                   "approvals by policy, write the executed notebook, print a line per run. Exits 1 "
+                                   "when a cell fails or a run fails, is interrupted or is left waiting.")
+    p.add_argument("notebook", metavar="NOTEBOOK", help="the .ipynb to execute")
+    p.add_argument("-o", "--output", help="where to write the executed notebook (default: in place)")
+    p.add_argument("--approve", choices=["all", "none", "low", "recorded"], default="none",
+                   help="how approvals are answered (default: none, i.e. every proposed plan is denied)")
+    p.add_argument("--model", help="the model for cells that name none (sets NBAGENT_MODEL for the kernel)")
+    p.add_argument("--timeout", type=int, default=600, help="seconds a cell may run (default 600)")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("verify", help="check the hash chain and seq of every run",
                        description="Check every run's chain: seq gap-free and in order, each hash correct and "
@@ -185,6 +198,17 @@ def render_timeline(state: RunState, events: list[EventBase], log_path: Path) ->
         tail.append(f"  waiting for: {state.pending.kind} (request {state.pending.request_id})")
     tail.append(f"  log: {log_path}")
     return "\n".join(head + rows + tail)
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runner import main_run
+
+    if not Path(args.notebook).is_file():
+        raise StoreError(f"{args.notebook}: no such notebook")
+    return main_run(args)
 
 
 # ---------------------------------------------------------------------------------------------- verify

@@ -229,6 +229,7 @@ class Agent:
         context: list[dict[str, Any]] | None = None,
         parent_run_id: str | None = None,
         tools: list[str] | None = None,
+        options: dict[str, Any] | None = None,
         _depth: int = 0,
         _turn: list[int] | None = None,
     ) -> RunResult:
@@ -241,7 +242,7 @@ class Agent:
             previous_run_id = self.store.run_state(self.replay_source).previous_run_id  # the recording's start
         elif previous_run_id == "auto":
             previous_run_id = None if parent_run_id else self.latest_run_id()
-        options = {"tools": tools} if tools is not None else {}
+        options = {**(options or {}), **({"tools": tools} if tools is not None else {})}
         run = self.store.create_run(
             self.session.id, self.redactor.text(prompt), model=self.model, autonomy=self.autonomy, cell_id=cell_id,
             previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options,

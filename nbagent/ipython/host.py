@@ -1,0 +1,396 @@
+"""The agent inside a kernel: `%%agent` cells and `%agent` lines, one `NotebookHost` per IPython shell.
+
+The host owns what a notebook shares between cells: the store beside the notebook, the interactive decider
+that widget clicks resolve, the option overrides of `%agent config`, and which run each cell last made (a
+re-run cell forks the conversation from before that run). Each run is shown by a `LiveDisplay`: the run view
+widget while it runs, replaced through the same display id by the static record when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from ..deciders import Decider, InteractiveDecider, PolicyDecider, RecordedDecider, Verdict
+from ..models.base import ModelScriptError
+from ..policy import Budget
+from ..runtime import Agent as RuntimeAgent
+from ..runtime import RunResult, RunStateError
+from ..state import RunStatus
+from ..store import Store, StoreError, store_path_for
+from ..tools.base import Tool
+from .live import LiveDisplay
+from .options import SETTINGS, Agent, UsageError, cell_parser, line_parser, parse, resolve, set_override
+
+_host: NotebookHost | None = None
+
+
+def install(shell: Any) -> NotebookHost:
+    global _host
+    if _host is None or _host.shell is not shell:
+        _host = NotebookHost(shell)
+    return _host
+
+
+def current() -> NotebookHost:
+    if _host is None:
+        raise UsageError("nbagent is not loaded in this kernel: run %load_ext nbagent first")
+    return _host
+
+
+async def run_cell(line: str, body: str) -> Any:
+    try:
+        return await current().run_cell(line, body)
+    except (UsageError, StoreError, RunStateError, ModelScriptError, ValueError) as exc:
+        print(str(exc).rstrip(), file=sys.stderr)
+        return None
+
+
+async def run_line(line: str) -> Any:
+    try:
+        return await current().run_line(line)
+    except (UsageError, StoreError, RunStateError, ModelScriptError, ValueError) as exc:
+        print(str(exc).rstrip(), file=sys.stderr)
+        return None
+
+
+class NotebookHost:
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.config = Agent(parent=shell)
+        if hasattr(shell, "configurables"):
+            shell.configurables.append(self.config)
+        self.overrides: dict[str, Any] = {}
+        self.decider = InteractiveDecider()
+        self._store: Store | None = None
+        self.display_ids: dict[str, str] = {}  # run id -> display id of its output, for superseded updates
+        self.last_run_id: str | None = None
+
+    # ------------------------------------------------------------------ where and what
+
+    @property
+    def notebook(self) -> Path:
+        """The notebook's path: JupyterLab tells the kernel (`__session__`); `nbagent run` does too."""
+        name = self.shell.user_ns.get("__session__") or os.environ.get("JPY_SESSION_NAME")
+        if name and str(name).endswith(".ipynb"):
+            path = Path(name)
+            return path if path.is_absolute() else Path.cwd() / path
+        return Path.cwd() / "agent.ipynb"  # documented fallback: a store named agent.nbagent in the cwd
+
+    @property
+    def folder(self) -> Path:
+        return self.notebook.parent
+
+    @property
+    def store(self) -> Store:
+        path = store_path_for(self.notebook)
+        if self._store is None or self._store.path != path:
+            self._store = Store(path)
+        return self._store
+
+    def cell_id(self) -> str | None:
+        kernel = getattr(self.shell, "kernel", None)
+        try:
+            parent = kernel.get_parent() if kernel is not None else None
+        except Exception:
+            parent = None
+        cell = ((parent or {}).get("metadata") or {}).get("cellId")
+        return str(cell) if cell else None
+
+    def settings(self, args: Any | None = None) -> dict[str, tuple[Any, str]]:
+        return {name: resolve(name, getattr(args, name, None) if args is not None else None, self.overrides,
+                              self.config) for name in SETTINGS}
+
+    def user_tools(self) -> list[Tool]:
+        return [v for k, v in self.shell.user_ns.items() if isinstance(v, Tool) and not k.startswith("_")]
+
+    def all_tools(self) -> list[Tool]:
+        from ..scope import Scope
+        from ..tools.files import file_tools
+        from ..tools.kernel import kernel_tools
+
+        builtin = file_tools(Scope(root=self.folder, base=self.folder)) + kernel_tools(self.shell.user_ns)
+        names = {t.name for t in builtin}
+        return builtin + [t for t in self.user_tools() if t.name not in names]
+
+    # ------------------------------------------------------------------ %%agent
+
+    async def run_cell(self, line: str, body: str) -> None:
+        args = parse(cell_parser(), line)
+        if args.help:
+            print(cell_parser().format_help())
+            return
+        prompt = body.strip()
+        if not prompt:
+            raise UsageError("%%agent: the cell has no request; write it below the %%agent line")
+        cfg = {k: v for k, (v, _) in self.settings(args).items()}
+        store = self.store
+        session = store.session(cfg["session"], notebook=self.notebook.name)
+        cell_id = self.cell_id()
+        previous: Any = "auto"
+        fork_of = None
+        cell_runs = [r for r in store.list_runs(session.id) if cell_id and r.cell_id == cell_id
+                     and r.parent_run_id is None]
+        if args.new:
+            previous = None
+        elif cell_runs and cell_runs[-1].status != RunStatus.SUPERSEDED:
+            fork_of = cell_runs[-1].id  # re-running a cell: start from before its last run
+        replay = None
+        if args.replay:
+            if not cell_runs:
+                raise UsageError("%%agent --replay: this cell has no recorded run to replay")
+            replay = cell_runs[-1].id
+        options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
+        if cfg["script"]:
+            options["script"] = str(self._path(cfg["script"]))
+        agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay,
+                                recorded_from=cell_runs[-1].id if cell_runs else None)
+        tools = [t.strip() for t in args.tools.split(",")] if args.tools else None
+        await self.drive(agent, lambda: agent.run(prompt, previous_run_id=previous, fork_of=fork_of,
+                                                  cell_id=cell_id, tools=tools, options=options))
+
+    def _path(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.folder / p
+
+    def make_agent(self, cfg: dict[str, Any], *, session_name: str, replay: str | None = None,
+                   recorded_from: str | None = None) -> RuntimeAgent:
+        decider = self.decider_for(cfg.get("approve") or "", recorded_from)
+        script = self._path(cfg["script"]) if cfg.get("script") and not replay else None
+        model = cfg.get("model") or None
+        if replay is None and script is None and not model:
+            raise UsageError(
+                "%%agent: no model. Pass --model (any litellm model, e.g. openai/gpt-4o-mini with OPENAI_API_KEY "
+                "set), or --script turns.json for the offline scripted model, or set a default: "
+                "%agent config model=..., %config Agent.model = ..., or NBAGENT_MODEL"
+            )
+        budget = Budget(max_steps=int(cfg.get("max_steps") or 50), max_cost=float(cfg.get("budget") or 0) or None)
+        return RuntimeAgent(
+            model=None if script is not None and (model in (None, "nbagent/scripted")) else model,
+            script=script, replay=replay, tools=self.all_tools(), autonomy=cfg.get("autonomy") or "L1",
+            decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
+        )
+
+    def decider_for(self, approve: str, recorded_from: str | None) -> Decider:
+        if approve in ("all", "none", "low"):
+            return PolicyDecider(approve, answer=os.environ.get("NBAGENT_ANSWER"))
+        if approve == "recorded":
+            if recorded_from is None:
+                raise UsageError("--approve recorded: this cell has no earlier run whose decisions to reuse")
+            from ..replay import recorded_events
+
+            return RecordedDecider.from_events(recorded_events(self.store, recorded_from), recorded_from)
+        return self.decider
+
+    async def drive(self, agent: RuntimeAgent, start: Callable[[], Awaitable[RunResult]],
+                    run_id: str | None = None) -> RunResult | None:
+        """Show a live view, run, and leave the static record in the output whatever happens."""
+        live = LiveDisplay(agent, self, run_id)
+        unsubscribe = agent.bus.subscribe(live.on_bus)
+        result: RunResult | None = None
+        interrupted = False
+        try:
+            result = await start()
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            interrupted = True
+        finally:
+            unsubscribe()
+            live.finish()
+        run_id = live.run_id
+        if run_id is not None:
+            self.last_run_id = run_id
+            self.display_ids[run_id] = live.display_id
+            self._refresh_superseded(agent)
+        if interrupted:
+            print(f"Interrupted. The run ({run_id}) is saved and can continue: %agent resume {run_id} "
+                  "(or %agent approve / deny / refine if it was waiting).", file=sys.stderr)
+        return result
+
+    def _refresh_superseded(self, agent: RuntimeAgent) -> None:
+        """Runs forked away get their static record re-rendered with the superseded banner, in place."""
+        from IPython.display import update_display
+
+        from ..ui.record import RunRecord
+        from ..ui.viewstate import view_state
+
+        for run_id, display_id in list(self.display_ids.items()):
+            state = self.store.run_state(run_id)
+            if state.status == RunStatus.SUPERSEDED:
+                view = view_state(state, self.store.run_events(run_id), log_path=str(self.store.path))
+                update_display(RunRecord(view), display_id=display_id)
+                del self.display_ids[run_id]
+
+    # ------------------------------------------------------------------ %agent
+
+    async def run_line(self, line: str) -> Any:
+        args = parse(line_parser(), line)
+        if args.help or not args.command:
+            print(line_parser().format_help())
+            return None
+        return await getattr(self, "cmd_" + args.command)(args)
+
+    async def cmd_status(self, args: Any) -> None:
+        runs = self.store.list_runs()
+        if not runs:
+            print(f"no runs yet; the log will be {self.store.path}")
+            return
+        last = runs[-1]
+        print(f"latest run {last.id}: {last.status.value} · {last.model} · {last.steps} step(s) · "
+              f"{last.tokens} tokens · log {self.store.path}")
+        for r in runs:
+            state = self.store.run_state(r.id)
+            if state.pending is not None:
+                what = state.pending.question if state.pending.kind == "human_input" else \
+                    f"approval of plan {state.pending.plan_id}"
+                print(f"  {r.id} ({state.status.value}) waits for {what}: %agent approve|deny|refine|answer {r.id}")
+            elif state.status == RunStatus.INTERRUPTED:
+                print(f"  {r.id} was interrupted: %agent resume {r.id}")
+
+    async def cmd_runs(self, args: Any) -> None:
+        from ..cli import _run_row, short_ids, table
+
+        runs = self.store.list_runs()
+        if not runs:
+            print("no runs yet")
+            return
+        names = {s["id"]: s["name"] for s in self.store.sessions.all()}
+        short = short_ids([r.id for r in runs])
+        rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "STEPS", "TOKENS", "COST", "STARTED"]]
+        rows += [_run_row(r, short[r.id], names) for r in runs]
+        print(table(rows, right={5, 6, 7}))
+
+    async def cmd_show(self, args: Any) -> None:
+        from ..cli import render_timeline
+
+        run_id = self.store.resolve_run(args.run)
+        print(render_timeline(self.store.run_state(run_id), self.store.run_events(run_id), self.store.path))
+
+    async def cmd_log(self, args: Any) -> Any:
+        from ..timeline import describe
+
+        events = self.store.run_events(self.store.resolve_run(args.run)) if args.run else \
+            self.store.query_events()
+        rows = [{"ts": e.ts, "run": e.run_id, "seq": e.seq, "type": e.type, "detail": describe(e)} for e in events]
+        try:
+            import pandas as pd
+        except ImportError:
+            for r in rows:
+                print(f"{r['ts'][:23]}  {str(r['run'])[:12]:12}  {r['seq']:>4}  {r['type']:<22} {r['detail']}")
+            return None
+        return pd.DataFrame(rows)
+
+    def _waiting_run(self, run: str | None) -> str:
+        if run:
+            return self.store.resolve_run(run)
+        for r in reversed(self.store.list_runs()):
+            state = self.store.run_state(r.id)
+            if state.pending is not None:
+                return r.id
+        raise UsageError("no run is waiting for a decision; %agent status shows the runs")
+
+    async def _decide(self, run: str | None, verdict: Verdict | None = None, answer: str | None = None) -> None:
+        run_id = self._waiting_run(run)
+        state = self.store.run_state(run_id)
+        pending = state.pending
+        if pending is None:
+            raise UsageError(f"run {run_id} is not waiting for a decision ({state.status.value})")
+        from ..deciders import Answer
+
+        value = verdict if verdict is not None else Answer(text=answer or "", by="user")
+        if self.decider.resolve(pending.request_id, value):
+            print(f"delivered to the waiting run {run_id}")
+            return
+        agent = self.agent_for(run_id)
+        agent.answer_pending(run_id, verdict=verdict, answer=answer)
+        await self.drive(agent, lambda: agent.resume(run_id), run_id)
+
+    def _split(self, words: list[str]) -> tuple[str | None, str]:
+        if words and self._is_run(words[0]):
+            return words[0], " ".join(words[1:])
+        return None, " ".join(words)
+
+    def _is_run(self, word: str) -> bool:
+        try:
+            self.store.resolve_run(word)
+            return len(word) >= 6
+        except StoreError:
+            return False
+
+    async def cmd_approve(self, args: Any) -> None:
+        await self._decide(args.run, Verdict.approve(by="%agent approve"))
+
+    async def cmd_deny(self, args: Any) -> None:
+        run, reason = self._split(args.words)
+        await self._decide(run, Verdict.deny(reason, by="%agent deny"))
+
+    async def cmd_refine(self, args: Any) -> None:
+        run, feedback = self._split(args.words)
+        if not feedback.strip():
+            raise UsageError("%agent refine: say what to change, e.g. %agent refine use report.md instead")
+        await self._decide(run, Verdict.refine(feedback, by="%agent refine"))
+
+    async def cmd_answer(self, args: Any) -> None:
+        run, text = self._split(args.words)
+        await self._decide(run, answer=text)
+
+    async def cmd_resume(self, args: Any) -> None:
+        if args.run:
+            run_id = self.store.resolve_run(args.run)
+        else:
+            candidates = [r.id for r in self.store.list_runs()
+                          if r.status in (RunStatus.WAITING, RunStatus.INTERRUPTED, RunStatus.RUNNING)]
+            if not candidates:
+                raise UsageError("no run to resume; %agent status shows the runs")
+            run_id = candidates[-1]
+        agent = self.agent_for(run_id)
+        await self.drive(agent, lambda: agent.resume(run_id), run_id)
+
+    def agent_for(self, run_id: str) -> RuntimeAgent:
+        """An agent able to continue a recorded run, after a restart too: settings come from its events."""
+        state = self.store.run_state(run_id)
+        opts = state.options
+        cfg = {k: v for k, (v, _) in self.settings().items()}
+        cfg.update(model=state.model, autonomy=state.autonomy.value, script=opts.get("script", ""),
+                   max_steps=opts.get("max_steps", cfg["max_steps"]), budget=opts.get("budget", cfg["budget"]))
+        if state.model == "nbagent/replay":
+            raise UsageError(f"run {run_id} was a replay; re-run its cell to replay again")
+        session = self.store.get_session(state.session_id)
+        return self.make_agent(cfg, session_name=session.name)
+
+    async def cmd_tools(self, args: Any) -> None:
+        from ..tools.control import CONTROL_TOOLS
+
+        for t in [*self.all_tools(), *CONTROL_TOOLS.values()]:
+            print(f"{t.name:<20} {t.risk.value:<16} {t.description}")
+
+    async def cmd_config(self, args: Any) -> None:
+        for pair in args.pairs:
+            print(set_override(self.overrides, pair))
+        if not args.pairs:
+            for name, (value, source) in self.settings().items():
+                print(f"{name:<10} = {value!r:<30} ({source})")
+
+    async def cmd_export(self, args: Any) -> Any:
+        from ..ui.record import render_html, render_markdown
+        from ..ui.viewstate import view_state
+
+        run_id = self.store.resolve_run(args.run)
+        view = view_state(self.store.run_state(run_id), self.store.run_events(run_id), log_path=str(self.store.path))
+        text = {"json": lambda: json.dumps(view, indent=1, ensure_ascii=False), "html": lambda: render_html(view),
+                "md": lambda: render_markdown(view)}[args.format]()
+        if args.output:
+            out = self._path(args.output)
+            out.write_text(text, encoding="utf-8")
+            print(f"wrote {out}")
+            return None
+        if args.format == "html":
+            from IPython.display import HTML
+
+            return HTML(text)
+        print(text)
+        return None

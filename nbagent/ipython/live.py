@@ -1,0 +1,112 @@
+"""One run's output area: the live view while it runs, the static record once it ends.
+
+The view is rebuilt from the store (the events are the truth) at most every 100 ms however many events arrive,
+and streamed tokens are passed through as they come. When no widget can be shown (no anywidget, no comm), the
+output still gets the static record at the end, so a saved notebook always reads well without a kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ..events import EventBase
+from ..ui.record import RunRecord
+from ..ui.viewstate import view_state
+
+if TYPE_CHECKING:
+    from ..runtime import Agent
+    from .host import NotebookHost
+
+log = logging.getLogger("nbagent.ipython")
+
+REBUILD_S = 0.1
+
+
+class LiveDisplay:
+    def __init__(self, agent: Agent, host: NotebookHost, run_id: str | None = None) -> None:
+        from IPython.display import display
+
+        self.agent = agent
+        self.host = host
+        self.run_id: str | None = run_id  # known for a resumed run; a new one announces itself
+        self.display_id = f"nbagent-{uuid.uuid4().hex}"
+        self._scheduled = False
+        self.widget: Any = None
+        try:
+            from ..ui.widget import RunView
+
+            self.widget = RunView(decider=host.decider if agent.decider is host.decider else None)
+            display(self.widget, display_id=self.display_id)
+            if run_id is not None:
+                self.widget.push(self.view())
+        except Exception as exc:  # no widget support here: the record alone will do
+            log.debug("no live view: %s", exc)
+            self.widget = None
+            display(_Placeholder(), display_id=self.display_id)
+
+    def on_bus(self, kind: str, data: Any) -> None:
+        if kind == "event":
+            event: EventBase = data
+            if self.run_id is None and event.type == "run_started" and event.payload.parent_run_id is None:
+                self.run_id = event.run_id
+            self._schedule()
+        elif self.widget is not None and kind == "token" and data[0] == self.run_id:
+            self.widget.token(data[1])
+        elif self.widget is not None and kind == "token_reset" and data == self.run_id:
+            self.widget.reset_tokens()
+
+    def _schedule(self) -> None:
+        if self._scheduled or self.widget is None:
+            return
+        self._scheduled = True
+        try:
+            asyncio.get_running_loop().call_later(REBUILD_S, self._rebuild)
+        except RuntimeError:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        self._scheduled = False
+        if self.widget is None or self.run_id is None:
+            return
+        try:
+            self.widget.push(self.view())
+        except Exception:
+            log.exception("the live view could not be updated; the run continues")
+
+    def view(self) -> dict[str, Any]:
+        assert self.run_id is not None
+        store = self.agent.store
+        view = view_state(store.run_state(self.run_id), store.run_events(self.run_id), log_path=str(store.path))
+        if view["pending"] is None:  # a sub-agent may be the one waiting: show its question here
+            for child in view["children"]:
+                child_state = store.run_state(child)
+                if child_state.pending is not None:
+                    p = child_state.pending
+                    view["pending"] = {"kind": p.kind, "request_id": p.request_id, "plan_id": p.plan_id,
+                                       "question": p.question, "run_id": child}
+                    break
+        return view
+
+    def finish(self) -> None:
+        from IPython.display import update_display
+
+        if self.run_id is None:
+            return
+        view = self.view()
+        if self.widget is not None:
+            try:
+                self.widget.push(view)
+                self.widget.flush()
+            except Exception:
+                log.debug("final widget update failed", exc_info=True)
+        update_display(RunRecord(view), display_id=self.display_id)
+        if self.widget is not None:
+            self.widget.close()
+
+
+class _Placeholder:
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return {"text/plain": "nbagent: running…", "text/html": "<p><em>nbagent: running…</em></p>"}

@@ -1,0 +1,52 @@
+"""Registering the magics and the input transformer with an IPython shell."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from . import ipykernel_problem
+from .transform import transform
+
+
+@magics_class
+class AgentMagics(Magics):
+    """`%%agent` and `%agent`. In a cell they run as top-level awaits (the input transformer rewrites them);
+    called any other way (`get_ipython().run_cell_magic(...)`), they say how to use them."""
+
+    @cell_magic("agent")
+    def agent_cell(self, line: str, cell: str) -> None:
+        from .options import cell_parser
+
+        if "-h" in line.split() or "--help" in line.split():
+            print(cell_parser().format_help())
+            return
+        print("%%agent runs as a notebook cell (it awaits decisions); put it at the top of a cell.", file=sys.stderr)
+
+    @line_magic("agent")
+    def agent_line(self, line: str) -> None:
+        from .options import line_parser
+
+        if not line.strip() or "-h" in line.split() or "--help" in line.split():
+            print(line_parser().format_help())
+            return
+        print("%agent runs at the start of a line in a cell (it may await a run).", file=sys.stderr)
+
+
+def register(ip: Any) -> None:
+    from .host import install
+
+    problem = ipykernel_problem()
+    if problem:
+        print(problem, file=sys.stderr)
+    ip.register_magics(AgentMagics)
+    if transform not in ip.input_transformers_cleanup:
+        ip.input_transformers_cleanup.insert(0, transform)
+    install(ip)
+
+
+def unregister(ip: Any) -> None:
+    if transform in ip.input_transformers_cleanup:
+        ip.input_transformers_cleanup.remove(transform)

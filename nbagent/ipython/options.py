@@ -1,0 +1,141 @@
+"""Options of `%%agent` and `%agent`, and where their defaults come from.
+
+Precedence, highest first: the cell's own options, `%agent config key=value`, traitlets config
+(`%config Agent.model = "..."`, or ipython_config.py), environment variables (`NBAGENT_MODEL`,
+`NBAGENT_AUTONOMY`, `NBAGENT_APPROVE`, `NBAGENT_MAX_STEPS`, `NBAGENT_BUDGET`, `NBAGENT_SCRIPT`,
+`NBAGENT_SESSION`), then the built-in default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from typing import Any
+
+from traitlets import Float, Int, Unicode
+from traitlets.config import Configurable
+
+
+class UsageError(Exception):
+    """Bad options: the message says what was wrong and shows the usage."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage()}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        raise UsageError(message or "")
+
+
+def cell_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="%%agent", add_help=False, description="Run the agent on the request in the cell's body.",
+                epilog="Defaults: %agent config > %config Agent.<name> > NBAGENT_<NAME> environment variables.")
+    p.add_argument("-h", "--help", action="store_true", help="show this help")
+    p.add_argument("-m", "--model", help="any litellm model (openai/gpt-4o-mini, anthropic/..., ollama/...), or "
+                                         "nbagent/scripted with --script")
+    p.add_argument("-a", "--autonomy", choices=["L0", "L1", "L2", "L3"],
+                   help="L0 read-only, L1 recommendations (default), L2 assisted, L3 supervised")
+    p.add_argument("-s", "--session", help="the conversation to continue (default: the notebook's default)")
+    p.add_argument("--new", action="store_true", help="start a new conversation instead of continuing")
+    p.add_argument("--tools", help="comma-separated tool names to allow (default: all; see %%agent tools)")
+    p.add_argument("--max-steps", type=int, dest="max_steps", help="stop after this many tool steps")
+    p.add_argument("--budget", type=float, help="stop when the run's model cost reaches this many dollars")
+    p.add_argument("--approve", choices=["all", "none", "low", "recorded"],
+                   help="answer approvals by policy instead of asking (headless runs): recorded = as in the "
+                        "cell's previous run")
+    p.add_argument("--replay", action="store_true", help="replay the cell's recorded run offline (no model call)")
+    p.add_argument("--script", help="JSON script of turns for the offline scripted model (implies "
+                                    "--model nbagent/scripted)")
+    return p
+
+
+def line_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="%agent", add_help=False, description="Inspect and steer the notebook's agent runs.")
+    p.add_argument("-h", "--help", action="store_true", help="show this help")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.add_parser("status", help="the latest run and any run waiting for a decision", add_help=False)
+    sub.add_parser("runs", help="a table of the notebook's runs", add_help=False)
+    s = sub.add_parser("show", help="one run's event timeline", add_help=False)
+    s.add_argument("run", metavar="RUN", help="run id or unique prefix")
+    s = sub.add_parser("log", help="the session's events as a table (a pandas DataFrame when pandas is present)",
+                       add_help=False)
+    s.add_argument("run", metavar="RUN", nargs="?", help="only this run")
+    s = sub.add_parser("approve", help="approve the plan a run is waiting on", add_help=False)
+    s.add_argument("run", metavar="RUN", nargs="?", help="default: the run waiting for a decision")
+    for name, what in (("deny", "REASON"), ("refine", "FEEDBACK")):
+        s = sub.add_parser(name, help=f"{name} the plan a run is waiting on, with a {what.lower()}", add_help=False)
+        s.add_argument("words", metavar=f"[RUN] {what}", nargs="*", help=f"optional run id, then the {what.lower()}")
+    s = sub.add_parser("answer", help="answer the question a run is waiting on", add_help=False)
+    s.add_argument("words", metavar="[RUN] TEXT", nargs="*")
+    s = sub.add_parser("resume", help="resume a run left waiting or interrupted (after a restart too)",
+                       add_help=False)
+    s.add_argument("run", metavar="RUN", nargs="?", help="default: the latest waiting or interrupted run")
+    sub.add_parser("tools", help="the tools the agent may use, with their risk", add_help=False)
+    s = sub.add_parser("config", help="show or set defaults: %agent config model=openai/gpt-4o-mini", add_help=False)
+    s.add_argument("pairs", metavar="KEY=VALUE", nargs="*")
+    s = sub.add_parser("export", help="write a run as json, html or md", add_help=False)
+    s.add_argument("run", metavar="RUN")
+    s.add_argument("--format", choices=["json", "html", "md"], default="html")
+    s.add_argument("-o", "--output", help="file to write (default: show it here)")
+    return p
+
+
+def parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"{parser.prog}: {exc}\n{parser.format_usage()}") from None
+    return parser.parse_args(argv)
+
+
+class Agent(Configurable):
+    """Defaults for %%agent cells, settable with `%config Agent.<name> = value`."""
+
+    model = Unicode("", help="the model when a cell names none").tag(config=True)
+    autonomy = Unicode("L1", help="L0-L3").tag(config=True)
+    approve = Unicode("", help="headless approval policy: all, none, low, recorded").tag(config=True)
+    max_steps = Int(50, help="tool steps per run").tag(config=True)
+    budget = Float(0.0, help="model cost per run, in dollars (0: no limit)").tag(config=True)
+    script = Unicode("", help="script of the offline scripted model").tag(config=True)
+    session = Unicode("default", help="the conversation cells continue").tag(config=True)
+
+
+SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "script", "session")
+_DEFAULTS = {"model": "", "autonomy": "L1", "approve": "", "max_steps": 50, "budget": 0.0, "script": "",
+             "session": "default"}
+_CASTS = {"max_steps": int, "budget": float}
+
+
+def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: Agent) -> tuple[Any, str]:
+    """(value, where it came from) for one setting."""
+    if cell_value not in (None, ""):
+        return cell_value, "cell option"
+    if name in overrides:
+        return overrides[name], "%agent config"
+    traited = getattr(config, name)
+    if traited != _DEFAULTS[name] and config.trait_metadata(name, "config"):
+        return traited, "%config Agent"
+    env = os.environ.get(f"NBAGENT_{name.upper()}")
+    if env:
+        return _CASTS.get(name, str)(env), f"NBAGENT_{name.upper()}"
+    return _DEFAULTS[name], "default"
+
+
+def set_override(overrides: dict[str, Any], pair: str) -> str:
+    if "=" not in pair:
+        raise UsageError(f"%agent config: expected KEY=VALUE, got {pair!r}; keys: {', '.join(SETTINGS)}")
+    key, value = (x.strip() for x in pair.split("=", 1))
+    key = key.replace("-", "_")
+    if key not in SETTINGS:
+        raise UsageError(f"%agent config: unknown key {key!r}; keys: {', '.join(SETTINGS)}")
+    try:
+        overrides[key] = _CASTS.get(key, str)(value)
+    except ValueError:
+        raise UsageError(f"%agent config: {key} must be a number, got {value!r}") from None
+    if key == "autonomy" and value not in ("L0", "L1", "L2", "L3"):
+        raise UsageError("%agent config: autonomy must be L0, L1, L2 or L3")
+    if key == "approve" and value not in ("", "all", "none", "low", "recorded"):
+        raise UsageError("%agent config: approve must be all, none, low or recorded")
+    return f"{key} = {overrides[key]!r}"

@@ -1,0 +1,35 @@
+"""Turning `%%agent` cells (and `%agent` lines) into top-level awaits.
+
+A magic's body cannot be awaited, and a synchronous wait never sees a widget click (DESIGN.md section 5). So
+before IPython's own cell-magic handling, an input transformer rewrites
+
+    %%agent --model m            ->    await __import__("nbagent.ipython.host", fromlist=["_"]).run_cell(
+    Load sales.csv ...                     '--model m', 'Load sales.csv ...')
+
+and each `%agent ...` line at the start of a line into `await ....run_line('...')`. The cell then awaits at
+top level (IPython's autoawait), and ipykernel >= 7.4 keeps handling comm messages (clicks) meanwhile.
+"""
+
+from __future__ import annotations
+
+_CALL = '__import__("nbagent.ipython.host", fromlist=["_"])'
+
+
+def transform(lines: list[str]) -> list[str]:
+    if not lines:
+        return lines
+    first = lines[0].rstrip("\n")
+    if first.startswith("%%agent") and (len(first) == 7 or first[7] in " \t"):
+        args = first[7:].strip()
+        body = "".join(lines[1:])
+        return [f"await {_CALL}.run_cell({args!r}, {body!r})\n"]
+    if not any(line.startswith("%agent") for line in lines):
+        return lines
+    out = []
+    for line in lines:
+        stripped = line.rstrip("\n")
+        if stripped.startswith("%agent") and (len(stripped) == 6 or stripped[6] in " \t"):
+            out.append(f"await {_CALL}.run_line({stripped[6:].strip()!r})\n")
+        else:
+            out.append(line)
+    return out

@@ -1,0 +1,149 @@
+"""`nbagent run NOTEBOOK`: execute a notebook headlessly, as CI and the README's first command do.
+
+nbclient underneath, plus what a plain nbclient run lacks:
+- cell ids: each execute_request carries `metadata.cellId` (as JupyterLab sends it), so runs are tied to cells
+  and a re-run forks exactly as it would in JupyterLab;
+- the notebook's path (`JPY_SESSION_NAME`), so the log lands beside the notebook;
+- approvals by policy (`NBAGENT_APPROVE`): nobody is there to click;
+- a one-line summary per run, and a non-zero exit when a cell fails or a run fails, is interrupted or is left
+  waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    cell_id: str | None
+    status: str
+    steps: int
+    tokens: int
+    cost: float | None
+    answer: str | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("completed", "completed_with_errors", "superseded")
+
+    def line(self) -> str:
+        from .timeline import clip, money
+
+        tail = self.answer if self.ok else (self.error or "no answer")
+        return (f"run {self.run_id[:12]}  cell {(self.cell_id or '-')[:12]:<12} {self.status:<21} "
+                f"{self.steps} step(s) · {self.tokens} tokens · {money(self.cost)} · {clip(tail or '', 70)}")
+
+
+class NotebookResult(BaseModel):
+    notebook: str
+    output: str
+    runs: list[RunSummary] = Field(default_factory=list)
+    cell_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.cell_error is None and all(r.ok for r in self.runs)
+
+
+def _client_class() -> Any:
+    from nbclient import NotebookClient
+
+    class CellIdClient(NotebookClient):  # type: ignore[misc]
+        """Sends each cell's id with its execute_request, as JupyterLab does."""
+
+        current_cell_id: str | None = None
+
+        async def async_execute_cell(self, cell: Any, cell_index: int, execution_count: int | None = None,
+                                     store_history: bool = True) -> Any:
+            self.current_cell_id = cell.get("id")
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+
+        async def async_start_new_kernel_client(self) -> Any:
+            kc = await super().async_start_new_kernel_client()
+            plain_execute = kc.execute
+
+            def execute(code: str, silent: bool = False, store_history: bool = True,
+                        user_expressions: dict[str, Any] | None = None, allow_stdin: bool | None = None,
+                        stop_on_error: bool = True) -> str:
+                if self.current_cell_id is None:
+                    return plain_execute(code, silent=silent, store_history=store_history,
+                                         user_expressions=user_expressions, allow_stdin=allow_stdin,
+                                         stop_on_error=stop_on_error)
+                content = {"code": code, "silent": silent, "store_history": store_history,
+                           "user_expressions": user_expressions or {}, "allow_stdin": False,
+                           "stop_on_error": stop_on_error}
+                msg = kc.session.msg("execute_request", content, metadata={"cellId": self.current_cell_id})
+                kc.shell_channel.send(msg)
+                return str(msg["header"]["msg_id"])
+
+            kc.execute = execute
+            return kc
+
+    return CellIdClient
+
+
+def run_notebook(path: str | Path, *, output: str | Path | None = None, approve: str = "none",
+                 model: str | None = None, timeout: int = 600, kernel_name: str = "python3",
+                 env: dict[str, str] | None = None) -> NotebookResult:
+    import nbformat
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    from .store import Store, store_path_for
+
+    nb_path = Path(path).resolve()
+    out_path = Path(output).resolve() if output else nb_path
+    nb = nbformat.read(nb_path, as_version=4)
+    nbformat.validator.normalize(nb)  # fills in missing cell ids (nbformat >= 4.5)
+    for cell in nb.cells:
+        if not cell.get("id"):
+            import uuid
+
+            cell["id"] = uuid.uuid4().hex[:8]
+    store_path = store_path_for(nb_path)
+    before = set(Store(store_path, readonly=True).run_ids()) if (store_path / "meta.json").exists() else set()
+    kernel_env = {**os.environ, **(env or {}), "JPY_SESSION_NAME": str(nb_path), "NBAGENT_APPROVE": approve,
+                  "NBAGENT_HEADLESS": "1"}
+    if model:
+        kernel_env["NBAGENT_MODEL"] = model
+    client = _client_class()(nb, timeout=timeout, kernel_name=kernel_name,
+                             resources={"metadata": {"path": str(nb_path.parent)}})
+    cell_error = None
+    try:
+        client.execute(env=kernel_env, cwd=str(nb_path.parent))
+    except CellExecutionError as exc:
+        cell_error = str(exc).strip().splitlines()[-1] if str(exc).strip() else "a cell failed"
+    except DeadKernelError as exc:
+        cell_error = f"the kernel died: {exc}"
+    nbformat.write(nb, out_path)
+    runs = []
+    if (store_path / "meta.json").exists():
+        store = Store(store_path, readonly=True)
+        for run_id in store.run_ids():
+            if run_id in before:
+                continue
+            s = store.run_state(run_id)
+            if s.parent_run_id is not None:
+                continue
+            runs.append(RunSummary(run_id=run_id, cell_id=s.cell_id, status=s.status.value, steps=len(s.steps),
+                                   tokens=s.tokens, cost=s.cost if s.cost_known else None, answer=s.answer,
+                                   error=s.error or (f"waiting for {s.pending.kind}" if s.pending else None)))
+    return NotebookResult(notebook=str(nb_path), output=str(out_path), runs=runs, cell_error=cell_error)
+
+
+def main_run(args: Any) -> int:
+    result = run_notebook(args.notebook, output=args.output, approve=args.approve, model=args.model,
+                          timeout=args.timeout)
+    for r in result.runs:
+        print(r.line())
+    if result.cell_error:
+        print(f"a cell failed: {result.cell_error}", file=sys.stderr)
+    verdict = "ok" if result.ok else "FAILED"
+    print(f"{verdict}: {len(result.runs)} run(s); executed notebook written to {result.output}")
+    return 0 if result.ok else 1

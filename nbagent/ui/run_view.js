@@ -1,0 +1,669 @@
+// The live view of an nbagent run (an anywidget ESM: plain DOM, no framework, no build step).
+//
+// Model traits: `view` (the view-state dict, see nbagent/ui/viewstate.py), `streaming` (the reply being
+// streamed), `decided` (the request id Python accepted a decision for), and `decision`, which this view sets
+// on a click: {request_id, action: "approve"|"deny"|"refine"|"answer", text, nonce}.
+//
+// Every string from the model, a tool or a person is untrusted: it only ever reaches the page as a text node
+// (textContent); the answer's Markdown is built as DOM nodes, links restricted to http(s).
+
+const STATUS_ICON = {
+  completed: "✓", completed_with_errors: "⚠", failed: "✗", running: "●", waiting: "‖",
+  interrupted: "■", superseded: "↷",
+};
+const STATUS_TONE = {
+  completed: "ok", completed_with_errors: "warn", failed: "bad", running: "info", waiting: "warn",
+  interrupted: "warn", superseded: "dim",
+};
+const STEP_ICON = { ok: "✓", failed: "✗", denied: "⊘", running: "…", waiting: "‖", info: "·" };
+const STEP_TONE = { ok: "ok", failed: "bad", denied: "bad", running: "info", waiting: "warn", info: "dim" };
+const KIND_LABEL = {
+  model: "model", tool: "tool", denied: "denied", thinking: "thinking", question: "question",
+  child: "sub-agent", error: "error", info: "info",
+};
+const PLAN_STATUS = {
+  proposed: "proposed", auto: "ran without asking", approved: "approved", rejected: "denied",
+  refined: "sent back to the model",
+};
+const PLAN_TONE = { approved: "ok", auto: "ok", rejected: "bad", refined: "warn", proposed: "warn" };
+const DECISION_VERB = { approved: "approved", rejected: "denied", refined: "refined", answered: "answered" };
+const DIFF_OPEN_LINES = 30;
+const LONG_CHARS = 300;
+const LONG_LINES = 6;
+
+// ------------------------------------------------------------------------------------------------ helpers
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = String(v);
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false || c === "") continue;
+    el.appendChild(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
+  }
+  return el;
+}
+
+function fmtMs(ms) {
+  if (ms === undefined || ms === null) return "";
+  ms = Number(ms);
+  if (ms < 1) return `${ms.toFixed(2)} ms`;
+  if (ms < 10) return `${ms.toFixed(1)} ms`;
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  const m = Math.floor(Math.round(s) / 60);
+  if (m < 60) return `${m} min ${Math.round(s) % 60} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+function fmtCost(c) {
+  if (c === undefined || c === null) return "cost unknown";
+  c = Number(c);
+  if (c === 0) return "$0";
+  if (c < 0.0001) return `$${c.toExponential(1)}`;
+  if (c < 0.01) return `$${Number(c.toPrecision(2))}`;
+  return `$${c.toFixed(2)}`;
+}
+
+const fmtTokens = (n) => Number(n || 0).toLocaleString("en-US");
+
+function fmtTs(ts) {
+  if (!ts) return "";
+  const d = new Date(ts);
+  return Number.isNaN(d.getTime()) ? String(ts) : d.toLocaleString();
+}
+
+const shortId = (id) => String(id || "").slice(0, 12);
+const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+
+function clip(text, n) {
+  text = String(text ?? "").split(/\s+/).join(" ").trim();
+  return text.length <= n ? text : `${text.slice(0, n - 1)}…`;
+}
+
+function json(v) {
+  try {
+    return JSON.stringify(v);
+  } catch {
+    return String(v);
+  }
+}
+
+function formatArgs(args, width = 60) {
+  if (!args || typeof args !== "object" || Array.isArray(args)) return clip(json(args), width);
+  return Object.entries(args).map(([k, v]) => `${k}=${clip(json(v), width)}`).join(", ");
+}
+
+function argsAreLong(args) {
+  if (!args || typeof args !== "object") return false;
+  return json(args).length > 120 || Object.values(args).some((v) => typeof v === "string" && (v.includes("\n") || v.length > 60));
+}
+
+const isLong = (t) => t.length > LONG_CHARS || t.split("\n").length > LONG_LINES;
+
+function totalsLine(t) {
+  t = t || {};
+  const parts = [plural(t.steps || 0, "step", "steps"), plural(t.model_calls || 0, "model call", "model calls"),
+    `${fmtTokens(t.tokens)} tokens` + (t.prompt_tokens || t.completion_tokens
+      ? ` (${fmtTokens(t.prompt_tokens)} in, ${fmtTokens(t.completion_tokens)} out)` : ""),
+    fmtCost(t.cost)];
+  if (t.wall_ms !== undefined && t.wall_ms !== null) parts.push(fmtMs(t.wall_ms));
+  return parts.join(" · ");
+}
+
+function badge(text, tone, title) {
+  return h("span", { class: `nbv-badge nbv-${tone}`, title }, text);
+}
+
+function riskBadge(risk) {
+  if (!risk) return null;
+  const r = String(risk);
+  return h("span", { class: `nbv-badge nbv-risk nbv-risk-${r.toLowerCase()}` }, r);
+}
+
+const looksLikeDiff = (t) => /^(--- |diff |@@)/.test(t) || t.includes("\n@@ ");
+
+function diffPre(diff) {
+  const pre = h("pre", { class: "nbv-diff" });
+  const lines = String(diff).replace(/\n$/, "").split("\n");
+  lines.forEach((line, i) => {
+    let cls = "nbv-ctx";
+    if (line.startsWith("+++") || line.startsWith("---")) cls = "nbv-fhead";
+    else if (line.startsWith("+")) cls = "nbv-add";
+    else if (line.startsWith("-")) cls = "nbv-del";
+    else if (line.startsWith("@@")) cls = "nbv-hunk";
+    pre.appendChild(h("span", { class: cls }, line));
+    if (i < lines.length - 1) pre.appendChild(document.createTextNode("\n"));
+  });
+  return pre;
+}
+
+// ------------------------------------------------------------------------------------------------ Markdown
+
+const INLINE = new RegExp([
+  "(?<ticks>`+)(?<code>[\\s\\S]+?)\\k<ticks>",
+  "\\[(?<label>[^\\]\\n]+)\\]\\((?<href>https?://[^\\s()<>\"']+)\\)",
+  "\\*\\*\\*(?=\\S)(?<bolditalic>[\\s\\S]*?\\S)\\*\\*\\*",
+  "(?<mark>\\*\\*|__)(?=\\S)(?<bold>[\\s\\S]*?\\S)\\k<mark>",
+  "(?<![\\w*])\\*(?=[^\\s*])(?<em>[\\s\\S]*?[^\\s*])\\*(?![\\w*])",
+  "(?<![\\w_])_(?=[^\\s_])(?<em2>[\\s\\S]*?[^\\s_])_(?![\\w_])",
+  "~~(?=\\S)(?<del>[\\s\\S]*?\\S)~~",
+  "(?<url>https?://[^\\s<>\"'()\\[\\]]+[^\\s<>\"'()\\[\\].,;:!?])",
+].join("|"), "g");
+
+function safeLink(href, children) {
+  let ok = false;
+  try {
+    ok = ["http:", "https:"].includes(new URL(href).protocol);
+  } catch {
+    ok = false;
+  }
+  if (!ok) return h("span", {}, children);
+  return h("a", { href, target: "_blank", rel: "noopener noreferrer nofollow" }, children);
+}
+
+function inline(text, parent) {
+  const re = new RegExp(INLINE.source, "g");
+  let last = 0;
+  let m;
+  while ((m = re.exec(text)) !== null) {
+    if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+    last = re.lastIndex;
+    const g = m.groups;
+    if (g.code !== undefined) parent.appendChild(h("code", { text: g.code.trim() }));
+    else if (g.label !== undefined) {
+      const span = inline(g.label, h("span"));
+      parent.appendChild(safeLink(g.href, [...span.childNodes]));
+    } else if (g.bolditalic !== undefined) parent.appendChild(h("strong", {}, inline(g.bolditalic, h("em"))));
+    else if (g.bold !== undefined) parent.appendChild(inline(g.bold, h("strong")));
+    else if (g.em !== undefined || g.em2 !== undefined) parent.appendChild(inline(g.em ?? g.em2, h("em")));
+    else if (g.del !== undefined) parent.appendChild(inline(g.del, h("del")));
+    else if (g.url !== undefined) parent.appendChild(safeLink(g.url, [g.url]));
+  }
+  if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+  return parent;
+}
+
+const FENCE = /^\s{0,3}(`{3,}|~{3,})\s*([\w+.#-]*)/;
+const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
+const UL = /^(\s*)[-*+]\s+(.*)$/;
+const OL = /^(\s*)(\d{1,9})[.)]\s+(.*)$/;
+const HR = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
+const TABLE_SEP = /^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$/;
+
+function splitRow(line) {
+  line = line.trim();
+  if (line.startsWith("|")) line = line.slice(1);
+  if (line.endsWith("|")) line = line.slice(0, -1);
+  return line.split(/(?<!\\)\|/).map((c) => c.trim());
+}
+
+function markdown(src, parent) {
+  const lines = String(src ?? "").replace(/\r\n/g, "\n").split("\n");
+  let para = [];
+  const flush = () => {
+    if (!para.length) return;
+    const p = h("p");
+    para.forEach((line, k) => {
+      const hard = /( {2}|\\)$/.test(line);
+      inline(line.replace(/\\$/, "").trim(), p);
+      if (k < para.length - 1) p.appendChild(hard ? h("br") : document.createTextNode(" "));
+    });
+    parent.appendChild(p);
+    para = [];
+  };
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    let m = line.match(FENCE);
+    if (m) {
+      flush();
+      const body = [];
+      i++;
+      while (i < lines.length && !lines[i].trim().startsWith(m[1])) body.push(lines[i++]);
+      i++;
+      parent.appendChild(h("pre", {}, h("code", { class: m[2] ? `language-${m[2]}` : null, text: body.join("\n") })));
+      continue;
+    }
+    if (!line.trim()) {
+      flush();
+      i++;
+      continue;
+    }
+    if ((m = line.match(HEADING))) {
+      flush();
+      parent.appendChild(inline(m[2], h(`h${Math.min(6, m[1].length + 2)}`)));
+      i++;
+      continue;
+    }
+    if (HR.test(line) && !para.length) {
+      parent.appendChild(h("hr"));
+      i++;
+      continue;
+    }
+    if (/^\s*>/.test(line)) {
+      flush();
+      const quoted = [];
+      while (i < lines.length && /^\s*>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s*>\s?/, ""));
+      const bq = h("blockquote");
+      markdown(quoted.join("\n"), bq);
+      parent.appendChild(bq);
+      continue;
+    }
+    if (line.includes("|") && i + 1 < lines.length && TABLE_SEP.test(lines[i + 1])) {
+      flush();
+      const header = splitRow(line);
+      const aligns = splitRow(lines[i + 1]).map((c) =>
+        c.startsWith(":") && c.endsWith(":") ? "center" : c.endsWith(":") ? "right" : "");
+      i += 2;
+      const cell = (tag, text, col) => {
+        const el = inline(text || "", h(tag));
+        if (aligns[col]) el.style.textAlign = aligns[col];
+        return el;
+      };
+      const tbody = h("tbody");
+      while (i < lines.length && lines[i].includes("|") && lines[i].trim()) {
+        const row = splitRow(lines[i++]);
+        tbody.appendChild(h("tr", {}, header.map((_, c) => cell("td", row[c], c))));
+      }
+      parent.appendChild(h("table", {}, h("thead", {}, h("tr", {}, header.map((t, c) => cell("th", t, c)))), tbody));
+      continue;
+    }
+    if (UL.test(line) || OL.test(line)) {
+      flush();
+      i = list(lines, i, parent);
+      continue;
+    }
+    para.push(line);
+    i++;
+  }
+  flush();
+  return parent;
+}
+
+function list(lines, i, parent) {
+  const ordered = !UL.test(lines[i]);
+  const RE = ordered ? OL : UL;
+  const first = lines[i].match(RE);
+  const base = first[1].length;
+  const el = h(ordered ? "ol" : "ul");
+  if (ordered && Number(first[2]) !== 1) el.setAttribute("start", String(Number(first[2])));
+  const items = [];
+  while (i < lines.length) {
+    const line = lines[i];
+    const m = line.match(RE);
+    if (m && m[1].length <= base + 1) {
+      items.push([ordered ? m[3] : m[2]]);
+      i++;
+      continue;
+    }
+    if (!line.trim()) {
+      const next = lines[i + 1] || "";
+      const nm = next.match(RE);
+      if ((nm && nm[1].length <= base + 1) || (next.startsWith(" ".repeat(base + 2)) && next.trim())) {
+        i++;
+        continue;
+      }
+      break;
+    }
+    if (items.length && line.length - line.trimStart().length > base) {
+      items[items.length - 1].push(line.startsWith(" ".repeat(base + 2)) ? line.slice(base + 2) : line.trim());
+      i++;
+      continue;
+    }
+    break;
+  }
+  for (const [head, ...rest] of items) {
+    const li = inline(head, h("li"));
+    if (rest.length) {
+      const box = markdown(rest.join("\n"), h("div"));
+      if (box.childNodes.length === 1 && box.firstChild.tagName === "P") {
+        li.appendChild(document.createTextNode(" "));
+        li.append(...box.firstChild.childNodes);
+      } else li.append(...box.childNodes);
+    }
+    el.appendChild(li);
+  }
+  parent.appendChild(el);
+  return i;
+}
+
+// ------------------------------------------------------------------------------------------------ the view
+
+function render({ model, el }) {
+  const local = {
+    open: new Map(), // details open state by key, kept across re-renders
+    panelKey: null, // request id (+ decided state) the decision panel was built for
+    clicked: null, // request id this view sent a decision for
+    mode: null, // "deny" | "refine" while the text line is open
+  };
+  const root = h("div", { class: "nbagent-live" });
+  const parts = {
+    banner: h("div"), head: h("div"), prompt: h("div"), pending: h("div"), steps: h("div"),
+    stream: h("div"), plans: h("div"), decide: h("div", { class: "nbv-decide-slot" }), answer: h("div"),
+    errors: h("div"), foot: h("div"),
+  };
+  root.append(...Object.values(parts));
+  el.appendChild(root);
+
+  const details = (key, summary, body, openByDefault = false) => {
+    const d = h("details", {}, h("summary", {}, summary), body);
+    d.open = local.open.has(key) ? local.open.get(key) : openByDefault;
+    d.addEventListener("toggle", () => local.open.set(key, d.open));
+    return d;
+  };
+
+  const textBlock = (key, text, label, cls) => {
+    text = String(text);
+    const pre = h("pre", { class: cls, text });
+    if (!isLong(text)) return pre;
+    const n = text.split("\n").length;
+    return details(key, `${label} (${plural(n, "line", "lines")}, ${text.length.toLocaleString("en-US")} chars)`, pre);
+  };
+
+  function stepEl(step, n, decisions) {
+    const kind = step.kind || "info";
+    const status = step.status || "info";
+    const line = h("span", { class: "nbv-line" },
+      h("span", { class: `nbv-icon nbv-${STEP_TONE[status] || "dim"}`, title: status }, STEP_ICON[status] || "·"),
+      h("span", { class: "nbv-kind" }, KIND_LABEL[kind] || kind));
+    const body = [];
+    const facts = (items) => h("span", { class: "nbv-facts" }, ` · ${items.filter(Boolean).join(" · ")}`);
+    const retries = (r) => (r ? plural(r, "retry", "retries") : "");
+    if (kind === "model") {
+      line.append(h("code", { text: step.title }), ` → ${step.detail || ""}`,
+        facts([`${fmtTokens(step.tokens)} tokens`, fmtCost(step.cost), fmtMs(step.latency_ms), retries(step.retries)]));
+    } else if (kind === "tool") {
+      line.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
+        h("span", { class: "nbv-args", text: `(${formatArgs(step.arguments)})` }), " ", riskBadge(step.risk) || "",
+        facts([status === "running" ? "running…" : status, fmtMs(step.duration_ms), retries(step.retries)]));
+      if (step.detail) body.push(h("span", { class: `nbv-why${status === "failed" ? " nbv-bad" : ""}`, text: step.detail }));
+      if (argsAreLong(step.arguments)) {
+        body.push(details(`args:${step.id}`, "arguments", h("pre", { text: JSON.stringify(step.arguments, null, 2) })));
+      }
+      if (step.result_preview) body.push(textBlock(`result:${step.id}`, step.result_preview, "result", "nbv-result"));
+    } else if (kind === "denied") {
+      line.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
+        step.target ? h("code", { text: step.target }) : "",
+        step.rule ? h("span", { class: "nbv-facts", text: ` (rule ${step.rule})` }) : "");
+      body.push(h("span", { class: "nbv-why nbv-bad", text: step.detail || "" }));
+    } else if (kind === "thinking") {
+      const text = String(step.detail || "");
+      if (isLong(text)) body.push(details(`think:${step.id}`, clip(text, 90), h("div", { class: "nbv-thinking", text })));
+      else line.append(h("span", { class: "nbv-thinking", text }));
+    } else if (kind === "question") {
+      line.append(h("strong", { text: step.detail || "" }));
+      if (step.answer !== undefined && step.answer !== null) {
+        const d = decisions.get(step.request_id);
+        body.push(h("span", { class: "nbv-why" }, "answer: ", h("q", { text: step.answer }),
+          d ? ` — by ${d.by || "unknown"} at ${fmtTs(d.ts)}` : ""));
+      }
+    } else if (kind === "child") {
+      line.append(h("code", { text: shortId(step.child_run_id) }), " ",
+        h("span", { class: "nbv-facts", text: clip(step.detail, 200) }));
+    } else if (kind === "error") {
+      line.append(h("strong", { text: step.title || "error" }), step.retries ? facts([retries(step.retries)]) : "");
+      body.push(textBlock(`err:${step.id}`, step.detail || "", "error", "nbv-error-text"));
+    } else {
+      line.append(h("span", { class: "nbv-facts", text: step.detail || step.title || "" }));
+    }
+    return h("li", { class: `nbv-step nbv-k-${kind} nbv-st-${status}`, value: n }, line, body);
+  }
+
+  function planEl(plan, index, view) {
+    const pending = view.pending || {};
+    const waiting = pending.kind === "approval" && pending.plan_id === plan.plan_id;
+    const status = plan.status || "proposed";
+    const card = h("div", { class: `nbv-plan${waiting ? " nbv-plan-waiting" : ""}` },
+      h("div", { class: "nbv-plan-head" },
+        h("strong", { text: `Plan ${index}: ${plan.purpose || "(no purpose given)"}` }),
+        badge(waiting ? "waiting for approval" : PLAN_STATUS[status] || status, waiting ? "warn" : PLAN_TONE[status] || "dim"),
+        h("span", { class: "nbv-facts" }, "max risk"), riskBadge(plan.max_risk) || ""));
+    const steps = plan.steps || [];
+    if (steps.length) {
+      card.appendChild(h("table", {},
+        h("thead", {}, h("tr", {}, ["#", "tool", "target", "risk", "arguments"].map((t) => h("th", { text: t })))),
+        h("tbody", {}, steps.map((s, k) => h("tr", {},
+          h("td", { text: k + 1 }), h("td", {}, h("span", { class: "nbv-tool", text: s.tool })),
+          h("td", {}, s.target ? h("code", { text: s.target }) : ""), h("td", {}, riskBadge(s.risk) || ""),
+          h("td", {}, h("span", { class: "nbv-args", text: formatArgs(s.arguments, 48) })))))));
+      for (const s of steps) {
+        const diff = s.diff || s.preview;
+        if (!diff) continue;
+        const key = `diff:${plan.plan_id}:${s.call_id}`;
+        if (s.diff || looksLikeDiff(String(diff))) {
+          const lines = String(diff).replace(/\n$/, "").split("\n");
+          const adds = lines.filter((l) => l.startsWith("+") && !l.startsWith("+++")).length;
+          const dels = lines.filter((l) => l.startsWith("-") && !l.startsWith("---")).length;
+          const summary = h("span", {}, "diff of ", h("code", { text: s.target || s.tool }),
+            `: +${adds} -${dels}${lines.length > DIFF_OPEN_LINES ? ` (${lines.length} lines)` : ""}`);
+          card.appendChild(details(key, summary, diffPre(diff), waiting && lines.length <= DIFF_OPEN_LINES));
+        } else {
+          card.appendChild(textBlock(key, diff, `preview of ${s.tool}`));
+        }
+      }
+    }
+    const decisions = (view.decisions || []).filter((d) => d.plan_id && d.plan_id === plan.plan_id);
+    if (decisions.length) {
+      card.appendChild(h("ul", { class: "nbv-decisions" }, decisions.map((d) => {
+        const label = { rejected: "reason", refined: "feedback", answered: "answer" }[d.kind] || "note";
+        return h("li", {}, h("span", { class: `nbv-${PLAN_TONE[d.kind] || "dim"}`, text: DECISION_VERB[d.kind] || d.kind }),
+          ` by ${d.by || "unknown"}${d.ts ? ` at ${fmtTs(d.ts)}` : ""}${d.text ? ` — ${label}: ${d.text}` : ""}`);
+      })));
+    } else if (plan.auto_executing) {
+      card.appendChild(h("div", { class: "nbv-facts", text: "ran without asking: within the autonomy level" }));
+    }
+    return card;
+  }
+
+  function send(requestId, action, text) {
+    if (local.clicked === requestId) return;
+    local.clicked = requestId;
+    model.set("decision", {
+      request_id: requestId, action, text: text || "",
+      nonce: `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`,
+    });
+    model.save_changes();
+    for (const b of parts.decide.querySelectorAll("button, input")) b.disabled = true;
+    const note = parts.decide.querySelector(".nbv-sent");
+    if (note) note.textContent = `${action === "answer" ? "answer" : action} sent…`;
+  }
+
+  function decisionPanel(view) {
+    const pending = view.pending;
+    const decided = model.get("decided") || "";
+    const key = pending ? `${pending.kind}:${pending.request_id}:${decided === pending.request_id}` : "";
+    if (key === local.panelKey) return; // keep the panel (and what is typed in it) as it is
+    local.panelKey = key;
+    local.mode = null;
+    parts.decide.replaceChildren();
+    if (!pending || view.status === "superseded") return;
+    const rid = pending.request_id;
+    const done = decided === rid || local.clicked === rid;
+    const note = h("span", { class: "nbv-sent", role: "status", text: decided === rid ? "decision received" : "" });
+    if (pending.kind === "approval") {
+      const input = h("input", {
+        type: "text", class: "nbv-input jupyter-widgets", "aria-label": "feedback",
+        placeholder: "", disabled: done,
+      });
+      const sendBtn = h("button", { class: "nbv-btn jupyter-button", type: "button", disabled: done }, "Send");
+      const cancel = h("button", { class: "nbv-btn nbv-quiet jupyter-button", type: "button", disabled: done }, "Cancel");
+      const row = h("div", { class: "nbv-text-row", hidden: true }, input, sendBtn, cancel);
+      const submit = () => {
+        const text = input.value.trim();
+        if (local.mode === "refine" && !text) {
+          input.focus();
+          input.classList.add("nbv-need");
+          return;
+        }
+        send(rid, local.mode, text);
+      };
+      const open = (mode) => {
+        local.mode = mode;
+        row.hidden = false;
+        input.placeholder = mode === "refine"
+          ? "What should the model do differently? (Enter sends)"
+          : "Reason for denying (optional; Enter sends)";
+        input.setAttribute("aria-label", mode === "refine" ? "feedback for the model" : "reason for denying");
+        sendBtn.textContent = "Send";
+        sendBtn.title = mode === "refine" ? "send the feedback to the model" : "deny the plan";
+        input.focus();
+      };
+      input.addEventListener("keydown", (e) => {
+        if (e.key === "Enter") {
+          e.preventDefault();
+          submit();
+        } else if (e.key === "Escape") {
+          row.hidden = true;
+          local.mode = null;
+        }
+        e.stopPropagation(); // keep JupyterLab's notebook shortcuts out of the text box
+      });
+      input.addEventListener("input", () => input.classList.remove("nbv-need"));
+      sendBtn.addEventListener("click", submit);
+      cancel.addEventListener("click", () => {
+        row.hidden = true;
+        local.mode = null;
+      });
+      const approve = h("button", { class: "nbv-btn nbv-approve jupyter-button mod-success", type: "button", disabled: done,
+        onclick: () => send(rid, "approve", "") }, "Approve");
+      const deny = h("button", { class: "nbv-btn nbv-deny jupyter-button mod-danger", type: "button", disabled: done,
+        onclick: () => open("deny") }, "Deny");
+      const refine = h("button", { class: "nbv-btn nbv-refine jupyter-button", type: "button", disabled: done,
+        onclick: () => open("refine") }, "Refine");
+      const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id);
+      parts.decide.append(h("div", { class: "nbv-decide", role: "group", "aria-label": "decision" },
+        h("div", { class: "nbv-decide-q" }, "Approve ", plan ? h("strong", { text: plan.purpose || "this plan" }) : "this plan", "?"),
+        h("div", { class: "nbv-buttons" }, approve, deny, refine, note), row));
+    } else if (pending.kind === "human_input") {
+      const input = h("input", { type: "text", class: "nbv-input jupyter-widgets", "aria-label": "your answer",
+        placeholder: "Your answer (Enter sends)", disabled: done });
+      const answer = h("button", { class: "nbv-btn nbv-approve jupyter-button mod-primary", type: "button",
+        disabled: true }, "Answer");
+      const submit = () => {
+        if (input.value.trim()) send(rid, "answer", input.value);
+      };
+      input.addEventListener("input", () => {
+        answer.disabled = !input.value.trim() || local.clicked === rid;
+      });
+      input.addEventListener("keydown", (e) => {
+        if (e.key === "Enter") {
+          e.preventDefault();
+          submit();
+        }
+        e.stopPropagation();
+      });
+      answer.addEventListener("click", submit);
+      parts.decide.append(h("div", { class: "nbv-decide", role: "group", "aria-label": "question" },
+        h("div", { class: "nbv-decide-q" }, "The agent asks: ", h("strong", { text: pending.question || "" })),
+        h("div", { class: "nbv-buttons" }, input, answer, note)));
+    }
+  }
+
+  function drawStream() {
+    const view = model.get("view") || {};
+    const text = model.get("streaming") || "";
+    parts.stream.replaceChildren();
+    if (!text || !["running", undefined].includes(view.status)) return;
+    parts.stream.append(h("div", { class: "nbv-stream", "aria-live": "polite" },
+      h("span", { class: "nbv-kind" }, "model"), h("span", { class: "nbv-stream-text", text }),
+      h("span", { class: "nbv-caret", "aria-hidden": "true" })));
+  }
+
+  function draw() {
+    const view = model.get("view") || {};
+    const status = view.status || "running";
+    root.className = `nbagent-live nbv-status-${status}`;
+
+    parts.banner.replaceChildren();
+    if (view.superseded_by) {
+      parts.banner.append(h("div", { class: "nbv-banner nbv-dim" }, h("strong", { text: "↷ Superseded" }),
+        " by run ", h("code", { text: view.superseded_by }), ": an earlier cell was re-run."));
+    }
+
+    const meta = [["model", view.model], ["autonomy", view.autonomy], ["run", shortId(view.run_id)]];
+    if (view.cell_id) meta.push(["cell", view.cell_id]);
+    parts.head.replaceChildren(h("div", { class: "nbv-head" },
+      h("span", { class: `nbv-badge nbv-${STATUS_TONE[status] || "dim"} nbv-status` },
+        status === "running" ? h("span", { class: "nbv-pulse", "aria-hidden": "true" }) : `${STATUS_ICON[status] || ""} `,
+        status.replace(/_/g, " ")),
+      h("span", { class: "nbv-title", text: "nbagent run" }),
+      h("span", { class: "nbv-meta" }, meta.filter(([, v]) => v).map(([k, v], j) =>
+        h("span", {}, j ? " · " : "", `${k} `, h("code", { text: v, title: k === "run" ? view.run_id : null }))))));
+
+    parts.prompt.replaceChildren(view.prompt ? h("div", { class: "nbv-prompt", text: view.prompt }) : "");
+
+    parts.pending.replaceChildren();
+    if (status === "interrupted") {
+      const rid = shortId(view.run_id);
+      parts.pending.append(h("div", { class: "nbv-banner nbv-warn" }, h("strong", { text: "■ interrupted" }),
+        h("span", { class: "nbv-hint", text: view.pending
+          ? `in a new cell: %agent approve ${rid} · %agent deny ${rid} "reason" · %agent refine ${rid} "feedback"`
+          : `in a new cell: %agent resume ${rid}` })));
+    }
+
+    // steps: a scrolling list that follows the newest step unless the reader scrolled up
+    const old = parts.steps.querySelector(".nbv-steps");
+    const atBottom = !old || old.scrollHeight - old.scrollTop - old.clientHeight < 24;
+    const prevTop = old ? old.scrollTop : 0;
+    const steps = view.steps || [];
+    const decisions = new Map((view.decisions || []).filter((d) => d.request_id).map((d) => [d.request_id, d]));
+    parts.steps.replaceChildren();
+    if (steps.length) {
+      const ol = h("ol", { class: "nbv-steps" }, steps.map((s, k) => stepEl(s, k + 1, decisions)));
+      parts.steps.append(h("div", { class: "nbv-section", text: `Steps (${steps.length})` }), ol);
+      ol.scrollTop = atBottom ? ol.scrollHeight : prevTop;
+    } else if (status === "running") {
+      parts.steps.append(h("div", { class: "nbv-facts nbv-starting", text: "starting…" }));
+    }
+
+    const plans = view.plans || [];
+    parts.plans.replaceChildren();
+    if (plans.length) {
+      parts.plans.append(h("div", { class: "nbv-section", text: `Plans (${plans.length})` }),
+        ...plans.map((p, k) => planEl(p, k + 1, view)));
+    }
+
+    decisionPanel(view);
+
+    parts.answer.replaceChildren();
+    if (view.answer) {
+      parts.answer.append(h("div", { class: "nbv-answer" }, h("div", { class: "nbv-section", text: "Answer" }),
+        markdown(view.answer, h("div", { class: "nbv-md" }))));
+    }
+
+    const errors = (view.errors || []).filter(Boolean);
+    if (view.error && !errors.includes(view.error)) errors.unshift(view.error);
+    parts.errors.replaceChildren(errors.length
+      ? h("div", {}, h("div", { class: "nbv-section", text: "Errors" }),
+        h("ul", { class: "nbv-errors" }, errors.map((e) => h("li", { text: e }))))
+      : "");
+
+    parts.foot.replaceChildren(h("div", { class: "nbv-foot" },
+      h("span", {}, h("strong", { text: "Totals " }), totalsLine(view.totals)),
+      view.log_path ? h("span", {}, h("strong", { text: "Log " }), h("code", { text: view.log_path })) : ""));
+
+    drawStream();
+  }
+
+  const onView = () => draw();
+  const onStream = () => drawStream();
+  const onDecided = () => decisionPanel(model.get("view") || {});
+  model.on("change:view", onView);
+  model.on("change:streaming", onStream);
+  model.on("change:decided", onDecided);
+  draw();
+  return () => {
+    model.off("change:view", onView);
+    model.off("change:streaming", onStream);
+    model.off("change:decided", onDecided);
+  };
+}
+
+export default { render };

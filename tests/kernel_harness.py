@@ -1,0 +1,177 @@
+"""A real kernel driven like JupyterLab drives it: cell ids in execute_request metadata, widget clicks as comm
+messages on the shell channel (DESIGN.md section 5), display updates applied the way a frontend applies them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client import KernelManager
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+RUN_MIME = "application/vnd.nbagent.run+json"
+
+
+class Cell:
+    """What one execution produced, with display updates applied (as a frontend shows the output)."""
+
+    def __init__(self, msg_id: str) -> None:
+        self.msg_id = msg_id
+        self.outputs: list[dict[str, Any]] = []
+        self.reply: dict[str, Any] | None = None
+        self.stdout = ""
+        self.stderr = ""
+
+    def apply(self, msg: dict[str, Any]) -> None:
+        t, c = msg["msg_type"], msg["content"]
+        if t == "stream":
+            if c["name"] == "stdout":
+                self.stdout += c["text"]
+            else:
+                self.stderr += c["text"]
+        elif t in ("display_data", "execute_result"):
+            self.outputs.append({"data": c["data"], "display_id": (c.get("transient") or {}).get("display_id")})
+        elif t == "error":
+            self.outputs.append({"error": c["ename"] + ": " + c["evalue"]})
+
+    def update(self, msg: dict[str, Any]) -> None:
+        display_id = (msg["content"].get("transient") or {}).get("display_id")
+        for out in self.outputs:
+            if out.get("display_id") == display_id:
+                out["data"] = msg["content"]["data"]
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [o["data"][RUN_MIME] for o in self.outputs if RUN_MIME in o.get("data", {})]
+
+    @property
+    def ok(self) -> bool:
+        return self.reply is not None and self.reply["content"]["status"] == "ok"
+
+
+class Kernel:
+    def __init__(self, folder: Path, notebook: str = "test.ipynb", env: dict[str, str] | None = None) -> None:
+        self.folder = folder
+        self.notebook = folder / notebook
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("NBAGENT_")}
+        self.env = {**inherited, "JPY_SESSION_NAME": str(self.notebook), **(env or {})}
+        self.km = KernelManager(kernel_name="python3")
+        self.widgets: dict[str, dict[str, Any]] = {}  # comm id -> synced state
+        self.cells: dict[str, Cell] = {}  # by msg id
+        self._start()
+
+    def _start(self) -> None:
+        self.km.start_kernel(env=self.env, cwd=str(self.folder))
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+    def restart(self) -> None:
+        self.kc.stop_channels()
+        self.km.restart_kernel(now=True)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.widgets.clear()
+
+    # ------------------------------------------------------------------ executing
+
+    def submit(self, code: str, cell_id: str | None = None) -> Cell:
+        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                   "allow_stdin": False, "stop_on_error": True}
+        msg = self.kc.session.msg("execute_request", content, metadata={"cellId": cell_id} if cell_id else {})
+        self.kc.shell_channel.send(msg)
+        cell = Cell(msg["header"]["msg_id"])
+        self.cells[cell.msg_id] = cell
+        return cell
+
+    def run(self, code: str, cell_id: str | None = None, timeout: float = 120) -> Cell:
+        cell = self.submit(code, cell_id)
+        self.wait(cell, timeout)
+        return cell
+
+    def pump(self, timeout: float = 0.1) -> None:
+        """Apply every message that has arrived (iopub and shell replies)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                msg = self.kc.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                break
+            self._iopub(msg)
+            if time.monotonic() > deadline:
+                break
+        while True:
+            try:
+                reply = self.kc.get_shell_msg(timeout=0)
+            except queue.Empty:
+                break
+            cell = self.cells.get(reply["parent_header"].get("msg_id", ""))
+            if cell is not None:
+                cell.reply = reply
+
+    def _iopub(self, msg: dict[str, Any]) -> None:
+        t, c = msg["msg_type"], msg["content"]
+        if t == "comm_open" and c.get("target_name") == "jupyter.widget":
+            self.widgets[c["comm_id"]] = dict(c["data"].get("state", {}))
+        elif t == "comm_msg" and c["comm_id"] in self.widgets:
+            data = c["data"]
+            if data.get("method") == "update":
+                self.widgets[c["comm_id"]].update(data.get("state", {}))
+        elif t == "comm_close":
+            self.widgets.pop(c["comm_id"], None)
+        if t == "update_display_data":
+            for cell in self.cells.values():
+                cell.update(msg)
+            return
+        cell = self.cells.get(msg["parent_header"].get("msg_id", ""))
+        if cell is not None:
+            cell.apply(msg)
+
+    def wait(self, cell: Cell, timeout: float = 120) -> Cell:
+        deadline = time.monotonic() + timeout
+        while cell.reply is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cell did not finish in {timeout} s; stderr: {cell.stderr[-2000:]}")
+            self.pump(0.1)
+        self.pump(0.3)  # outputs that trail the reply
+        return cell
+
+    # ------------------------------------------------------------------ widgets
+
+    def run_views(self) -> dict[str, dict[str, Any]]:
+        return {cid: s for cid, s in self.widgets.items() if "view" in s and "decision" in s}
+
+    def wait_for_pending(self, kind: str = "approval", timeout: float = 60,
+                         exclude: set[str] | None = None) -> tuple[str, dict[str, Any]]:
+        """The comm id and pending request of a run view that is waiting (and not one in `exclude`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.pump(0.1)
+            for cid, state in self.run_views().items():
+                pending = (state.get("view") or {}).get("pending")
+                if pending and pending["kind"] == kind and pending["request_id"] not in (exclude or set()):
+                    return cid, pending
+        raise TimeoutError(f"no run view waited for {kind} within {timeout} s")
+
+    def click(self, comm_id: str, request_id: str, action: str, text: str = "") -> None:
+        """What the Approve/Deny/Refine/Answer buttons send: a state update of the `decision` trait."""
+        decision = {"request_id": request_id, "action": action, "text": text, "nonce": time.monotonic_ns()}
+        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
+            "method": "update", "state": {"decision": decision}, "buffer_paths": []}})
+        self.kc.shell_channel.send(msg)
+
+
+def script(path: Path, *turns: Any) -> Path:
+    path.write_text(json.dumps({"turns": list(turns)}))
+    return path

@@ -1,0 +1,209 @@
+"""`%%agent` in a real kernel, clicked like JupyterLab clicks: comm messages to the run view, no policy shortcut."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernel_harness import RUN_MIME, WIDGET_MIME, Kernel, script
+
+from nbagent.state import RunStatus
+from nbagent.store import Store
+
+
+def create(path: str, content: str = "hello\n", text: str = "I'll write it.") -> dict:
+    return {"content": text, "tool_calls": [{"name": "create_file", "arguments": {"path": path, "content": content}}]}
+
+
+def answer(text: str) -> dict:
+    return {"content": text}
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    k = Kernel(tmp_path)
+    assert k.run("%load_ext nbagent", cell_id="setup").ok
+    yield k
+    k.close()
+
+
+def store(k: Kernel) -> Store:
+    return Store(k.folder / "test.nbagent", readonly=True)
+
+
+def assert_static_record(cell: object) -> dict:
+    """The cell's output is the static record only: html + run json, no live-widget-only output."""
+    outputs = [o for o in cell.outputs if "data" in o]  # type: ignore[attr-defined]
+    assert len(outputs) == 1, outputs
+    data = outputs[0]["data"]
+    assert WIDGET_MIME not in data and {"text/plain", "text/html", RUN_MIME} <= set(data)
+    return data[RUN_MIME]
+
+
+def test_approve_by_click(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", create("report.md"), answer("Wrote **report.md**."))
+    cell = kernel.submit("%%agent --script s.json\nwrite a report", cell_id="c1")
+    comm, pending = kernel.wait_for_pending("approval")
+    view = kernel.widgets[comm]["view"]
+    assert view["plans"][0]["steps"][0]["tool"] == "create_file" and "+hello" in view["plans"][0]["steps"][0]["preview"]
+    kernel.click(comm, pending["request_id"], "approve")
+    kernel.wait(cell)
+    assert cell.ok and (kernel.folder / "report.md").read_text() == "hello\n"
+    record = assert_static_record(cell)
+    assert record["status"] == "completed" and record["answer"] == "Wrote **report.md**."
+    assert record["cell_id"] == "c1" and record["decisions"][0]["kind"] == "approved"
+
+
+def test_deny_by_click_with_a_reason(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", create("report.md"), answer("Understood, nothing written."))
+    cell = kernel.submit("%%agent --script s.json\nwrite a report", cell_id="c1")
+    comm, pending = kernel.wait_for_pending("approval")
+    kernel.click(comm, pending["request_id"], "deny", "not today")
+    kernel.wait(cell)
+    assert cell.ok and not (kernel.folder / "report.md").exists()
+    record = assert_static_record(cell)
+    assert record["decisions"][0] == {**record["decisions"][0], "kind": "rejected", "text": "not today"}
+    state = store(kernel).run_state(record["run_id"])
+    assert any("not today" in m["content"] for m in state.messages if m["role"] == "tool")
+
+
+def test_refine_by_click_then_approve(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", create("report.md"), create("summary.md", text="Renamed."),
+           answer("Wrote summary.md."))
+    cell = kernel.submit("%%agent --script s.json\nwrite a report", cell_id="c1")
+    comm, first = kernel.wait_for_pending("approval")
+    kernel.click(comm, first["request_id"], "refine", "call it summary.md")
+    comm, second = kernel.wait_for_pending("approval", exclude={first["request_id"]})
+    kernel.click(comm, second["request_id"], "approve")
+    kernel.wait(cell)
+    assert (kernel.folder / "summary.md").exists() and not (kernel.folder / "report.md").exists()
+    state = store(kernel).run_state(assert_static_record(cell)["run_id"])
+    assert {"role": "user", "content": "call it summary.md"} in state.messages
+    assert [d.kind for d in state.decisions] == ["refined", "approved"]
+
+
+def test_ask_human_answered_in_the_view(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json",
+           {"tool_calls": [{"name": "ask_human", "arguments": {"question": "Which year?"}}]},
+           answer("Using 2024."))
+    cell = kernel.submit("%%agent --script s.json\nsummarise the year", cell_id="c1")
+    comm, pending = kernel.wait_for_pending("human_input")
+    assert pending["question"] == "Which year?"
+    kernel.click(comm, pending["request_id"], "answer", "2024")
+    kernel.wait(cell)
+    record = assert_static_record(cell)
+    assert record["status"] == "completed" and record["decisions"][0]["text"] == "2024"
+
+
+def test_stale_and_duplicate_clicks_are_ignored(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", create("report.md"), answer("done"))
+    cell = kernel.submit("%%agent --script s.json\nwrite a report", cell_id="c1")
+    comm, pending = kernel.wait_for_pending("approval")
+    kernel.click(comm, "01STALEREQUESTID0000000000", "approve")  # a click from an older card
+    kernel.click(comm, pending["request_id"], "answer", "wrong kind")
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        kernel.pump(0.1)
+    assert cell.reply is None and not (kernel.folder / "report.md").exists()  # still waiting
+    kernel.click(comm, pending["request_id"], "deny", "no")
+    kernel.click(comm, pending["request_id"], "approve")  # a double click after the decision
+    kernel.wait(cell)
+    assert not (kernel.folder / "report.md").exists()
+    assert [d.kind for d in store(kernel).run_state(assert_static_record(cell)["run_id"]).decisions] == ["rejected"]
+
+
+def test_interrupt_while_waiting_then_approve_in_a_later_cell(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", create("report.md"), answer("Wrote it after all."))
+    cell = kernel.submit("%%agent --script s.json\nwrite a report", cell_id="c1")
+    kernel.wait_for_pending("approval")
+    kernel.km.interrupt_kernel()
+    kernel.wait(cell, timeout=30)
+    record = assert_static_record(cell)
+    assert record["status"] == "interrupted" and record["pending"] is not None
+    assert "%agent resume" in cell.stderr
+    later = kernel.run("%agent approve", cell_id="c2")
+    assert later.ok and (kernel.folder / "report.md").exists()
+    final = assert_static_record(later)
+    assert final["run_id"] == record["run_id"] and final["status"] == "completed"
+
+
+def test_kernel_restart_then_resume(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", create("report.md"), answer("Resumed and wrote it."))
+    cell = kernel.submit("%%agent --script s.json\nwrite a report", cell_id="c1")
+    kernel.wait_for_pending("approval")
+    kernel.restart()  # the cell dies with the kernel; the run stays `waiting` in the store
+    run_id = store(kernel).run_ids()[-1]
+    assert store(kernel).run_state(run_id).status == RunStatus.WAITING
+    assert kernel.run("%load_ext nbagent", cell_id="setup").ok
+    resumed = kernel.submit(f"%agent resume {run_id}", cell_id="c2")
+    comm, pending = kernel.wait_for_pending("approval")
+    kernel.click(comm, pending["request_id"], "approve")
+    kernel.wait(resumed)
+    assert (kernel.folder / "report.md").exists()
+    assert assert_static_record(resumed)["status"] == "completed"
+    del cell
+
+
+def test_rerunning_an_earlier_cell_forks_and_supersedes(kernel: Kernel) -> None:
+    for name, text in (("a", "first answer"), ("b", "second answer"), ("a2", "first again")):
+        script(kernel.folder / f"{name}.json", answer(text))
+    a1 = kernel.run("%%agent --script a.json\nfirst question", cell_id="cell-a")
+    b1 = kernel.run("%%agent --script b.json\nsecond question", cell_id="cell-b")
+    a2 = kernel.run("%%agent --script a2.json\nfirst question, edited", cell_id="cell-a")
+    s = store(kernel)
+    ra1, rb1, ra2 = (assert_static_record(c)["run_id"] for c in (a1, b1, a2))
+    assert s.run_state(ra1).status == s.run_state(rb1).status == RunStatus.SUPERSEDED
+    assert s.run_state(ra1).superseded_by == ra2 and s.run_state(ra2).previous_run_id is None
+    request = next(e for e in s.run_events(ra2) if e.type == "llm_called").payload.request
+    assert request["prefix"]["messages"] == 1  # the system prompt only: nothing of the superseded runs
+    assert request["messages"] == [{"role": "user", "content": "first question, edited"}]
+    # the old cells' records were re-rendered in place with the banner
+    assert assert_static_record(a1)["superseded_by"] == ra2
+    assert assert_static_record(b1)["status"] == "superseded"
+    # a cell after the fork continues from it
+    script(kernel.folder / "c.json", answer("third"))
+    c = kernel.run("%%agent --script c.json\nthird question", cell_id="cell-c")
+    assert s.run_state(assert_static_record(c)["run_id"]).previous_run_id == ra2
+
+
+def test_line_magics(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", answer("Hello."))
+    kernel.run("%%agent --script s.json\nsay hello", cell_id="c1")
+    run_id = store(kernel).run_ids()[-1]
+    out = kernel.run("%agent runs", cell_id="c2").stdout
+    assert "RUN" in out and run_id[:12] in out and "completed" in out
+    assert "run_started" in kernel.run(f"%agent show {run_id}", cell_id="c3").stdout
+    assert "create_file" in kernel.run("%agent tools", cell_id="c4").stdout
+    assert "latest run" in kernel.run("%agent status", cell_id="c5").stdout
+    kernel.run("%agent config autonomy=L2 max_steps=7", cell_id="c6")
+    config = kernel.run("%agent config", cell_id="c7").stdout
+    assert "'L2'" in config and "%agent config" in config and "7" in config
+    exported = kernel.run(f"%agent export {run_id} --format json -o run.json", cell_id="c8")
+    assert json.loads((kernel.folder / "run.json").read_text())["run_id"] == run_id, exported.stderr
+    bad = kernel.run("%agent approve", cell_id="c9")
+    assert "no run is waiting" in bad.stderr
+    assert "usage: %%agent" in kernel.run("%%agent --help\n", cell_id="c10").stdout
+
+
+def test_bad_options_are_clear_errors(kernel: Kernel) -> None:
+    cell = kernel.run("%%agent --autonomy L9\nx", cell_id="c1")
+    assert "argument -a/--autonomy: invalid choice: 'L9'" in cell.stderr
+    cell = kernel.run("%%agent\n", cell_id="c2")
+    assert "the cell has no request" in cell.stderr
+    cell = kernel.run("%%agent\nwho are you", cell_id="c3")
+    assert "no model" in cell.stderr and "--script" in cell.stderr
+    cell = kernel.run("%%agent --script missing.json\nx", cell_id="c4")
+    assert "missing.json: script file not found" in cell.stderr
+
+
+def test_load_is_fast_and_imports_no_litellm(tmp_path: Path) -> None:
+    k = Kernel(tmp_path)
+    try:
+        out = k.run("import sys, time\nt = time.perf_counter()\n%load_ext nbagent\n"
+                    "print(round(time.perf_counter() - t, 3), 'litellm' in sys.modules)", cell_id="c").stdout
+        assert out.split()[1] == "False"  # the time itself is measured in bench/kernel_bench.py
+    finally:
+        k.close()
