@@ -176,7 +176,7 @@ def test_text_markdown_and_bundle(full: dict[str, Any]) -> None:
     assert text.splitlines()[-2].startswith("totals: ") and text.endswith(f"log: {full['log_path']}")
 
     md = render_markdown(full)
-    assert md.startswith(f"## nbagent run `{full['run_id']}`") and "### Steps (16)" in md
+    assert md.startswith(f"## nbagent run `{full['run_id']}`") and f"### Steps ({len(full['steps'])})" in md
     assert "```diff\n--- /dev/null\n+++ b/report.md" in md and "#### Top regions" in md
     assert "<script>" not in md.split("```")[-1]  # outside code, the answer's HTML is neutralised
     assert "**Log:** `" in md and "reason: keep the raw data" in md
