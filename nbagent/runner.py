@@ -112,7 +112,11 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
                   "NBAGENT_HEADLESS": "1"}
     if model:
         kernel_env["NBAGENT_MODEL"] = model
-    client = _client_class()(nb, timeout=timeout, kernel_name=kernel_name,
+    from jupyter_client import KernelManager
+
+    # ipc: the kernel's sockets are files in the runtime folder, not open TCP ports on the machine
+    km = KernelManager(kernel_name=kernel_name, transport="ipc")
+    client = _client_class()(nb, km=km, timeout=timeout, kernel_name=kernel_name,
                              resources={"metadata": {"path": str(nb_path.parent)}})
     cell_error = None
     try:
@@ -121,6 +125,9 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
         cell_error = str(exc).strip().splitlines()[-1] if str(exc).strip() else "a cell failed"
     except DeadKernelError as exc:
         cell_error = f"the kernel died: {exc}"
+    finally:
+        if km.has_kernel:  # nbclient leaves a kernel it was given running
+            km.shutdown_kernel(now=False)
     nbformat.write(nb, out_path)
     runs = []
     if (store_path / "meta.json").exists():

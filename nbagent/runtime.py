@@ -546,8 +546,7 @@ class Agent:
             except ToolError as exc:
                 denial = Denial(rule=f"scope.{getattr(exc, 'rule', 'denied')}", reason=str(exc))
         if denial is None and call.name not in CONTROL_TOOLS:
-            executed = sum(1 for s in state.steps.values() if s.status in ("ok", "failed", "running"))
-            denial = self.authorizer.check_step(executed)
+            denial = self.authorizer.check_step(state.tool_calls_started)
             if denial is not None:
                 ctx.stop.append(denial.reason)
         if denial is not None:

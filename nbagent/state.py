@@ -107,6 +107,7 @@ class RunState(BaseModel):
     plan_of: dict[str, str] = Field(default_factory=dict)  # call_id -> plan_id
     last_llm_event_id: str | None = None
     recorded_own: int = 0  # own messages already written into llm_called requests (delta encoding)
+    tool_calls_started: int = 0  # the step budget counts these
     model_attempts: int = 0  # model calls including retries: the turn counter of offline models
     children: list[str] = Field(default_factory=list)
     answer: str | None = None
@@ -217,6 +218,7 @@ class RunState(BaseModel):
         self.turns.append({"role": "user", "content": p.feedback})
 
     def _on_tool_call_started(self, p: Any, e: EventBase) -> None:
+        self.tool_calls_started += 1
         step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
         step.arguments, step.status = p.arguments, "running"
 

@@ -121,7 +121,7 @@ class NotebookHost:
     # ------------------------------------------------------------------ %%agent
 
     async def run_cell(self, line: str, body: str) -> None:
-        args = parse(cell_parser(), line)
+        args = parse(cell_parser(), self.shell.var_expand(line) if hasattr(self.shell, "var_expand") else line)
         if args.help:
             print(cell_parser().format_help())
             return
@@ -141,10 +141,13 @@ class NotebookHost:
         elif cell_runs and cell_runs[-1].status != RunStatus.SUPERSEDED:
             fork_of = cell_runs[-1].id  # re-running a cell: start from before its last run
         replay = None
-        if args.replay:
-            if not cell_runs:
-                raise UsageError("%%agent --replay: this cell has no recorded run to replay")
-            replay = cell_runs[-1].id
+        if args.replay is not None:
+            if args.replay:
+                replay = store.resolve_run(args.replay)
+            elif cell_runs:
+                replay = cell_runs[-1].id
+            else:
+                raise UsageError("%%agent --replay: this cell has no recorded run; name one: --replay RUN")
         options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
         if cfg["script"]:
             options["script"] = str(self._path(cfg["script"]))

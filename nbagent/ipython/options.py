@@ -45,7 +45,8 @@ def cell_parser() -> argparse.ArgumentParser:
     p.add_argument("--approve", choices=["all", "none", "low", "recorded"],
                    help="answer approvals by policy instead of asking (headless runs): recorded = as in the "
                         "cell's previous run")
-    p.add_argument("--replay", action="store_true", help="replay the cell's recorded run offline (no model call)")
+    p.add_argument("--replay", nargs="?", const="", default=None, metavar="RUN",
+                   help="replay a recorded run offline, with no model call (default: this cell's last run)")
     p.add_argument("--script", help="JSON script of turns for the offline scripted model (implies "
                                     "--model nbagent/scripted)")
     return p

@@ -61,9 +61,20 @@ def _tool_calls(reply: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """About 4 characters a token, from the text alone (serialising the whole conversation cost ms a call)."""
+    chars = 0
+    for m in messages:
+        content = m.get("content")
+        chars += len(content) if isinstance(content, str) else 0
+        for call in m.get("tool_calls") or ():
+            chars += len(str((call.get("function") or {}).get("arguments", ""))) + 20
+    return max(1, chars // 4 + 4 * len(messages))
+
+
 def _usage(reply: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, int]:
     given = reply.get("usage") or {}
-    prompt = int(given.get("prompt_tokens", estimate_tokens(messages)))
+    prompt = int(given.get("prompt_tokens", _prompt_tokens(messages)))
     completion = int(given.get("completion_tokens",
                                estimate_tokens([reply.get("content") or "", _tool_calls(reply)])))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

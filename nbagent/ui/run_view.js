@@ -1,4 +1,5 @@
-// The live view of an nbagent run (an anywidget ESM: plain DOM, no framework, no build step).
+// The view of an nbagent run: the live anywidget view (default export) and the static record the JupyterLab
+// extension draws (`renderView`). Plain DOM, no framework, no build step.
 //
 // Model traits: `view` (the view-state dict, see nbagent/ui/viewstate.py), `streaming` (the reply being
 // streamed), `decided` (the request id Python accepted a decision for), and `decision`, which this view sets
@@ -335,10 +336,264 @@ function list(lines, i, parent) {
 }
 
 // ------------------------------------------------------------------------------------------------ the view
+//
+// The sections of a run view, as pure functions of the view-state dict. Two hosts draw them: the live widget
+// (`render`, the anywidget entry point, with the decision panel and the streamed reply) and `renderView`, the
+// static record the JupyterLab extension (labextension/) draws for `application/vnd.nbagent.run+json` with no
+// kernel: no buttons; a waiting run shows the `%agent` line that answers it. `ctx.open` keeps <details> open
+// states by key across re-renders.
+
+const HEAD_STEPS = 8; // a static record with more than MAX_STEPS_SHOWN steps collapses the middle ones
+const TAIL_STEPS = 8;
+const MAX_STEPS_SHOWN = 20;
+
+function details(ctx, key, summary, body, openByDefault = false) {
+  const d = h("details", {}, h("summary", {}, summary), body);
+  d.open = ctx.open.has(key) ? ctx.open.get(key) : openByDefault;
+  d.addEventListener("toggle", () => ctx.open.set(key, d.open));
+  return d;
+}
+
+function textBlock(ctx, key, text, label, cls) {
+  text = String(text);
+  const pre = h("pre", { class: cls, text });
+  if (!isLong(text)) return pre;
+  const n = text.split("\n").length;
+  return details(ctx, key, `${label} (${plural(n, "line", "lines")}, ${text.length.toLocaleString("en-US")} chars)`, pre);
+}
+
+function stepEl(ctx, step, n, decisions) {
+  const kind = step.kind || "info";
+  const status = step.status || "info";
+  const line = h("span", { class: "nbv-line" },
+    h("span", { class: `nbv-icon nbv-${STEP_TONE[status] || "dim"}`, title: status }, STEP_ICON[status] || "·"),
+    h("span", { class: "nbv-kind" }, KIND_LABEL[kind] || kind));
+  const body = [];
+  const facts = (items) => h("span", { class: "nbv-facts" }, ` · ${items.filter(Boolean).join(" · ")}`);
+  const retries = (r) => (r ? plural(r, "retry", "retries") : "");
+  if (kind === "model") {
+    line.append(h("code", { text: step.title }), ` → ${step.detail || ""}`,
+      facts([`${fmtTokens(step.tokens)} tokens`, fmtCost(step.cost), fmtMs(step.latency_ms), retries(step.retries)]));
+  } else if (kind === "tool") {
+    line.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
+      h("span", { class: "nbv-args", text: `(${formatArgs(step.arguments)})` }), " ", riskBadge(step.risk) || "",
+      facts([status === "running" ? "running…" : status, fmtMs(step.duration_ms), retries(step.retries)]));
+    if (step.detail) body.push(h("span", { class: `nbv-why${status === "failed" ? " nbv-bad" : ""}`, text: step.detail }));
+    if (argsAreLong(step.arguments)) {
+      body.push(details(ctx, `args:${step.id}`, "arguments", h("pre", { text: JSON.stringify(step.arguments, null, 2) })));
+    }
+    if (step.result_preview) body.push(textBlock(ctx, `result:${step.id}`, step.result_preview, "result", "nbv-result"));
+  } else if (kind === "denied") {
+    line.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
+      step.target ? h("code", { text: step.target }) : "",
+      step.rule ? h("span", { class: "nbv-facts", text: ` (rule ${step.rule})` }) : "");
+    body.push(h("span", { class: "nbv-why nbv-bad", text: step.detail || "" }));
+  } else if (kind === "thinking") {
+    const text = String(step.detail || "");
+    if (isLong(text)) body.push(details(ctx, `think:${step.id}`, clip(text, 90), h("div", { class: "nbv-thinking", text })));
+    else line.append(h("span", { class: "nbv-thinking", text }));
+  } else if (kind === "question") {
+    line.append(h("strong", { text: step.detail || "" }));
+    if (step.answer !== undefined && step.answer !== null) {
+      const d = decisions.get(step.request_id);
+      body.push(h("span", { class: "nbv-why" }, "answer: ", h("q", { text: step.answer }),
+        d ? ` — by ${d.by || "unknown"} at ${fmtTs(d.ts)}` : ""));
+    }
+  } else if (kind === "child") {
+    line.append(h("code", { text: shortId(step.child_run_id) }), " ",
+      h("span", { class: "nbv-facts", text: clip(step.detail, 200) }));
+  } else if (kind === "error") {
+    line.append(h("strong", { text: step.title || "error" }), step.retries ? facts([retries(step.retries)]) : "");
+    body.push(textBlock(ctx, `err:${step.id}`, step.detail || "", "error", "nbv-error-text"));
+  } else {
+    line.append(h("span", { class: "nbv-facts", text: step.detail || step.title || "" }));
+  }
+  return h("li", { class: `nbv-step nbv-k-${kind} nbv-st-${status}`, value: n }, line, body);
+}
+
+function planEl(ctx, plan, index, view) {
+  const pending = view.pending || {};
+  const waiting = pending.kind === "approval" && pending.plan_id === plan.plan_id;
+  const status = plan.status || "proposed";
+  const card = h("div", { class: `nbv-plan${waiting ? " nbv-plan-waiting" : ""}` },
+    h("div", { class: "nbv-plan-head" },
+      h("strong", { text: `Plan ${index}: ${plan.purpose || "(no purpose given)"}` }),
+      badge(waiting ? "waiting for approval" : PLAN_STATUS[status] || status, waiting ? "warn" : PLAN_TONE[status] || "dim"),
+      h("span", { class: "nbv-facts" }, "max risk"), riskBadge(plan.max_risk) || ""));
+  const steps = plan.steps || [];
+  if (steps.length) {
+    card.appendChild(h("table", {},
+      h("thead", {}, h("tr", {}, ["#", "tool", "target", "risk", "arguments"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, steps.map((s, k) => h("tr", {},
+        h("td", { text: k + 1 }), h("td", {}, h("span", { class: "nbv-tool", text: s.tool })),
+        h("td", {}, s.target ? h("code", { text: s.target }) : ""), h("td", {}, riskBadge(s.risk) || ""),
+        h("td", {}, h("span", { class: "nbv-args", text: formatArgs(s.arguments, 48) })))))));
+    for (const s of steps) {
+      const diff = s.diff || s.preview;
+      if (!diff) continue;
+      const key = `diff:${plan.plan_id}:${s.call_id}`;
+      if (s.diff || looksLikeDiff(String(diff))) {
+        const lines = String(diff).replace(/\n$/, "").split("\n");
+        const adds = lines.filter((l) => l.startsWith("+") && !l.startsWith("+++")).length;
+        const dels = lines.filter((l) => l.startsWith("-") && !l.startsWith("---")).length;
+        const summary = h("span", {}, "diff of ", h("code", { text: s.target || s.tool }),
+          `: +${adds} -${dels}${lines.length > DIFF_OPEN_LINES ? ` (${lines.length} lines)` : ""}`);
+        // a live card opens the diff it asks about; a static record opens every short diff
+        const open = (waiting || ctx.static) && lines.length <= DIFF_OPEN_LINES;
+        card.appendChild(details(ctx, key, summary, diffPre(diff), open));
+      } else {
+        card.appendChild(textBlock(ctx, key, diff, `preview of ${s.tool}`));
+      }
+    }
+  }
+  const decisions = (view.decisions || []).filter((d) => d.plan_id && d.plan_id === plan.plan_id);
+  if (decisions.length) {
+    card.appendChild(h("ul", { class: "nbv-decisions" }, decisions.map((d) => {
+      const label = { rejected: "reason", refined: "feedback", answered: "answer" }[d.kind] || "note";
+      return h("li", {}, h("span", { class: `nbv-${PLAN_TONE[d.kind] || "dim"}`, text: DECISION_VERB[d.kind] || d.kind }),
+        ` by ${d.by || "unknown"}${d.ts ? ` at ${fmtTs(d.ts)}` : ""}${d.text ? ` — ${label}: ${d.text}` : ""}`);
+    })));
+  } else if (plan.auto_executing) {
+    card.appendChild(h("div", { class: "nbv-facts", text: "ran without asking: within the autonomy level" }));
+  }
+  return card;
+}
+
+function bannerEl(view) {
+  if (!view.superseded_by) return "";
+  return h("div", { class: "nbv-banner nbv-dim nbv-superseded" }, h("strong", { text: "↷ Superseded" }),
+    " by run ", h("code", { text: view.superseded_by }), ": an earlier cell was re-run.");
+}
+
+function headEl(view, status) {
+  const meta = [["model", view.model], ["autonomy", view.autonomy], ["run", shortId(view.run_id)]];
+  if (view.cell_id) meta.push(["cell", view.cell_id]);
+  return h("div", { class: "nbv-head" },
+    h("span", { class: `nbv-badge nbv-${STATUS_TONE[status] || "dim"} nbv-status` },
+      status === "running" ? h("span", { class: "nbv-pulse", "aria-hidden": "true" }) : `${STATUS_ICON[status] || ""} `,
+      status.replace(/_/g, " ")),
+    h("span", { class: "nbv-title", text: "nbagent run" }),
+    h("span", { class: "nbv-meta" }, meta.filter(([, v]) => v).map(([k, v], j) =>
+      h("span", {}, j ? " · " : "", `${k} `, h("code", { text: v, title: k === "run" ? view.run_id : null })))));
+}
+
+const promptEl = (view) => (view.prompt ? h("div", { class: "nbv-prompt", text: view.prompt }) : "");
+
+// the live view: an interrupted run says how to continue it (a waiting one has its decision panel)
+function interruptedEl(view, status) {
+  if (status !== "interrupted") return "";
+  const rid = shortId(view.run_id);
+  return h("div", { class: "nbv-banner nbv-warn" }, h("strong", { text: "■ interrupted" }),
+    h("span", { class: "nbv-hint", text: view.pending
+      ? `in a new cell: %agent approve ${rid} · %agent deny ${rid} "reason" · %agent refine ${rid} "feedback"`
+      : `in a new cell: %agent resume ${rid}` }));
+}
+
+// the `%agent` line that answers a waiting run (as nbagent/ui/record.py's pending_hint says it)
+function pendingHint(view) {
+  const pending = view.pending || {};
+  const rid = shortId(view.run_id);
+  if (pending.kind === "approval") {
+    return `%agent approve ${rid}  ·  %agent deny ${rid} "reason"  ·  %agent refine ${rid} "feedback"`
+      + (view.status === "interrupted" ? `  (then %agent resume ${rid})` : "");
+  }
+  if (pending.kind === "human_input") return `%agent answer ${rid} "your answer"`;
+  return `%agent resume ${rid}`;
+}
+
+function pendingText(view) {
+  const pending = view.pending || {};
+  if (pending.kind === "approval") {
+    const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id);
+    return `waiting for approval of plan ${shortId(pending.plan_id)}${plan && plan.purpose ? ` (${clip(plan.purpose, 80)})` : ""}`;
+  }
+  if (pending.kind === "human_input") return `waiting for an answer to: ${clip(pending.question || "", 200)}`;
+  return "waiting";
+}
+
+// the static record: a waiting or interrupted run says which `%agent` line continues it
+function staticPendingEl(view, status) {
+  if (view.superseded_by || status === "superseded") return "";
+  if (!view.pending && status !== "interrupted" && status !== "waiting") return "";
+  const title = view.pending ? `‖ ${pendingText(view)}` : `■ ${status}`;
+  return h("div", { class: "nbv-banner nbv-warn nbv-pending" }, h("strong", { text: title }),
+    h("span", { class: "nbv-hint", text: `in a new cell: ${pendingHint(view)}` }));
+}
+
+function stepsOl(ctx, steps, start, decisions) {
+  const ol = h("ol", { class: "nbv-steps" }, steps.map((s, k) => stepEl(ctx, s, start + k, decisions)));
+  if (start !== 1) ol.setAttribute("start", String(start));
+  return ol;
+}
+
+const decisionsByRequest = (view) =>
+  new Map((view.decisions || []).filter((d) => d.request_id).map((d) => [d.request_id, d]));
+
+// a static timeline: a long one shows its first and last steps, the middle ones collapsed
+function staticStepsEl(ctx, view) {
+  const steps = view.steps || [];
+  if (!steps.length) return "";
+  const decisions = decisionsByRequest(view);
+  const out = [h("div", { class: "nbv-section", text: `Steps (${steps.length})` })];
+  if (steps.length <= MAX_STEPS_SHOWN) {
+    out.push(stepsOl(ctx, steps, 1, decisions));
+  } else {
+    const middle = steps.slice(HEAD_STEPS, steps.length - TAIL_STEPS);
+    out.push(stepsOl(ctx, steps.slice(0, HEAD_STEPS), 1, decisions),
+      details(ctx, "steps:middle", `… ${middle.length} more steps`, stepsOl(ctx, middle, HEAD_STEPS + 1, decisions)),
+      stepsOl(ctx, steps.slice(steps.length - TAIL_STEPS), steps.length - TAIL_STEPS + 1, decisions));
+  }
+  return h("div", { class: "nbv-timeline" }, out);
+}
+
+function plansEl(ctx, view) {
+  const plans = view.plans || [];
+  if (!plans.length) return "";
+  return h("div", {}, h("div", { class: "nbv-section", text: `Plans (${plans.length})` }),
+    plans.map((p, k) => planEl(ctx, p, k + 1, view)));
+}
+
+function answerEl(view) {
+  if (!view.answer) return "";
+  return h("div", { class: "nbv-answer" }, h("div", { class: "nbv-section", text: "Answer" }),
+    markdown(view.answer, h("div", { class: "nbv-md" })));
+}
+
+function errorsEl(view) {
+  const errors = (view.errors || []).filter(Boolean);
+  if (view.error && !errors.includes(view.error)) errors.unshift(view.error);
+  if (!errors.length) return "";
+  return h("div", {}, h("div", { class: "nbv-section", text: "Errors" }),
+    h("ul", { class: "nbv-errors" }, errors.map((e) => h("li", { text: e }))));
+}
+
+function footEl(view, withRunId) {
+  return h("div", { class: "nbv-foot" },
+    h("span", {}, h("strong", { text: "Totals " }), totalsLine(view.totals)),
+    withRunId && view.run_id ? h("span", {}, h("strong", { text: "Run " }), h("code", { class: "nbv-run-id", text: view.run_id })) : "",
+    view.log_path ? h("span", {}, h("strong", { text: "Log " }), h("code", { class: "nbv-log", text: view.log_path })) : "");
+}
+
+/**
+ * Draw a run's static record (no buttons, no kernel needed) into `el`; returns the root element.
+ * `options.open`: a Map of <details> open states by key, kept across re-renders.
+ */
+export function renderView(el, view, options = {}) {
+  view = view && typeof view === "object" ? view : {};
+  const ctx = { open: options.open || new Map(), static: true };
+  const status = String(view.status || "running");
+  const root = h("div", { class: `nbagent-live nbv-static nbv-status-${status}`, "data-run-id": view.run_id || null },
+    bannerEl(view), headEl(view, status), promptEl(view), staticPendingEl(view, status), staticStepsEl(ctx, view),
+    plansEl(ctx, view), answerEl(view), errorsEl(view), footEl(view, true));
+  el.appendChild(root);
+  return root;
+}
+
+// ------------------------------------------------------------------------------------------------ the live widget
 
 function render({ model, el }) {
+  const ctx = { open: new Map(), static: false }; // details open state by key, kept across re-renders
   const local = {
-    open: new Map(), // details open state by key, kept across re-renders
     panelKey: null, // request id (+ decided state) the decision panel was built for
     clicked: null, // request id this view sent a decision for
     mode: null, // "deny" | "refine" while the text line is open
@@ -351,116 +606,6 @@ function render({ model, el }) {
   };
   root.append(...Object.values(parts));
   el.appendChild(root);
-
-  const details = (key, summary, body, openByDefault = false) => {
-    const d = h("details", {}, h("summary", {}, summary), body);
-    d.open = local.open.has(key) ? local.open.get(key) : openByDefault;
-    d.addEventListener("toggle", () => local.open.set(key, d.open));
-    return d;
-  };
-
-  const textBlock = (key, text, label, cls) => {
-    text = String(text);
-    const pre = h("pre", { class: cls, text });
-    if (!isLong(text)) return pre;
-    const n = text.split("\n").length;
-    return details(key, `${label} (${plural(n, "line", "lines")}, ${text.length.toLocaleString("en-US")} chars)`, pre);
-  };
-
-  function stepEl(step, n, decisions) {
-    const kind = step.kind || "info";
-    const status = step.status || "info";
-    const line = h("span", { class: "nbv-line" },
-      h("span", { class: `nbv-icon nbv-${STEP_TONE[status] || "dim"}`, title: status }, STEP_ICON[status] || "·"),
-      h("span", { class: "nbv-kind" }, KIND_LABEL[kind] || kind));
-    const body = [];
-    const facts = (items) => h("span", { class: "nbv-facts" }, ` · ${items.filter(Boolean).join(" · ")}`);
-    const retries = (r) => (r ? plural(r, "retry", "retries") : "");
-    if (kind === "model") {
-      line.append(h("code", { text: step.title }), ` → ${step.detail || ""}`,
-        facts([`${fmtTokens(step.tokens)} tokens`, fmtCost(step.cost), fmtMs(step.latency_ms), retries(step.retries)]));
-    } else if (kind === "tool") {
-      line.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
-        h("span", { class: "nbv-args", text: `(${formatArgs(step.arguments)})` }), " ", riskBadge(step.risk) || "",
-        facts([status === "running" ? "running…" : status, fmtMs(step.duration_ms), retries(step.retries)]));
-      if (step.detail) body.push(h("span", { class: `nbv-why${status === "failed" ? " nbv-bad" : ""}`, text: step.detail }));
-      if (argsAreLong(step.arguments)) {
-        body.push(details(`args:${step.id}`, "arguments", h("pre", { text: JSON.stringify(step.arguments, null, 2) })));
-      }
-      if (step.result_preview) body.push(textBlock(`result:${step.id}`, step.result_preview, "result", "nbv-result"));
-    } else if (kind === "denied") {
-      line.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
-        step.target ? h("code", { text: step.target }) : "",
-        step.rule ? h("span", { class: "nbv-facts", text: ` (rule ${step.rule})` }) : "");
-      body.push(h("span", { class: "nbv-why nbv-bad", text: step.detail || "" }));
-    } else if (kind === "thinking") {
-      const text = String(step.detail || "");
-      if (isLong(text)) body.push(details(`think:${step.id}`, clip(text, 90), h("div", { class: "nbv-thinking", text })));
-      else line.append(h("span", { class: "nbv-thinking", text }));
-    } else if (kind === "question") {
-      line.append(h("strong", { text: step.detail || "" }));
-      if (step.answer !== undefined && step.answer !== null) {
-        const d = decisions.get(step.request_id);
-        body.push(h("span", { class: "nbv-why" }, "answer: ", h("q", { text: step.answer }),
-          d ? ` — by ${d.by || "unknown"} at ${fmtTs(d.ts)}` : ""));
-      }
-    } else if (kind === "child") {
-      line.append(h("code", { text: shortId(step.child_run_id) }), " ",
-        h("span", { class: "nbv-facts", text: clip(step.detail, 200) }));
-    } else if (kind === "error") {
-      line.append(h("strong", { text: step.title || "error" }), step.retries ? facts([retries(step.retries)]) : "");
-      body.push(textBlock(`err:${step.id}`, step.detail || "", "error", "nbv-error-text"));
-    } else {
-      line.append(h("span", { class: "nbv-facts", text: step.detail || step.title || "" }));
-    }
-    return h("li", { class: `nbv-step nbv-k-${kind} nbv-st-${status}`, value: n }, line, body);
-  }
-
-  function planEl(plan, index, view) {
-    const pending = view.pending || {};
-    const waiting = pending.kind === "approval" && pending.plan_id === plan.plan_id;
-    const status = plan.status || "proposed";
-    const card = h("div", { class: `nbv-plan${waiting ? " nbv-plan-waiting" : ""}` },
-      h("div", { class: "nbv-plan-head" },
-        h("strong", { text: `Plan ${index}: ${plan.purpose || "(no purpose given)"}` }),
-        badge(waiting ? "waiting for approval" : PLAN_STATUS[status] || status, waiting ? "warn" : PLAN_TONE[status] || "dim"),
-        h("span", { class: "nbv-facts" }, "max risk"), riskBadge(plan.max_risk) || ""));
-    const steps = plan.steps || [];
-    if (steps.length) {
-      card.appendChild(h("table", {},
-        h("thead", {}, h("tr", {}, ["#", "tool", "target", "risk", "arguments"].map((t) => h("th", { text: t })))),
-        h("tbody", {}, steps.map((s, k) => h("tr", {},
-          h("td", { text: k + 1 }), h("td", {}, h("span", { class: "nbv-tool", text: s.tool })),
-          h("td", {}, s.target ? h("code", { text: s.target }) : ""), h("td", {}, riskBadge(s.risk) || ""),
-          h("td", {}, h("span", { class: "nbv-args", text: formatArgs(s.arguments, 48) })))))));
-      for (const s of steps) {
-        const diff = s.diff || s.preview;
-        if (!diff) continue;
-        const key = `diff:${plan.plan_id}:${s.call_id}`;
-        if (s.diff || looksLikeDiff(String(diff))) {
-          const lines = String(diff).replace(/\n$/, "").split("\n");
-          const adds = lines.filter((l) => l.startsWith("+") && !l.startsWith("+++")).length;
-          const dels = lines.filter((l) => l.startsWith("-") && !l.startsWith("---")).length;
-          const summary = h("span", {}, "diff of ", h("code", { text: s.target || s.tool }),
-            `: +${adds} -${dels}${lines.length > DIFF_OPEN_LINES ? ` (${lines.length} lines)` : ""}`);
-          card.appendChild(details(key, summary, diffPre(diff), waiting && lines.length <= DIFF_OPEN_LINES));
-        } else {
-          card.appendChild(textBlock(key, diff, `preview of ${s.tool}`));
-        }
-      }
-    }
-    const decisions = (view.decisions || []).filter((d) => d.plan_id && d.plan_id === plan.plan_id);
-    if (decisions.length) {
-      card.appendChild(h("ul", { class: "nbv-decisions" }, decisions.map((d) => {
-        const label = { rejected: "reason", refined: "feedback", answered: "answer" }[d.kind] || "note";
-        return h("li", {}, h("span", { class: `nbv-${PLAN_TONE[d.kind] || "dim"}`, text: DECISION_VERB[d.kind] || d.kind }),
-          ` by ${d.by || "unknown"}${d.ts ? ` at ${fmtTs(d.ts)}` : ""}${d.text ? ` — ${label}: ${d.text}` : ""}`);
-      })));
-    } else if (plan.auto_executing) {
-      card.appendChild(h("div", { class: "nbv-facts", text: "ran without asking: within the autonomy level" }));
-    }
-    return card;
-  }
 
   function send(requestId, action, text) {
     if (local.clicked === requestId) return;
@@ -581,73 +726,30 @@ function render({ model, el }) {
     const status = view.status || "running";
     root.className = `nbagent-live nbv-status-${status}`;
 
-    parts.banner.replaceChildren();
-    if (view.superseded_by) {
-      parts.banner.append(h("div", { class: "nbv-banner nbv-dim" }, h("strong", { text: "↷ Superseded" }),
-        " by run ", h("code", { text: view.superseded_by }), ": an earlier cell was re-run."));
-    }
-
-    const meta = [["model", view.model], ["autonomy", view.autonomy], ["run", shortId(view.run_id)]];
-    if (view.cell_id) meta.push(["cell", view.cell_id]);
-    parts.head.replaceChildren(h("div", { class: "nbv-head" },
-      h("span", { class: `nbv-badge nbv-${STATUS_TONE[status] || "dim"} nbv-status` },
-        status === "running" ? h("span", { class: "nbv-pulse", "aria-hidden": "true" }) : `${STATUS_ICON[status] || ""} `,
-        status.replace(/_/g, " ")),
-      h("span", { class: "nbv-title", text: "nbagent run" }),
-      h("span", { class: "nbv-meta" }, meta.filter(([, v]) => v).map(([k, v], j) =>
-        h("span", {}, j ? " · " : "", `${k} `, h("code", { text: v, title: k === "run" ? view.run_id : null }))))));
-
-    parts.prompt.replaceChildren(view.prompt ? h("div", { class: "nbv-prompt", text: view.prompt }) : "");
-
-    parts.pending.replaceChildren();
-    if (status === "interrupted") {
-      const rid = shortId(view.run_id);
-      parts.pending.append(h("div", { class: "nbv-banner nbv-warn" }, h("strong", { text: "■ interrupted" }),
-        h("span", { class: "nbv-hint", text: view.pending
-          ? `in a new cell: %agent approve ${rid} · %agent deny ${rid} "reason" · %agent refine ${rid} "feedback"`
-          : `in a new cell: %agent resume ${rid}` })));
-    }
+    parts.banner.replaceChildren(bannerEl(view));
+    parts.head.replaceChildren(headEl(view, status));
+    parts.prompt.replaceChildren(promptEl(view));
+    parts.pending.replaceChildren(interruptedEl(view, status));
 
     // steps: a scrolling list that follows the newest step unless the reader scrolled up
     const old = parts.steps.querySelector(".nbv-steps");
     const atBottom = !old || old.scrollHeight - old.scrollTop - old.clientHeight < 24;
     const prevTop = old ? old.scrollTop : 0;
     const steps = view.steps || [];
-    const decisions = new Map((view.decisions || []).filter((d) => d.request_id).map((d) => [d.request_id, d]));
     parts.steps.replaceChildren();
     if (steps.length) {
-      const ol = h("ol", { class: "nbv-steps" }, steps.map((s, k) => stepEl(s, k + 1, decisions)));
+      const ol = stepsOl(ctx, steps, 1, decisionsByRequest(view));
       parts.steps.append(h("div", { class: "nbv-section", text: `Steps (${steps.length})` }), ol);
       ol.scrollTop = atBottom ? ol.scrollHeight : prevTop;
     } else if (status === "running") {
       parts.steps.append(h("div", { class: "nbv-facts nbv-starting", text: "starting…" }));
     }
 
-    const plans = view.plans || [];
-    parts.plans.replaceChildren();
-    if (plans.length) {
-      parts.plans.append(h("div", { class: "nbv-section", text: `Plans (${plans.length})` }),
-        ...plans.map((p, k) => planEl(p, k + 1, view)));
-    }
-
+    parts.plans.replaceChildren(plansEl(ctx, view));
     decisionPanel(view);
-
-    parts.answer.replaceChildren();
-    if (view.answer) {
-      parts.answer.append(h("div", { class: "nbv-answer" }, h("div", { class: "nbv-section", text: "Answer" }),
-        markdown(view.answer, h("div", { class: "nbv-md" }))));
-    }
-
-    const errors = (view.errors || []).filter(Boolean);
-    if (view.error && !errors.includes(view.error)) errors.unshift(view.error);
-    parts.errors.replaceChildren(errors.length
-      ? h("div", {}, h("div", { class: "nbv-section", text: "Errors" }),
-        h("ul", { class: "nbv-errors" }, errors.map((e) => h("li", { text: e }))))
-      : "");
-
-    parts.foot.replaceChildren(h("div", { class: "nbv-foot" },
-      h("span", {}, h("strong", { text: "Totals " }), totalsLine(view.totals)),
-      view.log_path ? h("span", {}, h("strong", { text: "Log " }), h("code", { text: view.log_path })) : ""));
+    parts.answer.replaceChildren(answerEl(view));
+    parts.errors.replaceChildren(errorsEl(view));
+    parts.foot.replaceChildren(footEl(view, false));
 
     drawStream();
   }

@@ -1,0 +1,109 @@
+"""The notebooks in notebooks/ run offline with `nbagent run`, and say what they are meant to say."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+RUN_MIME = "application/vnd.nbagent.run+json"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("notebooks") / "notebooks"
+    shutil.copytree(NOTEBOOKS, dest, ignore=shutil.ignore_patterns("*.nbagent", "report.md", "summary.md",
+                                                                   "old.txt", ".env"))
+    return dest
+
+
+def execute(folder: Path, name: str, approve: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    exe = Path(sys.executable).with_name("nbagent")
+    result = subprocess.run([str(exe), "run", name, "--approve", approve], cwd=folder, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result, nbformat.read(folder / name, as_version=4)
+
+
+def streams(nb: Any) -> str:
+    return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "stream")
+
+
+def records(nb: Any) -> list[dict[str, Any]]:
+    return [o["data"][RUN_MIME] for c in nb.cells for o in c.get("outputs", []) if RUN_MIME in o.get("data", {})]
+
+
+def test_every_notebook_but_real_models_is_tested() -> None:
+    names = {p.name for p in NOTEBOOKS.glob("*.ipynb")}
+    assert names == {"quickstart.ipynb", "autonomy.ipynb", "file-scope.ipynb", "kernel-tools.ipynb",
+                     "your-own-tools.ipynb", "replay.ipynb", "real-models.ipynb"}
+
+
+def test_quickstart(folder: Path) -> None:
+    result, nb = execute(folder, "quickstart.ipynb", "low")
+    assert "North** sold the most" in result.stdout and result.stdout.strip().endswith(
+        "executed notebook written to " + str(folder / "quickstart.ipynb"))
+    read, write = records(nb)
+    assert read["status"] == "completed"
+    assert [s.get("tool") for s in read["steps"] if s["kind"] == "tool"] == ["read_file"]
+    assert write["decisions"][0]["kind"] == "approved" and write["decisions"][0]["by"] == "policy:low"
+    assert (folder / "report.md").read_text().startswith("# Top regions by revenue")
+    out = streams(nb)
+    assert "1. North: 120" in out and "every chain intact" in out and "exit status 0" in out
+
+
+def test_autonomy_levels_side_by_side(folder: Path) -> None:
+    _, nb = execute(folder, "autonomy.ipynb", "none")
+    outcomes = [o["text"].split() for c in nb.cells for o in c.get("outputs", [])
+                if o["output_type"] == "stream" and "read_file" in o["text"]]
+    assert outcomes == [
+        ["read_file", "rejected", "create_file", "rejected", "delete_file", "rejected"],  # L0
+        ["read_file", "ok", "create_file", "rejected", "delete_file", "rejected"],  # L1
+        ["read_file", "ok", "create_file", "ok", "delete_file", "rejected"],  # L2
+        ["read_file", "ok", "create_file", "ok", "delete_file", "ok"],  # L3
+    ]
+    assert [r["autonomy"] for r in records(nb)] == ["L0", "L1", "L2", "L3"]
+
+
+def test_file_scope_denials(folder: Path) -> None:
+    _, nb = execute(folder, "file-scope.ipynb", "low")
+    (record,) = records(nb)
+    assert record["status"] == "completed_with_errors"
+    out = streams(nb)
+    for target, rule in (("'../README.md'", "path_traversal"), ("'.env'", "scope.excluded"),
+                         ("'/etc/passwd'", "scope.outside"), ("'..'", "path_traversal")):
+        assert any(line.startswith(target) and rule in line for line in out.splitlines()), (target, out)
+    assert "sk-not-a-real-key" not in (folder / "file-scope.nbagent" / "events.jsonl").read_text()
+    assert "root:x:0" not in (folder / "file-scope.nbagent" / "events.jsonl").read_text()
+
+
+def test_kernel_tools_change_the_dataframe(folder: Path) -> None:
+    _, nb = execute(folder, "kernel-tools.ipynb", "all")
+    (record,) = records(nb)
+    tools = [s.get("tool") for s in record["steps"] if s["kind"] == "tool"]
+    assert tools == ["inspect_variable", "run_python"] and record["plans"][0]["max_risk"] == "WRITE_HIGH_RISK"
+    last = nb.cells[-1].outputs[0]["data"]["text/plain"]
+    assert "share" in last and "0.338" in last
+
+
+def test_your_own_tools(folder: Path) -> None:
+    _, nb = execute(folder, "your-own-tools.ipynb", "low")
+    (record,) = records(nb)
+    results = [s["result_preview"] for s in record["steps"] if s.get("tool") == "growth"]
+    assert results == ["20.0", "58.3", "-5.9", "9.1"]
+    assert "'description': 'Revenue growth of a region since last year, in percent.'" in str(nb.cells[3].outputs)
+    assert "growth" in streams(nb) and "READ_ONLY" in streams(nb)
+
+
+def test_replay_offline_and_verify(folder: Path) -> None:
+    _, nb = execute(folder, "replay.ipynb", "low")
+    original, replayed = records(nb)
+    assert original["model"] == "nbagent/scripted" and replayed["model"] == "nbagent/replay"
+    assert replayed["answer"] == original["answer"] and replayed["status"] == "completed"
+    assert "every chain intact" in streams(nb) and "exit status 0" in streams(nb)
