@@ -60,7 +60,7 @@ class Kernel:
         self.notebook = folder / notebook
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("NBAGENT_")}
         self.env = {**inherited, "JPY_SESSION_NAME": str(self.notebook), **(env or {})}
-        self.km = KernelManager(kernel_name="python3")
+        self.km = KernelManager(kernel_name="python3", transport="ipc")
         self.widgets: dict[str, dict[str, Any]] = {}  # comm id -> synced state
         self.cells: dict[str, Cell] = {}  # by msg id
         self._start()

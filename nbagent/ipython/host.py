@@ -26,6 +26,7 @@ from ..store import Store, StoreError, store_path_for
 from ..tools.base import Tool
 from .live import LiveDisplay
 from .options import SETTINGS, Agent, UsageError, cell_parser, line_parser, parse, resolve, set_override
+from .references import UnknownVariable
 
 _host: NotebookHost | None = None
 
@@ -46,7 +47,7 @@ def current() -> NotebookHost:
 async def run_cell(line: str, body: str) -> Any:
     try:
         return await current().run_cell(line, body)
-    except (UsageError, StoreError, RunStateError, ModelScriptError, ValueError) as exc:
+    except (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError) as exc:
         print(str(exc).rstrip(), file=sys.stderr)
         return None
 
@@ -54,7 +55,7 @@ async def run_cell(line: str, body: str) -> Any:
 async def run_line(line: str) -> Any:
     try:
         return await current().run_line(line)
-    except (UsageError, StoreError, RunStateError, ModelScriptError, ValueError) as exc:
+    except (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError) as exc:
         print(str(exc).rstrip(), file=sys.stderr)
         return None
 
@@ -70,6 +71,27 @@ class NotebookHost:
         self._store: Store | None = None
         self.display_ids: dict[str, str] = {}  # run id -> display id of its output, for superseded updates
         self.last_run_id: str | None = None
+        self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
+        events = getattr(shell, "events", None)
+        if events is not None:
+            events.register("post_run_cell", self._after_cell)
+
+    def _after_cell(self, result: Any) -> None:
+        """Remember the last failing cell: its source, the exception and the traceback (for %agent fix)."""
+        error = getattr(result, "error_in_exec", None)
+        source = getattr(getattr(result, "info", None), "raw_cell", "") or ""
+        if error is None or source.lstrip().startswith(("%agent", "%%agent")):
+            return
+        import traceback as tb
+
+        from ..timeline import clip
+
+        lines = tb.format_exception(type(error), error, error.__traceback__)
+        text = "".join(lines)
+        if len(text) > 8000:
+            text = text[:2000] + "\n…\n" + text[-6000:]
+        self.last_error = {"type": type(error).__name__, "message": clip(str(error), 500), "traceback": text,
+                           "source": source}
 
     # ------------------------------------------------------------------ where and what
 
@@ -128,6 +150,13 @@ class NotebookHost:
         prompt = body.strip()
         if not prompt:
             raise UsageError("%%agent: the cell has no request; write it below the %%agent line")
+        from .references import context_message, expand
+
+        prompt, names = expand(prompt, self.shell.user_ns)
+        context = [m for m in [context_message(names, self.shell.user_ns)] if m]
+        await self.start_run(args, prompt, context)
+
+    async def start_run(self, args: Any, prompt: str, context: list[dict[str, Any]]) -> None:
         cfg = {k: v for k, (v, _) in self.settings(args).items()}
         store = self.store
         session = store.session(cfg["session"], notebook=self.notebook.name)
@@ -155,7 +184,8 @@ class NotebookHost:
                                 recorded_from=cell_runs[-1].id if cell_runs else None)
         tools = [t.strip() for t in args.tools.split(",")] if args.tools else None
         await self.drive(agent, lambda: agent.run(prompt, previous_run_id=previous, fork_of=fork_of,
-                                                  cell_id=cell_id, tools=tools, options=options))
+                                                  cell_id=cell_id, tools=tools, options=options,
+                                                  context=context))
 
     def _path(self, value: str) -> Path:
         p = Path(value).expanduser()
@@ -167,11 +197,12 @@ class NotebookHost:
         script = self._path(cfg["script"]) if cfg.get("script") and not replay else None
         model = cfg.get("model") or None
         if replay is None and script is None and not model:
-            raise UsageError(
-                "%%agent: no model. Pass --model (any litellm model, e.g. openai/gpt-4o-mini with OPENAI_API_KEY "
-                "set), or --script turns.json for the offline scripted model, or set a default: "
-                "%agent config model=..., %config Agent.model = ..., or NBAGENT_MODEL"
-            )
+            from ..models.detect import NO_MODEL, detect
+
+            found = detect()
+            if found is None:
+                raise UsageError("%%agent: " + NO_MODEL)
+            model = found.model
         budget = Budget(max_steps=int(cfg.get("max_steps") or 50), max_cost=float(cfg.get("budget") or 0) or None)
         return RuntimeAgent(
             model=None if script is not None and (model in (None, "nbagent/scripted")) else model,
@@ -370,6 +401,33 @@ class NotebookHost:
 
         for t in [*self.all_tools(), *CONTROL_TOOLS.values()]:
             print(f"{t.name:<20} {t.risk.value:<16} {t.description}")
+
+    async def cmd_models(self, args: Any) -> None:
+        from ..models.detect import NO_MODEL, candidates
+
+        value, source = self.settings()["model"]
+        script, script_source = self.settings()["script"]
+        if value:
+            print(f"model: {value} (from {source})")
+        elif script:
+            print(f"model: nbagent/scripted playing {script} (from {script_source})")
+        found = candidates()
+        for c in found:
+            print(f"detected: {c.model} ({c.why})")
+        if not value and not script:
+            print(f"model: {found[0].model} (detected: {found[0].why})" if found else NO_MODEL)
+
+    async def cmd_fix(self, args: Any) -> None:
+        error = self.last_error
+        if error is None:
+            raise UsageError("%agent fix: no cell has failed in this kernel yet")
+        extra = " ".join(args.words).strip()
+        prompt = ("The cell below failed with " + f"{error['type']}: {error['message']}. Explain the cause in a "
+                  "sentence, then propose a fix: a corrected cell (insert_code_cell) or, if the session's state is "
+                  "what is wrong, a run_python step." + (f" {extra}" if extra else ""))
+        context = [{"role": "user", "content": "The failing cell:\n```python\n" + error["source"].rstrip()
+                    + "\n```\n\nThe traceback:\n```\n" + error["traceback"].rstrip() + "\n```"}]
+        await self.start_run(cell_parser().parse_args([]), prompt, context)
 
     async def cmd_config(self, args: Any) -> None:
         for pair in args.pairs:

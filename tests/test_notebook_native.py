@@ -1,0 +1,93 @@
+"""Notebook-native abilities in a real kernel: variables as context, %agent fix, model detection."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernel_harness import Kernel, script
+
+from nbagent.models.detect import candidates, detect
+from nbagent.store import Store
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    k = Kernel(tmp_path)
+    assert k.run("%load_ext nbagent", cell_id="setup").ok
+    yield k
+    k.close()
+
+
+def first_request(k: Kernel) -> dict:
+    store = Store(k.folder / "test.nbagent", readonly=True)
+    run = store.list_runs()[-1]
+    return next(e for e in store.run_events(run.id) if e.type == "llm_called").payload.request
+
+
+def test_variables_in_the_request_reach_the_model_summarised(kernel: Kernel) -> None:
+    setup = kernel.run(
+        "import pandas as pd\n"
+        "df = pd.DataFrame({'region': ['North', 'East'] * 50_000, 'revenue': range(100_000)})\n"
+        "params = {'alpha': 0.05, 'tails': 2, 'notes': 'x' * 5000}", cell_id="c1")
+    assert setup.ok, setup.stderr
+    script(kernel.folder / "s.json", {"content": "Looked."})
+    cell = kernel.run("%%agent --script s.json\nDescribe {df} and check @params; email me at a@b.org {{literally}}",
+                      cell_id="c2")
+    assert cell.ok and not cell.stderr.strip(), cell.stderr
+    messages = first_request(kernel)["messages"]
+    context, prompt = messages[0]["content"], messages[1]["content"]
+    assert prompt == "Describe `df` and check `params`; email me at a@b.org {literally}"
+    df = json.loads(context.split("`df`: ", 1)[1].split("\n\n")[0])
+    assert df["shape"] == [100000, 2] and df["dtypes"]["revenue"] == "int64"
+    assert df["dtypes"]["region"] in ("object", "str")  # pandas 3 names strings "str"
+    assert "North" in df["head"] and len(context) < 6000  # a summary, never the 100,000 rows
+    params = json.loads(context.split("`params`: ", 1)[1])
+    assert params["items"]["'alpha'"] == "0.05" and params["len"] == 3
+    assert "…" in params["items"]["'notes'"]  # the long string is cut, and says so
+
+
+def test_unknown_variable_is_an_error_before_any_model_call(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", {"content": "never"})
+    cell = kernel.run("%%agent --script s.json\nSummarise {nonexistent}", cell_id="c1")
+    assert "{nonexistent} is not a variable of this notebook" in cell.stderr and "{{nonexistent}}" in cell.stderr
+    assert not (kernel.folder / "test.nbagent").exists() or not Store(kernel.folder / "test.nbagent").run_ids()
+
+
+def test_agent_fix_after_a_zero_division_error(kernel: Kernel) -> None:
+    failing = kernel.run("total = 10\ncount = 0\nmean = total / count", cell_id="c1")
+    assert not failing.ok
+    script(kernel.folder / "fix.json", {"content": "count is 0, so the division fails; guard it."})
+    cell = kernel.run("%agent config script=fix.json\n%agent fix keep it short", cell_id="c2")
+    assert cell.ok, cell.stderr
+    request = first_request(kernel)
+    context, prompt = request["messages"][0]["content"], request["messages"][1]["content"]
+    assert prompt.startswith("The cell below failed with ZeroDivisionError: division by zero.")
+    assert prompt.endswith("keep it short")
+    assert "mean = total / count" in context and "ZeroDivisionError" in context and "Traceback" in context
+
+
+def test_agent_fix_without_an_error_says_so(kernel: Kernel) -> None:
+    assert "no cell has failed" in kernel.run("%agent fix", cell_id="c1").stderr
+
+
+def test_model_detection_order() -> None:
+    env = {"ANTHROPIC_API_KEY": "k", "GEMINI_API_KEY": "g"}
+    assert detect(env, probe_ollama=False).model == "anthropic/claude-3-5-haiku-latest"
+    assert [c.why for c in candidates({"OPENAI_API_KEY": "x", **env}, probe_ollama=False)] == [
+        "OPENAI_API_KEY is set", "ANTHROPIC_API_KEY is set", "GEMINI_API_KEY is set"]
+    assert detect({}, probe_ollama=False) is None
+
+
+def test_models_magic_and_the_no_model_error(kernel: Kernel) -> None:
+    out = kernel.run("%agent models", cell_id="c1")
+    assert "no model: pass --model" in out.stdout and "--script turns.json" in out.stdout
+    kernel.run("%agent config model=openai/gpt-4o-mini", cell_id="c2")
+    assert "model: openai/gpt-4o-mini (from %agent config)" in kernel.run("%agent models", cell_id="c3").stdout
+    cell = kernel.run("import os\nos.environ['ANTHROPIC_API_KEY'] = 'sk-ant-test'\n%agent config model=",
+                      cell_id="c4")
+    assert cell.ok
+    out = kernel.run("%agent models", cell_id="c5").stdout
+    assert "detected: anthropic/claude-3-5-haiku-latest (ANTHROPIC_API_KEY is set)" in out
