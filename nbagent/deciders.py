@@ -170,6 +170,8 @@ class InteractiveDecider(Decider):
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[object]]] = {}
         self.requests: dict[str, ApprovalRequest | QuestionRequest] = {}
+        self._early: dict[str, Verdict | Answer] = {}  # decisions that arrived before the wait began
+        self._answered: set[str] = set()
 
     async def decide(self, request: ApprovalRequest) -> Verdict | None:
         result = await self._wait(request.request_id, request)
@@ -185,17 +187,25 @@ class InteractiveDecider(Decider):
         with self._lock:
             return [self.requests[r] for r in self._pending]
 
-    def resolve(self, request_id: str, value: Verdict | Answer) -> bool:
-        """Deliver a decision; False if nothing waits for this request id (stale, duplicate, or wrong kind)."""
+    def resolve(self, request_id: str, value: Verdict | Answer, *, early: bool = False) -> bool:
+        """Deliver a decision; False if nothing waits for this request id (stale, duplicate, or wrong kind).
+
+        `early=True` is for a caller that knows the request is pending in the run's log (the run view): if the
+        decider is not waiting on it yet, the decision is kept and answers the wait as soon as it starts.
+        """
         with self._lock:
             entry = self._pending.get(request_id)
             request = self.requests.get(request_id)
             if entry is None or request is None:
+                if early and request_id not in self._early and request_id not in self._answered:
+                    self._early[request_id] = value
+                    return True
                 return False
             if isinstance(request, ApprovalRequest) != isinstance(value, Verdict):
                 return False
             loop, future = entry
             del self._pending[request_id]
+            self._answered.add(request_id)
 
         def settle() -> None:
             if not future.done():
@@ -208,6 +218,10 @@ class InteractiveDecider(Decider):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[object] = loop.create_future()
         with self._lock:
+            early = self._early.pop(request_id, None)
+            if early is not None and isinstance(request, ApprovalRequest) == isinstance(early, Verdict):
+                self._answered.add(request_id)
+                return early
             self._pending[request_id] = (loop, future)
             self.requests[request_id] = request
         deadline = None if self.timeout is None else loop.time() + self.timeout

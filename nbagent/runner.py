@@ -112,10 +112,14 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
                   "NBAGENT_HEADLESS": "1"}
     if model:
         kernel_env["NBAGENT_MODEL"] = model
+    import tempfile
+
     from jupyter_client import KernelManager
 
-    # ipc: the kernel's sockets are files in the runtime folder, not open TCP ports on the machine
-    km = KernelManager(kernel_name=kernel_name, transport="ipc")
+    # ipc: the kernel's sockets are files in a private folder, not TCP ports open on the machine. The path
+    # must be absolute: the kernel runs in the notebook's folder, the client wherever it was started.
+    sockets = tempfile.mkdtemp(prefix="nbagent-kernel-")
+    km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "kernel"))
     client = _client_class()(nb, km=km, timeout=timeout, kernel_name=kernel_name,
                              resources={"metadata": {"path": str(nb_path.parent)}})
     cell_error = None
@@ -128,6 +132,9 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     finally:
         if km.has_kernel:  # nbclient leaves a kernel it was given running
             km.shutdown_kernel(now=False)
+        import shutil
+
+        shutil.rmtree(sockets, ignore_errors=True)
     nbformat.write(nb, out_path)
     runs = []
     if (store_path / "meta.json").exists():

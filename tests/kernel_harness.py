@@ -55,12 +55,17 @@ class Cell:
 
 
 class Kernel:
-    def __init__(self, folder: Path, notebook: str = "test.ipynb", env: dict[str, str] | None = None) -> None:
+    def __init__(self, folder: Path, notebook: str = "test.ipynb", env: dict[str, str] | None = None,
+                 frontend: bool = True) -> None:
         self.folder = folder
+        self.frontend = frontend  # act as a front end that draws run views (and says so)
         self.notebook = folder / notebook
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("NBAGENT_")}
         self.env = {**inherited, "JPY_SESSION_NAME": str(self.notebook), **(env or {})}
-        self.km = KernelManager(kernel_name="python3", transport="ipc")
+        import tempfile
+
+        sockets = tempfile.mkdtemp(prefix="nbagent-test-kernel-")  # absolute: the kernel runs in `folder`
+        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
         self.widgets: dict[str, dict[str, Any]] = {}  # comm id -> synced state
         self.cells: dict[str, Cell] = {}  # by msg id
         self._start()
@@ -123,7 +128,10 @@ class Kernel:
     def _iopub(self, msg: dict[str, Any]) -> None:
         t, c = msg["msg_type"], msg["content"]
         if t == "comm_open" and c.get("target_name") == "jupyter.widget":
-            self.widgets[c["comm_id"]] = dict(c["data"].get("state", {}))
+            state = dict(c["data"].get("state", {}))
+            self.widgets[c["comm_id"]] = state
+            if "view" in state and "decision" in state and self.frontend:
+                self.custom(c["comm_id"], {"event": "rendered"})  # what the view's JS says once drawn
         elif t == "comm_msg" and c["comm_id"] in self.widgets:
             data = c["data"]
             if data.get("method") == "update":
@@ -163,6 +171,11 @@ class Kernel:
                 if pending and pending["kind"] == kind and pending["request_id"] not in (exclude or set()):
                     return cid, pending
         raise TimeoutError(f"no run view waited for {kind} within {timeout} s")
+
+    def custom(self, comm_id: str, content: dict[str, Any]) -> None:
+        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom",
+                                                                           "content": content}})
+        self.kc.shell_channel.send(msg)
 
     def click(self, comm_id: str, request_id: str, action: str, text: str = "") -> None:
         """What the Approve/Deny/Refine/Answer buttons send: a state update of the `decision` trait."""

@@ -224,8 +224,8 @@ class Counting(InteractiveDecider):
         super().__init__(poll=0.01)
         self.calls: list[tuple[str, Any, bool]] = []
 
-    def resolve(self, request_id: str, value: Verdict | Answer) -> bool:
-        ok = super().resolve(request_id, value)
+    def resolve(self, request_id: str, value: Verdict | Answer, *, early: bool = False) -> bool:
+        ok = super().resolve(request_id, value, early=early)
         self.calls.append((request_id, value, ok))
         return ok
 
@@ -304,16 +304,21 @@ def test_stale_wrong_kind_and_empty_refine_are_ignored(widget_cls: Any) -> None:
     asyncio.run(main())
 
 
-def test_a_click_nobody_waits_for_is_dropped(widget_cls: Any) -> None:
+def test_a_click_before_the_wait_begins_is_kept_for_it(widget_cls: Any) -> None:
+    """The view shows a request as soon as it is logged; the run may ask its decider a moment later."""
     decider = Counting()
     w = widget_cls(decider=decider)
-    w.push(approval_view("req-9"))  # the view says pending, but no decide() waits (e.g. after a restart)
+    w.push(approval_view("req-9"))  # the view says pending, but no decide() waits yet
     w.flush()
     click(w, request_id="req-9", action="approve")
-    assert decider.calls == [("req-9", Verdict.approve(by="user"), False)] and w.decided == ""
+    assert decider.calls == [("req-9", Verdict.approve(by="user"), True)] and w.decided == "req-9"
+    request = ApprovalRequest(run_id="r", request_id="req-9", plan_id="p")
+    assert asyncio.run(decider.decide(request)) == Verdict.approve(by="user")  # answered at once
+    assert decider.resolve("req-9", Verdict.approve(), early=True) is False  # never twice
+    w.decided = ""
 
     class Broken(InteractiveDecider):
-        def resolve(self, request_id: str, value: Verdict | Answer) -> bool:
+        def resolve(self, request_id: str, value: Verdict | Answer, *, early: bool = False) -> bool:
             raise RuntimeError("boom")
 
     w.decider = Broken()

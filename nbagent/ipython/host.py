@@ -60,6 +60,32 @@ async def run_line(line: str) -> Any:
         return None
 
 
+HEADLESS_MESSAGE = (
+    "nbagent: run {run_id} needs a decision ({what}), but nobody can answer here: no run view was shown by a "
+    "front end, so this looks like a headless kernel (nbconvert, papermill). Set NBAGENT_APPROVE=all|none|low "
+    "for the kernel, pass --approve to the cell, or use `nbagent run NOTEBOOK --approve ...`. The run is saved "
+    "as waiting: %agent resume {run_id} continues it."
+)
+
+
+class HeadlessDecisionError(RuntimeError):
+    """A run needs a person and none is there: fail the cell now rather than wait forever."""
+
+
+class KernelDecider(InteractiveDecider):
+    """Waits for a click, but only when a front end has shown that someone can click (see `someone_can_answer`)."""
+
+    def __init__(self, host: NotebookHost) -> None:
+        super().__init__()
+        self.host = host
+
+    async def _wait(self, request_id: str, request: Any) -> object | None:
+        if not await self.host.someone_can_answer():
+            self.host.unanswerable = request
+            return None
+        return await super()._wait(request_id, request)
+
+
 class NotebookHost:
     def __init__(self, shell: Any) -> None:
         self.shell = shell
@@ -67,7 +93,9 @@ class NotebookHost:
         if hasattr(shell, "configurables"):
             shell.configurables.append(self.config)
         self.overrides: dict[str, Any] = {}
-        self.decider = InteractiveDecider()
+        self.decider = KernelDecider(self)
+        self.frontend_seen = False  # a run view reported being rendered: a person can click
+        self.unanswerable: Any = None  # the request a headless kernel could not get answered
         self._store: Store | None = None
         self.display_ids: dict[str, str] = {}  # run id -> display id of its output, for superseded updates
         self.last_run_id: str | None = None
@@ -92,6 +120,19 @@ class NotebookHost:
             text = text[:2000] + "\n…\n" + text[-6000:]
         self.last_error = {"type": type(error).__name__, "message": clip(str(error), 500), "traceback": text,
                            "source": source}
+
+    def frontend_rendered(self) -> None:
+        self.frontend_seen = True
+
+    async def someone_can_answer(self) -> bool:
+        """True once a front end has drawn a run view. Headless kernels (NBAGENT_HEADLESS=1) never can; in
+        between, wait up to NBAGENT_FRONTEND_WAIT seconds (default 10) for the view to report in."""
+        if os.environ.get("NBAGENT_HEADLESS") == "1":
+            return False
+        deadline = asyncio.get_running_loop().time() + float(os.environ.get("NBAGENT_FRONTEND_WAIT", "10"))
+        while not self.frontend_seen and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        return self.frontend_seen
 
     # ------------------------------------------------------------------ where and what
 
@@ -243,6 +284,11 @@ class NotebookHost:
         if interrupted:
             print(f"Interrupted. The run ({run_id}) is saved and can continue: %agent resume {run_id} "
                   "(or %agent approve / deny / refine if it was waiting).", file=sys.stderr)
+        if self.unanswerable is not None:
+            request, self.unanswerable = self.unanswerable, None
+            what = f"the question {request.question!r}" if hasattr(request, "question") else \
+                f"approval of a {request.max_risk} plan"
+            raise HeadlessDecisionError(HEADLESS_MESSAGE.format(run_id=run_id, what=what))
         return result
 
     def _refresh_superseded(self, agent: RuntimeAgent) -> None:

@@ -39,6 +39,7 @@ class LiveDisplay:
             from ..ui.widget import RunView
 
             self.widget = RunView(decider=host.decider if agent.decider is host.decider else None)
+            self.widget.on_rendered = host.frontend_rendered
             display(self.widget, display_id=self.display_id)
             if run_id is not None:
                 self.widget.push(self.view())

@@ -761,6 +761,12 @@ function render({ model, el }) {
   model.on("change:streaming", onStream);
   model.on("change:decided", onDecided);
   draw();
+  // tell the kernel someone can see this view, so a decision it needs can be asked here (nbagent/ui/widget.py)
+  try {
+    model.send({ event: "rendered" });
+  } catch {
+    // a host without custom messages: the kernel then treats the run as headless
+  }
   return () => {
     model.off("change:view", onView);
     model.off("change:streaming", onStream);

@@ -65,7 +65,20 @@ class RunView(anywidget.AnyWidget):
         self._seen_runs: set[str] = set()  # sub-agent runs of the attached run
         self.run_id: str | None = None  # the run `attach` follows, once known
         self.syncs = 0  # how many coalesced syncs went out
+        self.rendered = threading.Event()  # set when a front end has drawn this view (it says so)
+        self.on_rendered: Callable[[], None] | None = None
         super().__init__(**kwargs)
+        self.on_msg(self._on_custom)
+
+    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
+        """The front end's "rendered" message: someone can see this view, so someone can click in it."""
+        if isinstance(content, dict) and content.get("event") == "rendered":
+            self.rendered.set()
+            if self.on_rendered is not None:
+                try:
+                    self.on_rendered()
+                except Exception:
+                    log.debug("on_rendered failed", exc_info=True)
 
     # ------------------------------------------------------------------ feeding the view
 
@@ -209,7 +222,10 @@ class RunView(anywidget.AnyWidget):
     def close(self) -> None:
         with self._lock:
             self._cancel_timer()
+        layout = getattr(self, "layout", None)  # ipywidgets gives every DOMWidget a Layout widget of its own
         super().close()
+        if layout is not None:
+            layout.close()
 
     # ------------------------------------------------------------------ decisions from the front end
 
@@ -254,7 +270,9 @@ class RunView(anywidget.AnyWidget):
         else:
             log.debug("ignored a %r decision for a %r request", action, pending.get("kind"))
             return False
-        if self.decider is None or not self.decider.resolve(request_id, value):
+        # early=True: the view already shows this request (it is in the log), the decider may not be waiting
+        # on it yet (the run is between recording it and asking); the decision is kept for that moment
+        if self.decider is None or not self.decider.resolve(request_id, value, early=True):
             log.debug("ignored a decision for request %r: nothing waits for it", request_id)
             return False
         self.accepted.append({"request_id": request_id, "action": action, "text": text})
