@@ -126,10 +126,10 @@ class NotebookHost:
 
     async def someone_can_answer(self) -> bool:
         """True once a front end has drawn a run view. Headless kernels (NBAGENT_HEADLESS=1) never can; in
-        between, wait up to NBAGENT_FRONTEND_WAIT seconds (default 10) for the view to report in."""
+        between, wait up to NBAGENT_FRONTEND_WAIT seconds (default 5) for the view to report in."""
         if os.environ.get("NBAGENT_HEADLESS") == "1":
             return False
-        deadline = asyncio.get_running_loop().time() + float(os.environ.get("NBAGENT_FRONTEND_WAIT", "10"))
+        deadline = asyncio.get_running_loop().time() + float(os.environ.get("NBAGENT_FRONTEND_WAIT", "5"))
         while not self.frontend_seen and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
         return self.frontend_seen
