@@ -135,6 +135,7 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
         import shutil
 
         shutil.rmtree(sockets, ignore_errors=True)
+    _insert_agent_cells(nb, store_path, before)
     nbformat.write(nb, out_path)
     runs = []
     if (store_path / "meta.json").exists():
@@ -161,3 +162,24 @@ def main_run(args: Any) -> int:
     verdict = "ok" if result.ok else "FAILED"
     print(f"{verdict}: {len(result.runs)} run(s); executed notebook written to {result.output}")
     return 0 if result.ok else 1
+
+
+def _insert_agent_cells(nb: Any, store_path: Path, before: set[str]) -> None:
+    """Cells the agent inserted during this execution, placed as JupyterLab places them: below the agent's cell."""
+    import nbformat
+
+    from .ipython.cells import inserted_cells
+    from .store import Store
+
+    if not (store_path / "meta.json").exists():
+        return
+    store = Store(store_path, readonly=True)
+    for run_id in store.run_ids():
+        if run_id in before:
+            continue
+        cells = inserted_cells(store.run_events(run_id))
+        for cell in reversed(cells):  # each goes right below the agent cell: reversed keeps their order
+            new = nbformat.v4.new_code_cell(cell["source"], metadata=cell["metadata"])
+            ids = [c.get("id") for c in nb.cells]
+            at = ids.index(cell["after_cell_id"]) + 1 if cell["after_cell_id"] in ids else len(nb.cells)
+            nb.cells.insert(at, new)

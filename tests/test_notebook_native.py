@@ -91,3 +91,32 @@ def test_models_magic_and_the_no_model_error(kernel: Kernel) -> None:
     assert cell.ok
     out = kernel.run("%agent models", cell_id="c5").stdout
     assert "detected: anthropic/claude-3-5-haiku-latest (ANTHROPIC_API_KEY is set)" in out
+
+
+def test_inserted_cell_appears_in_the_executed_notebook(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import nbformat
+
+    script(tmp_path / "s.json",
+           {"content": "Here is a cell that plots it.",
+            "tool_calls": [{"name": "insert_code_cell",
+                            "arguments": {"code": "df.plot(x='region', y='revenue')", "explanation": "a bar chart"}}]},
+           {"content": "I put the code in a new cell below."})
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext nbagent"),
+                nbformat.v4.new_code_cell("%%agent --script s.json\nplot revenue by region"),
+                nbformat.v4.new_markdown_cell("the end")]
+    nbformat.write(nb, tmp_path / "plot.ipynb")
+    exe = Path(sys.executable).with_name("nbagent")
+    result = subprocess.run([str(exe), "run", "plot.ipynb", "--approve", "low"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    executed = nbformat.read(tmp_path / "plot.ipynb", as_version=4)
+    assert [c.cell_type for c in executed.cells] == ["code", "code", "code", "markdown"]
+    inserted = executed.cells[2]
+    run_id = Store(tmp_path / "plot.nbagent", readonly=True).run_ids()[-1]
+    assert inserted.source == f"# nbagent: proposed by run {run_id}: a bar chart\ndf.plot(x='region', y='revenue')\n"
+    assert inserted.metadata["nbagent"] == {"run_id": run_id, "index": 1}
+    assert inserted.outputs == [] and inserted.execution_count is None  # proposed, not executed

@@ -100,6 +100,8 @@ class NotebookHost:
         self.display_ids: dict[str, str] = {}  # run id -> display id of its output, for superseded updates
         self.last_run_id: str | None = None
         self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
+        self.current_cell: str | None = None  # the cell and run being driven (for insert_code_cell)
+        self.current_run: str | None = None
         events = getattr(shell, "events", None)
         if events is not None:
             events.register("post_run_cell", self._after_cell)
@@ -176,8 +178,10 @@ class NotebookHost:
         from ..scope import Scope
         from ..tools.files import file_tools
         from ..tools.kernel import kernel_tools
+        from .cells import insert_cell_tool
 
-        builtin = file_tools(Scope(root=self.folder, base=self.folder)) + kernel_tools(self.shell.user_ns)
+        builtin = (file_tools(Scope(root=self.folder, base=self.folder)) + kernel_tools(self.shell.user_ns)
+                   + [insert_cell_tool(lambda: (self.current_cell, self.current_run))])
         names = {t.name for t in builtin}
         return builtin + [t for t in self.user_tools() if t.name not in names]
 
@@ -266,6 +270,13 @@ class NotebookHost:
                     run_id: str | None = None) -> RunResult | None:
         """Show a live view, run, and leave the static record in the output whatever happens."""
         live = LiveDisplay(agent, self, run_id)
+        self.current_cell, self.current_run = self.cell_id(), run_id
+
+        def follow(kind: str, data: Any) -> None:
+            if kind == "event" and data.type == "run_started" and data.payload.parent_run_id is None:
+                self.current_run = data.run_id
+
+        unsubscribe_follow = agent.bus.subscribe(follow)
         unsubscribe = agent.bus.subscribe(live.on_bus)
         result: RunResult | None = None
         interrupted = False
@@ -275,6 +286,7 @@ class NotebookHost:
             interrupted = True
         finally:
             unsubscribe()
+            unsubscribe_follow()
             live.finish()
         run_id = live.run_id
         if run_id is not None:
