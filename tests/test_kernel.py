@@ -183,6 +183,9 @@ def test_line_magics(kernel: Kernel) -> None:
     assert "'L2'" in config and "%agent config" in config and "7" in config
     exported = kernel.run(f"%agent export {run_id} --format json -o run.json", cell_id="c8")
     assert json.loads((kernel.folder / "run.json").read_text())["run_id"] == run_id, exported.stderr
+    log = kernel.run(f"%agent log {run_id}", cell_id="c8b")
+    table = next(o["data"] for o in log.outputs if "data" in o)
+    assert "text/html" in table and "run_started" in table["text/plain"]  # a pandas DataFrame
     bad = kernel.run("%agent approve", cell_id="c9")
     assert "no run is waiting" in bad.stderr
     assert "usage: %%agent" in kernel.run("%%agent --help\n", cell_id="c10").stdout
