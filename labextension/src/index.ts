@@ -1,0 +1,60 @@
+/**
+ * nbagent-labextension: renders `application/vnd.nbagent.run+json`, the static record an `%%agent` cell leaves
+ * in the notebook, richly in JupyterLab, with no kernel: the timeline, plans and decisions, diffs, the answer,
+ * totals, the run id and the path of its log. All text from the model, tools or people goes in as text nodes.
+ */
+
+import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Widget } from '@lumino/widgets';
+
+import { IRunView, renderView } from './view';
+
+export const MIME_TYPE = 'application/vnd.nbagent.run+json';
+
+/** The CSS class of a rendered record (only this renderer sets it). */
+export const RECORD_CLASS = 'jp-nbagent-RunRecord';
+
+export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
+  private readonly mimeType: string;
+  private readonly open = new Map<string, boolean>();
+
+  constructor(options: IRenderMime.IRendererOptions) {
+    super();
+    this.mimeType = options.mimeType;
+    this.addClass(RECORD_CLASS);
+  }
+
+  renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    const data = model.data[this.mimeType] as unknown;
+    this.node.replaceChildren();
+    try {
+      if (!data || typeof data !== 'object' || Array.isArray(data)) {
+        throw new Error('the record is not an object');
+      }
+      renderView(this.node, data as IRunView, { open: this.open });
+    } catch (err) {
+      this.node.replaceChildren();
+      const pre = document.createElement('pre');
+      pre.className = 'jp-nbagent-RunRecord-error';
+      pre.textContent = `nbagent: this run record could not be shown (${String(err)})`;
+      this.node.appendChild(pre);
+    }
+    return Promise.resolve();
+  }
+}
+
+export const rendererFactory: IRenderMime.IRendererFactory = {
+  safe: true, // text nodes only: fine in an untrusted notebook
+  mimeTypes: [MIME_TYPE],
+  defaultRank: 0,
+  createRenderer: options => new RunRecordRenderer(options)
+};
+
+const extension: IRenderMime.IExtension = {
+  id: 'nbagent-labextension:run-record',
+  rendererFactory,
+  rank: 0, // ahead of the text/html record in the same bundle
+  dataType: 'json'
+};
+
+export default extension;

@@ -1,0 +1,51 @@
+/**
+ * The run-view renderer shared with the live anywidget view: `nbagent/ui/run_view.js` (plain JavaScript, no
+ * build step there) exports `renderView`, which draws the static record. The bundler (rspack, through
+ * @jupyter/builder) and vitest resolve this relative import; TypeScript gets the types declared here.
+ */
+
+// @ts-expect-error: a plain .js module outside this package; its API is typed below
+import * as shared from '../../nbagent/ui/run_view.js';
+
+/** One step of the timeline (see nbagent/ui/viewstate.py). */
+export interface IRunStep {
+  id?: string;
+  kind?: string;
+  title?: string;
+  detail?: string;
+  status?: string;
+  tool?: string;
+  arguments?: unknown;
+  risk?: string;
+  target?: string;
+  result_preview?: string;
+  duration_ms?: number;
+  [key: string]: unknown;
+}
+
+/** The view-state dict carried by `application/vnd.nbagent.run+json` (version 1). */
+export interface IRunView {
+  version?: number;
+  run_id?: string;
+  status?: string;
+  model?: string;
+  prompt?: string;
+  log_path?: string;
+  superseded_by?: string | null;
+  steps?: IRunStep[];
+  plans?: Record<string, unknown>[];
+  pending?: Record<string, unknown> | null;
+  decisions?: Record<string, unknown>[];
+  answer?: string | null;
+  totals?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+export interface IRenderOptions {
+  /** <details> open states by key, kept across re-renders. */
+  open?: Map<string, boolean>;
+}
+
+/** Draw a run's static record into `el` (DOM nodes and text only); returns its root element. */
+export const renderView: (el: HTMLElement, view: IRunView, options?: IRenderOptions) => HTMLElement =
+  shared.renderView;
