@@ -177,9 +177,11 @@ def _insert_agent_cells(nb: Any, store_path: Path, before: set[str]) -> None:
     for run_id in store.run_ids():
         if run_id in before:
             continue
-        cells = inserted_cells(store.run_events(run_id))
-        for cell in reversed(cells):  # each goes right below the agent cell: reversed keeps their order
-            new = nbformat.v4.new_code_cell(cell["source"], metadata=cell["metadata"])
+        for cell in inserted_cells(store.run_events(run_id)):
+            # as the lab extension does: below the agent's cell, after the cells this run inserted before
             ids = [c.get("id") for c in nb.cells]
             at = ids.index(cell["after_cell_id"]) + 1 if cell["after_cell_id"] in ids else len(nb.cells)
-            nb.cells.insert(at, new)
+            while at < len(nb.cells) and (nb.cells[at].get("metadata", {}).get("nbagent") or {}).get(
+                    "run_id") == run_id:
+                at += 1
+            nb.cells.insert(at, nbformat.v4.new_code_cell(cell["source"], metadata=cell["metadata"]))

@@ -360,3 +360,34 @@ def test_deny_with_a_reason_in_the_browser(page: Page, lab: Lab) -> None:
     record.scroll_into_view_if_needed()
     shot(page, "6-deny-reloaded-static-record")
     assert not (notebook.parent / "report.md").exists() and not lab.api("GET", "/api/kernels")
+
+
+def test_inserted_code_cell_appears_below_the_agent_cell(page: Page, lab: Lab) -> None:
+    """insert_code_cell through the lab extension's comm target: the cell shows up in JupyterLab, not executed."""
+    folder = lab.root / "insert"
+    folder.mkdir()
+    code = "import matplotlib\nsummary = {'North': 120, 'East': 95}"
+    (folder / "s.json").write_text(json.dumps({"turns": [
+        {"content": "Here is the code.", "tool_calls": [{"name": "insert_code_cell", "arguments": {
+            "code": code, "explanation": "the numbers as a dict"}}]},
+        {"content": "I put the code in a new cell below."},
+    ]}))
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext nbagent"),
+                nbformat.v4.new_code_cell("%%agent --script s.json --autonomy L2\nGive me the numbers as code"),
+                nbformat.v4.new_markdown_cell("The end.")]
+    notebook = folder / "analysis.ipynb"
+    nbformat.write(nb, notebook)
+    open_notebook(page, lab, notebook)
+    wait_kernel_idle(page, lab, notebook)
+    command(page, "runmenu:run-all")
+    cells = page.locator(f"{ACTIVE} .jp-Notebook .jp-Cell")
+    expect(cells).to_have_count(4, timeout=90_000)
+    inserted = cells.nth(2)
+    expect(inserted).to_contain_text("# nbagent: proposed by run")
+    expect(inserted).to_contain_text("summary = {'North': 120, 'East': 95}")
+    expect(cells.nth(3)).to_contain_text("The end.")
+    expect(cells.nth(1).locator(RECORD)).to_contain_text("I put the code in a new cell below.", timeout=60_000)
+    expect(inserted.locator(".jp-InputPrompt")).not_to_contain_text("[1]")  # not executed
+    shot(page, "7-inserted-code-cell")

@@ -183,3 +183,24 @@ describe('long and superseded runs', () => {
     expect(empty.querySelector('.nbv-static .nbv-foot')!.textContent).toContain('0 steps');
   });
 });
+
+import { insertCell, insertionIndex } from '../src/cells';
+
+describe('cells proposed by the agent', () => {
+  const cell = (id: string, run?: string) => ({
+    id,
+    getMetadata: (key?: string) => (key === 'nbagent' && run ? { run_id: run } : undefined)
+  });
+
+  it('go below the agent cell, after the cells the same run inserted', () => {
+    const cells = [cell('load'), cell('agent'), cell('x1', 'run-1'), cell('next')];
+    const inserted: Array<[number, Record<string, unknown>]> = [];
+    const nb = { cells, insertCell: (i: number, c: Record<string, unknown>) => inserted.push([i, c]) };
+    const request = { after_cell_id: 'agent', source: 'print(1)\n', metadata: { nbagent: { run_id: 'run-1' } } };
+    expect(insertionIndex(nb, request)).toBe(3);
+    expect(insertionIndex(nb, { ...request, metadata: { nbagent: { run_id: 'run-2' } } })).toBe(2);
+    expect(insertionIndex(nb, { ...request, after_cell_id: 'gone' })).toBe(4);
+    insertCell(nb, request);
+    expect(inserted).toEqual([[3, { cell_type: 'code', source: 'print(1)\n', metadata: request.metadata }]]);
+  });
+});

@@ -1,0 +1,135 @@
+/**
+ * nbagent-labextension:cells — puts the code cells an agent proposes (`insert_code_cell`) into the notebook.
+ *
+ * The kernel opens a comm on the target `nbagent.cells` with {after_cell_id, source, metadata}; this plugin
+ * registers that target on every notebook's kernel connection and inserts a code cell (not executed) below the
+ * agent's cell, after any cell the same run inserted before, so several cells keep their order. The same
+ * placement is what `nbagent run` does in a headless run.
+ *
+ * The notebook objects are used through the few members needed (duck-typed), so the extension needs no
+ * dependency on @jupyterlab/notebook: JupyterLab provides the objects at run time.
+ */
+
+export const COMM_TARGET = 'nbagent.cells';
+
+export interface ICellRequest {
+  after_cell_id: string | null;
+  source: string;
+  metadata: { nbagent?: { run_id?: string | null; index?: number } } & Record<string, unknown>;
+}
+
+interface ISharedCell {
+  id: string;
+  getMetadata(key?: string): unknown;
+}
+
+export interface ISharedNotebook {
+  cells: ISharedCell[];
+  insertCell(index: number, cell: Record<string, unknown>): unknown;
+}
+
+interface ISignal<T> {
+  connect(fn: (sender: unknown, args: T) => void): boolean;
+}
+
+interface IKernel {
+  registerCommTarget(name: string, cb: (comm: unknown, msg: { content: { data: unknown } }) => void): void;
+}
+
+interface INotebookLike {
+  sessionContext?: {
+    session?: { kernel?: IKernel | null } | null;
+    kernelChanged: ISignal<{ newValue: IKernel | null }>;
+  };
+  content?: { model?: { sharedModel?: ISharedNotebook } | null };
+}
+
+interface IApp {
+  shell: {
+    widgets(area?: string): Iterable<unknown>;
+    currentChanged?: ISignal<unknown>;
+    layoutModified?: ISignal<unknown>;
+  };
+  restored?: Promise<unknown>;
+}
+
+/** Where a proposed cell goes: below the agent's cell, after the cells its run already inserted. */
+export function insertionIndex(nb: ISharedNotebook, request: ICellRequest): number {
+  const cells = nb.cells;
+  let index = cells.length;
+  for (let i = 0; i < cells.length; i++) {
+    if (cells[i].id === request.after_cell_id) {
+      index = i + 1;
+      break;
+    }
+  }
+  const run = request.metadata?.nbagent?.run_id;
+  while (index < cells.length && run) {
+    const meta = cells[index].getMetadata('nbagent') as { run_id?: string } | undefined;
+    if (!meta || meta.run_id !== run) {
+      break;
+    }
+    index++;
+  }
+  return index;
+}
+
+export function insertCell(nb: ISharedNotebook, request: ICellRequest): number {
+  const index = insertionIndex(nb, request);
+  nb.insertCell(index, { cell_type: 'code', source: request.source, metadata: request.metadata ?? {} });
+  return index;
+}
+
+function isRequest(data: unknown): data is ICellRequest {
+  const d = data as ICellRequest;
+  return !!d && typeof d === 'object' && typeof d.source === 'string';
+}
+
+const watched = new WeakSet<object>();
+const registered = new WeakSet<object>();
+
+function listen(panel: INotebookLike): void {
+  const ctx = panel.sessionContext;
+  if (!ctx || watched.has(panel as object)) {
+    return;
+  }
+  watched.add(panel as object);
+  const register = (kernel: IKernel | null | undefined): void => {
+    if (!kernel || registered.has(kernel as object)) {
+      return;
+    }
+    registered.add(kernel as object);
+    kernel.registerCommTarget(COMM_TARGET, (_comm, msg) => {
+      const nb = panel.content?.model?.sharedModel;
+      if (nb && isRequest(msg.content.data)) {
+        insertCell(nb, msg.content.data);
+      }
+    });
+  };
+  register(ctx.session?.kernel);
+  ctx.kernelChanged.connect((_, change) => register(change.newValue));
+}
+
+function scan(app: IApp): void {
+  for (const widget of app.shell.widgets('main')) {
+    const panel = widget as INotebookLike;
+    if (panel.sessionContext && panel.content && 'model' in (panel.content as object)) {
+      listen(panel);
+    }
+  }
+}
+
+const plugin = {
+  id: 'nbagent-labextension:cells',
+  description: 'Inserts the code cells an nbagent run proposes below its %%agent cell.',
+  autoStart: true,
+  activate: (app: IApp): void => {
+    const rescan = (): void => scan(app);
+    app.shell.layoutModified?.connect(rescan);
+    app.shell.currentChanged?.connect(rescan);
+    void app.restored?.then(rescan);
+    rescan();
+  }
+};
+
+export default plugin;
