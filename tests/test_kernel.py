@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from kernel_harness import RUN_MIME, WIDGET_MIME, Kernel, script
 
 from nbagent.state import RunStatus
@@ -20,14 +18,6 @@ def create(path: str, content: str = "hello\n", text: str = "I'll write it.") ->
 
 def answer(text: str) -> dict:
     return {"content": text}
-
-
-@pytest.fixture
-def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    k = Kernel(tmp_path)
-    assert k.run("%load_ext nbagent", cell_id="setup").ok
-    yield k
-    k.close()
 
 
 def store(k: Kernel) -> Store:

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from kernel_harness import Kernel, script
 
 from nbagent.models.detect import candidates, detect
 from nbagent.store import Store
-
-
-@pytest.fixture
-def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    k = Kernel(tmp_path)
-    assert k.run("%load_ext nbagent", cell_id="setup").ok
-    yield k
-    k.close()
 
 
 def first_request(k: Kernel) -> dict:
