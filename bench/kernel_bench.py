@@ -9,10 +9,10 @@ Run from the repository root:
     python bench/kernel_bench.py --steps 90   # longer runs (at most 99: the default model-call budget)
     python bench/kernel_bench.py --reps 9     # more load kernels and timed runs
 
-Real kernels are started and driven like JupyterLab drives them (the few lines of `tests/kernel_harness.py`
-this needs are copied below, so the bench does not move with the tests): the `python3` kernel spec over TCP,
-cell ids in the execute_request metadata, display updates applied client side, and the run view answered with
-the "rendered" message its JavaScript sends once drawn. The kernels' own stderr goes to a file.
+Real kernels are started and driven like JupyterLab drives them, by the test suite's driver
+(`tests/kernel_harness.py`): the `python3` kernel spec on ipc sockets, cell ids in the execute_request metadata,
+display updates applied client side, and the run view answered with the "rendered" message its JavaScript sends
+once drawn. The kernels' own stderr goes to a file.
 
 Load. In each fresh kernel, one cell times `%load_ext nbagent` with `time.perf_counter()` inside the kernel and
 lists the modules it imported; litellm, anywidget and ipywidgets must not be among them. `import nbagent` alone
@@ -61,9 +61,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from jupyter_client import KernelManager
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from kernel_harness import Cell  # noqa: E402 - the test suite's kernel driver
+from kernel_harness import Kernel as HarnessKernel  # noqa: E402
+
 RUN_MIME = "application/vnd.nbagent.run+json"
 
 LOAD_TARGET_MS = 300.0
@@ -208,64 +210,27 @@ def pkg_version(name: str) -> str:
         return "-"
 
 
-class Cell:
-    """What one execution produced, with display updates applied (as a frontend shows the output)."""
-
-    def __init__(self, msg_id: str) -> None:
-        self.msg_id = msg_id
-        self.outputs: list[dict[str, Any]] = []
-        self.reply: dict[str, Any] | None = None
-        self.stdout = ""
-        self.stderr = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.reply is not None and self.reply["content"]["status"] == "ok"
-
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        return [o["data"][RUN_MIME] for o in self.outputs if RUN_MIME in o.get("data", {})]
-
-
-class Kernel:
-    """A fresh `python3` kernel in `folder`, for a notebook `notebook` there (JPY_SESSION_NAME, as JupyterLab)."""
+class Kernel(HarnessKernel):
+    """The test suite's kernel driver (tests/kernel_harness.py), plus the kernel's stderr in a file and client-side
+    timing of a cell with its iopub messages counted by type."""
 
     def __init__(self, folder: Path, notebook: str = "bench.ipynb", env: dict[str, str] | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self.folder = folder
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("NBAGENT_")}
-        env = {**inherited, "JPY_SESSION_NAME": str(folder / notebook), **(env or {})}
         self.stderr_path = folder / f"kernel-stderr-{time.monotonic_ns()}.txt"
         self._stderr = self.stderr_path.open("w")
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(env=env, cwd=str(folder), stderr=self._stderr)
-        self.kc = self.km.client()
-        self.kc.start_channels()
         try:
-            self.kc.wait_for_ready(timeout=60)
+            super().__init__(folder, notebook, env, stderr=self._stderr)
         except RuntimeError as exc:
-            self.close()
+            self._stderr.close()
             raise RuntimeError("the kernel did not start; its stderr: "
                                + self.stderr_path.read_text()[-2000:]) from exc
-        self.widgets: dict[str, dict[str, Any]] = {}  # comm id -> synced state
-        self.cells: dict[str, Cell] = {}  # by msg id
 
     def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
+        super().close()
         self._stderr.close()
 
-    def submit(self, code: str, cell_id: str) -> Cell:
-        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                   "allow_stdin": False, "stop_on_error": True}
-        msg = self.kc.session.msg("execute_request", content, metadata={"cellId": cell_id})
-        self.kc.shell_channel.send(msg)
-        cell = Cell(msg["header"]["msg_id"])
-        self.cells[cell.msg_id] = cell
-        return cell
-
-    def run(self, code: str, cell_id: str, timeout: float = 120) -> Cell:
-        return self.timed(code, cell_id, timeout)[0]
+    def run(self, code: str, cell_id: str | None = None, timeout: float = 120) -> Cell:
+        return self.timed(code, cell_id or "cell", timeout)[0]
 
     def timed(self, code: str, cell_id: str, timeout: float = 120) -> tuple[Cell, float, Counter[str]]:
         """Run a cell: the client-side time from sending it to receiving its execute_reply (the shell channel is
@@ -300,38 +265,6 @@ class Kernel:
             if msg["parent_header"].get("msg_id") == cell.msg_id:
                 counts[msg["msg_type"]] += 1
             self._iopub(msg)
-
-    def _iopub(self, msg: dict[str, Any]) -> None:
-        t, c = msg["msg_type"], msg["content"]
-        if t == "comm_open" and c.get("target_name") == "jupyter.widget":
-            state = dict(c["data"].get("state", {}))
-            self.widgets[c["comm_id"]] = state
-            if "view" in state and "decision" in state:  # the run view's JS says so once it is drawn
-                self.kc.shell_channel.send(self.kc.session.msg("comm_msg", {"comm_id": c["comm_id"], "data": {
-                    "method": "custom", "content": {"event": "rendered"}}}))
-        elif t == "comm_msg" and c["comm_id"] in self.widgets and c["data"].get("method") == "update":
-            self.widgets[c["comm_id"]].update(c["data"].get("state", {}))
-        elif t == "comm_close":
-            self.widgets.pop(c["comm_id"], None)
-        if t == "update_display_data":
-            display_id = (c.get("transient") or {}).get("display_id")
-            for cell in self.cells.values():
-                for out in cell.outputs:
-                    if out.get("display_id") == display_id:
-                        out["data"] = c["data"]
-            return
-        cell = self.cells.get(msg["parent_header"].get("msg_id", ""))
-        if cell is None:
-            return
-        if t == "stream":
-            if c["name"] == "stdout":
-                cell.stdout += c["text"]
-            else:
-                cell.stderr += c["text"]
-        elif t in ("display_data", "execute_result"):
-            cell.outputs.append({"data": c["data"], "display_id": (c.get("transient") or {}).get("display_id")})
-        elif t == "error":
-            cell.outputs.append({"error": c["ename"] + ": " + c["evalue"]})
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ reports and never fails: PASS/FAIL against the targets is printed, the exit stat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -204,13 +205,10 @@ def us(ns: float) -> float:
 
 
 def rss_mb() -> float | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as f:  # no /proc: no RSS
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
     return None
 
 

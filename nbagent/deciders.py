@@ -111,7 +111,7 @@ class PolicyDecider(Decider):
 
 
 class RecordedDecisionMissing(Exception):
-    pass
+    """The recording has no decision left for what the replayed run asks."""
 
 
 class RecordedDecider(Decider):

@@ -355,7 +355,7 @@ _EVENT_ADAPTER: TypeAdapter[EventBase] = TypeAdapter(Event)
 
 
 class UnknownEventType(ValueError):
-    pass
+    """A log line whose `type` this nbagent does not know (a newer version wrote it)."""
 
 
 def parse_event(record: dict[str, Any]) -> EventBase:

@@ -266,3 +266,8 @@ class ScopeGuard:
             os.close(fd)
             raise ScopeDenied("changed", f"{r.rel!r} changed between the check and the read; try again", r.rel)
         return os.fdopen(fd, "rb")
+
+    def recheck(self, r: Resolved) -> None:
+        """Right before a write or delete: the path still names the file that was checked (same inode, a single
+        link, not a symlink), or ScopeDenied."""
+        self.open_read(r).close()

@@ -56,7 +56,8 @@ class Cell:
 
 class Kernel:
     def __init__(self, folder: Path, notebook: str = "test.ipynb", env: dict[str, str] | None = None,
-                 frontend: bool = True) -> None:
+                 frontend: bool = True, stderr: Any = None) -> None:
+        self._kernel_stderr = stderr  # where the kernel process writes its stderr (default: inherited)
         self.folder = folder
         self.frontend = frontend  # act as a front end that draws run views (and says so)
         self.notebook = folder / notebook
@@ -71,7 +72,8 @@ class Kernel:
         self._start()
 
     def _start(self) -> None:
-        self.km.start_kernel(env=self.env, cwd=str(self.folder))
+        extra = {"stderr": self._kernel_stderr} if self._kernel_stderr is not None else {}
+        self.km.start_kernel(env=self.env, cwd=str(self.folder), **extra)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

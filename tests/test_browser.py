@@ -12,6 +12,7 @@ the `playwright` package; never `playwright install`: no browser is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -117,10 +118,8 @@ class Lab:
     def close(self) -> None:
         try:
             if self.proc.poll() is None:
-                try:
+                with contextlib.suppress(OSError, urllib.error.URLError):  # already gone is fine
                     self.api("POST", "/api/shutdown")  # stops its kernels too
-                except (OSError, urllib.error.URLError):
-                    pass
                 try:
                     self.proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
@@ -162,12 +161,10 @@ def page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) -> Iterator
     try:
         yield pg
     finally:
-        try:
+        with contextlib.suppress(Exception):  # evidence for a failure must never mask it
             if request.session.testsfailed > failed_before:  # what the page showed when the test failed
                 shot(pg, f"failed-{request.node.name}")
                 print(f"--- jupyter lab log (tail) ---\n{lab.log_tail()}")
-        except Exception:
-            pass
         context.close()
 
 

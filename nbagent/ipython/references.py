@@ -20,7 +20,7 @@ _AT = re.compile(r"(?<![\w.@])@([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class UnknownVariable(ValueError):
-    pass
+    """`{name}` in a request names no variable of the notebook."""
 
 
 def expand(prompt: str, namespace: Mapping[str, Any]) -> tuple[str, list[str]]:

@@ -28,7 +28,7 @@ class RecordedCall(BaseModel):
 
 
 class ReplayDiverged(ModelScriptError):
-    pass
+    """The replayed run asked what the recording did not."""
 
 
 def _clip(value: Any, width: int = 100) -> str:

@@ -11,6 +11,7 @@ counters, which two kernels would hand out twice.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -58,10 +59,8 @@ class AtomicJSONStorage(Storage):
             os.replace(tmp, self.path)
             _fsync_dir(folder)
         except OSError as exc:
-            try:
+            with contextlib.suppress(OSError):  # the temp file may already be gone; the write error matters
                 os.unlink(tmp)
-            except OSError:
-                pass
             raise _write_error(self.path, exc) from exc
 
 

@@ -30,7 +30,7 @@ class ToolError(Exception):
 
 
 class ToolArgumentError(ToolError):
-    pass
+    """Arguments that do not fit the tool's schema (the message names each one)."""
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:

@@ -281,8 +281,7 @@ class FileTools:
         """
         r = self.guard.check(path, "write", max_bytes=0)
         self.guard.check_write_size(content, path)
-        with self.guard.open_read(r):  # the same inode we checked, still a single-link regular file
-            pass
+        self.guard.recheck(r)
         size = _atomic_write(r.real, content, exclusive=False)
         return {"written": r.rel, "bytes": size}
 
@@ -293,8 +292,7 @@ class FileTools:
             path: the file, relative to the notebook's folder
         """
         r = self.guard.check(path, "delete", max_bytes=0)
-        with self.guard.open_read(r):
-            pass
+        self.guard.recheck(r)
         os.unlink(r.real)
         return {"deleted": r.rel, "bytes": r.size}
 
