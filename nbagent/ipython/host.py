@@ -98,7 +98,6 @@ class NotebookHost:
         self.unanswerable: Any = None  # the request a headless kernel could not get answered
         self._store: Store | None = None
         self.display_ids: dict[str, str] = {}  # run id -> display id of its output, for superseded updates
-        self.last_run_id: str | None = None
         self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
         self.current_cell: str | None = None  # the cell and run being driven (for insert_code_cell)
         self.current_run: str | None = None
@@ -290,7 +289,6 @@ class NotebookHost:
             live.finish()
         run_id = live.run_id
         if run_id is not None:
-            self.last_run_id = run_id
             self.display_ids[run_id] = live.display_id
             self._refresh_superseded(agent)
         if interrupted:

@@ -32,7 +32,7 @@ from tinydb import Query
 from tinydb.table import Document, Table
 
 from .._version import __version__
-from ..events import CHECKPOINT_TYPES, EventBase, Payload, RunStarted, SessionCreated, chain_key, parse_event
+from ..events import CHECKPOINT_TYPES, EventBase, Payload, RunStarted, SessionCreated, parse_event
 from ..ids import new_id, now_iso
 from ..levels import Autonomy
 from ..state import RunState, RunStatus
@@ -304,9 +304,6 @@ class Store:
     def run_events(self, run_id: str) -> list[EventBase]:
         return [parse_event(d) for d in self.events.docs_for_chain(run_id)]
 
-    def session_events(self, session_id: str) -> list[EventBase]:
-        return [parse_event(d) for d in self.events.docs_for_chain(chain_key(None, session_id))]
-
     def query_events(
         self,
         *,
@@ -377,12 +374,6 @@ class Store:
         runs = [self.get_run(r) for r in self.run_ids()]
         return [r for r in runs if session_id is None or r.session_id == session_id]
 
-    def checkpoint_of(self, run_id: str) -> tuple[int, str | None] | None:
-        """The (last_seq, last_hash) the runs table recorded for a run at its last checkpoint."""
-        row = self.runs.get(doc_id=run_id)
-        if row is None:
-            return None
-        return int(row.get("last_seq", 0)), row.get("last_hash")
 
 
 def _put(table: Table, doc_id: str, row: dict[str, Any]) -> None:
