@@ -80,6 +80,10 @@ class PlanStep(BaseModel):
     target: str | None = None
     preview: str | None = None
     diff: str | None = None
+    # why the risk is what it is when the call raised it above the tool's own (a write Python would execute)
+    risk_reason: str | None = None
+    # sha256 of the call's tool name and canonical arguments: what an approval of this step covers
+    digest: str | None = None
 
 
 class SessionCreated(Payload):
