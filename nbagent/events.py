@@ -144,6 +144,9 @@ class LlmCalled(Payload):
     latency_ms: float = 0.0
     retry_count: int = 0
     fingerprint: str | None = None
+    # nbagent's ids for the reply's tool calls, in order (approval.py): the only ids anything is keyed by.
+    # None in logs written before nbagent owned call identity.
+    call_ids: list[str] | None = None
 
 
 class Thinking(Payload):
@@ -210,6 +213,11 @@ class ToolCallStarted(Payload):
     target: str | None = None
     decision: str = "allowed"
     reason: str = ""
+    # when an approval let the call run: the `plan_approved` event, and what it covered (approval.py)
+    approval_event_id: str | None = None
+    plan_id: str | None = None
+    digest: str | None = None
+    risk_reason: str | None = None
 
 
 class ToolCallCompleted(Payload):

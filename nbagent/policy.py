@@ -43,7 +43,9 @@ SHELL_LIKE_NAMES = frozenset({"shell", "bash", "sh", "run_shell", "exec", "execu
 
 
 class Budget(BaseModel):
-    """Limits per run (steps, tokens, cost) and per store (model calls in the last hour). None: no limit."""
+    """Limits per run tree (a run and every sub-agent it spawns, at any depth: steps, tokens, cost, model calls)
+    and per store (model calls in the last hour). None: no limit. A sub-agent spends its root's budget, so
+    spawning cannot multiply it."""
 
     model_config = ConfigDict(extra="forbid")
     max_steps: int | None = 50
@@ -61,6 +63,32 @@ class AuthPolicy(BaseModel):
     check_traversal: bool = True
     shell_like_tools: set[str] = Field(default_factory=set)
     dangerous_patterns: list[str] = Field(default_factory=list)  # extra regexes, matched against every string arg
+
+
+class TreeUsage(BaseModel):
+    """What a run tree has spent: the totals budgets are checked against, and each run's share."""
+
+    model_calls: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    cost_known: bool = True
+    tool_steps: int = 0
+    runs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # run id -> its own model_calls, tokens, ...
+
+    @classmethod
+    def of(cls, states: Any) -> TreeUsage:
+        """Sum over the states of a run and its descendants (RunState objects)."""
+        total = cls()
+        for s in states:
+            share = {"model_calls": s.model_calls, "tokens": s.tokens, "cost": s.cost, "tool_steps":
+                     s.tool_calls_started}
+            total.runs[s.run_id or ""] = share
+            total.model_calls += s.model_calls
+            total.tokens += s.tokens
+            total.cost += s.cost
+            total.cost_known = total.cost_known and s.cost_known
+            total.tool_steps += s.tool_calls_started
+        return total
 
 
 class Denial(BaseModel):
@@ -115,18 +143,21 @@ class Authorizer:
         b = self.budget
         if b.max_steps is not None and steps_done >= b.max_steps:
             return Denial(rule="budget.max_steps", reason=f"step budget exhausted: {steps_done} of {b.max_steps} "
-                                                          "tool steps used")
+                                                          "tool steps used (this run and its sub-agents)")
         return None
 
     def check_model_call(self, *, tokens: int, cost: float, model_calls: int, calls_last_hour: int) -> Denial | None:
         b = self.budget
         if b.max_tokens is not None and tokens >= b.max_tokens:
-            return Denial(rule="budget.max_tokens", reason=f"token budget exhausted: {tokens} of {b.max_tokens} used")
+            return Denial(rule="budget.max_tokens", reason=f"token budget exhausted: {tokens} of {b.max_tokens} used "
+                                                           "(this run and its sub-agents)")
         if b.max_cost is not None and cost >= b.max_cost:
-            return Denial(rule="budget.max_cost", reason=f"cost budget exhausted: ${cost:.4f} of ${b.max_cost:.4f}")
+            return Denial(rule="budget.max_cost", reason=f"cost budget exhausted: ${cost:.4f} of ${b.max_cost:.4f} "
+                                                          "(this run and its sub-agents)")
         if b.max_model_calls is not None and model_calls >= b.max_model_calls:
             return Denial(rule="budget.max_model_calls",
-                          reason=f"model-call limit reached: {model_calls} calls in this run")
+                          reason=f"model-call limit reached: {model_calls} calls by this run and "
+                                 "its sub-agents")
         if b.max_calls_per_hour is not None and calls_last_hour >= b.max_calls_per_hour:
             return Denial(rule="budget.max_calls_per_hour",
                           reason=f"rate limit: {calls_last_hour} model calls in the last hour "

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
+from .approval import assign_call_ids, call_digest, call_risk, clearance, needs_decision
 from .bus import EventBus
 from .deciders import (
     Answer,
@@ -75,9 +76,10 @@ from .ids import new_id
 from .levels import Autonomy, Risk
 from .llm import Fingerprint, ModelError, ModelSettings, ToolCallRequest, complete, is_transient, parse_tool_calls
 from .models.base import LocalModel
-from .policy import Authorizer, AuthPolicy, Budget, Denial, action_for, hour_ago_iso
+from .policy import Authorizer, AuthPolicy, Budget, Denial, TreeUsage, hour_ago_iso
+from .scope import Scope, ScopeDenied, ScopeGuard
 from .secrets import Redactor
-from .state import RunState, RunStatus
+from .state import RunState, RunStatus, assistant_message
 from .store import Store
 from .tools.base import Tool, ToolError, ToolLike, as_tools
 from .tools.control import CONTROL_TOOLS
@@ -162,8 +164,14 @@ class Agent:
         tool_retries: int = 2,
         bus: EventBus | None = None,
         stream: bool = False,
+        scope: Scope | str | Path | None = None,
     ) -> None:
         self.store = store if isinstance(store, Store) else Store(store or Path.cwd() / "agent.nbagent")
+        # where path arguments of tools without a scope of their own may point: the notebook's folder
+        if not isinstance(scope, Scope):
+            folder = Path(scope) if scope is not None else self.store.path.parent
+            scope = Scope(root=folder, base=folder)
+        self.path_guard = ScopeGuard(scope)
         self.session = self.store.session(session)
         self.autonomy = Autonomy(autonomy)
         self.tools = as_tools(tools)
@@ -368,8 +376,9 @@ class Agent:
         run_id = ctx.run_id
         calls_last_hour = self.store.events.count(_since_type("llm_called", hour_ago_iso())) \
             if self.budget.max_calls_per_hour is not None else 0
-        denial = self.authorizer.check_model_call(tokens=state.tokens, cost=state.cost,
-                                                  model_calls=state.model_calls, calls_last_hour=calls_last_hour)
+        spent = self._tree_totals(ctx.root_id)  # a sub-agent spends its root's budget
+        denial = self.authorizer.check_model_call(tokens=spent.tokens, cost=spent.cost,
+                                                  model_calls=spent.model_calls, calls_last_hour=calls_last_hour)
         if denial is not None:
             self._deny(run_id, None, "(model)", denial, None)
             ctx.stop.append(denial.reason)
@@ -407,6 +416,7 @@ class Agent:
         called = self._record(run_id, LlmCalled(
             model=self.model, request=request, response=reply.response, usage=reply.usage, cost=reply.cost,
             latency_ms=round(reply.latency_ms, 3), retry_count=reply.retry_count, fingerprint=fingerprint,
+            call_ids=assign_call_ids(state.model_calls + 1, _count_calls(reply.response)),
         ))
         if reply.tool_calls:
             if reply.content and reply.content.strip():
@@ -425,9 +435,13 @@ class Agent:
         run_id = ctx.run_id
         calls = parse_tool_calls({"tool_calls": open_calls})
         parent = state.last_llm_event_id
-        plan_id = state.plan_of.get(calls[0].id)
-        if plan_id is not None:
-            # a plan already decided (auto, approved): carry it out (again, after a crash or an interrupt)
+        plan = state.plans.get(state.plan_of.get(calls[0].id, ""))
+        if plan is not None:
+            if plan.status == "proposed":  # proposed, but the wait was never recorded (a crash in between)
+                self._record(run_id, WaitingForApproval(plan_id=plan.plan_id, request_id=new_id()))
+                return
+            # a plan already decided (auto, approved): carry it out (again, after a crash or an interrupt); each
+            # call still passes the approval gate in `_execute`
             await self._execute_all(ctx, calls, parent)
             return
         allowed = self._allowed_tools(run_id)
@@ -442,7 +456,7 @@ class Agent:
         if not valid:
             return
         steps = [self._step(run_id, c) for c in valid]
-        needs_approval = [s for s in steps if action_for(self.autonomy, s.risk) == "propose"]
+        needs_approval = [s for s in steps if needs_decision(state.autonomy, s.tool, s.risk)]
         if len(valid) < self.plan_threshold and not needs_approval:
             await self._execute_all(ctx, valid, parent)
             return
@@ -485,8 +499,9 @@ class Agent:
     def _step(self, run_id: str, call: ToolCallRequest) -> PlanStep:
         tool = self._allowed_tools(run_id)[call.name]
         args = call.arguments or {}
-        return PlanStep(call_id=call.id, tool=call.name, arguments=args, risk=tool.risk, target=tool.target(args),
-                        preview=tool.preview(args))
+        risk, why = call_risk(tool, args)
+        return PlanStep(call_id=call.id, tool=call.name, arguments=args, risk=risk, target=tool.target(args),
+                        preview=tool.preview(args), risk_reason=why, digest=call_digest(call.name, args))
 
     async def _settle(self, ctx: _Ctx, state: RunState) -> bool:
         """Ask the decider about the pending request; True once a decision was recorded."""
@@ -539,16 +554,17 @@ class Agent:
             return
         tool = self._allowed_tools(run_id)[call.name]
         args = call.arguments or {}
+        risk, risk_reason = call_risk(tool, args)
         denial = self.authorizer.check_tool(call.name, args, shell_like=tool.shell_like)
         if denial is None:
-            try:
-                tool.authorize(args)
-            except ToolError as exc:
-                denial = Denial(rule=f"scope.{getattr(exc, 'rule', 'denied')}", reason=str(exc))
+            denial = self._check_paths(tool, args)
         if denial is None and call.name not in CONTROL_TOOLS:
-            denial = self.authorizer.check_step(state.tool_calls_started)
+            denial = self.authorizer.check_step(self._tree_totals(ctx.root_id).tool_steps)
             if denial is not None:
                 ctx.stop.append(denial.reason)
+        gate = clearance(state, call.id, call.name, args, risk)
+        if denial is None and not gate.ok:
+            denial = Denial(rule=gate.rule or "approval.missing", reason=gate.reason)
         if denial is not None:
             self._deny(run_id, call.id, call.name, denial, tool.target(args), parent)
             return
@@ -556,8 +572,9 @@ class Agent:
             await self._control(ctx, call, args, parent)
             return
         started = self._record(run_id, ToolCallStarted(
-            call_id=call.id, tool=call.name, arguments=args, risk=tool.risk, target=tool.target(args),
-            reason=self._why_allowed(state, call.id, tool.risk)), parent=parent)
+            call_id=call.id, tool=call.name, arguments=args, risk=risk, target=tool.target(args),
+            reason=gate.reason, approval_event_id=gate.approval_event_id, plan_id=gate.plan_id,
+            digest=call_digest(call.name, args), risk_reason=risk_reason), parent=parent)
         t0 = time.perf_counter()
         retries = 0
         try:
@@ -672,12 +689,22 @@ class Agent:
         self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=_ms(t0), result=outcome,
                                                preview=_preview(result.answer or "")), parent=started_id)
 
-    def _why_allowed(self, state: RunState, call_id: str, risk: Risk) -> str:
-        plan = state.plans.get(state.plan_of.get(call_id, ""))
-        if plan is not None and plan.status == "approved":
-            by = next((d.by for d in reversed(state.decisions) if d.plan_id == plan.plan_id), "user")
-            return f"plan {plan.plan_id} approved by {by}"
-        return f"{risk.value} runs without asking at autonomy {self.autonomy.value}"
+    def _check_paths(self, tool: Tool, args: dict[str, Any]) -> Denial | None:
+        """The file scope for every path argument of a tool that has no scope check of its own (user tools)."""
+        if tool.has_own_authorization:
+            try:
+                tool.authorize(args)
+            except ToolError as exc:
+                return Denial(rule=f"scope.{getattr(exc, 'rule', 'denied')}", reason=str(exc))
+            return None
+        if tool.name in CONTROL_TOOLS:
+            return None
+        for where, value in tool.paths(args):
+            try:
+                self.path_guard.contain(value)
+            except ScopeDenied as exc:
+                return Denial(rule=f"scope.{exc.rule}", reason=f"argument {where!r}: {exc.reason}")
+        return None
 
     def _child_of_call(self, state: RunState, call_id: str) -> Iterable[str]:
         for e in self.store.query_events(run_id=state.run_id, types="child_run_started"):
@@ -732,6 +759,18 @@ class Agent:
         while state.parent_run_id is not None:
             state = self.store.run_state(state.parent_run_id)
         return state.run_id or run_id
+
+    def tree_usage(self, run_id: str) -> TreeUsage:
+        """What the run tree containing `run_id` has spent, in total and run by run (budgets use the total)."""
+        return self._tree_totals(self._root_of(run_id))
+
+    def _tree_totals(self, root: str) -> TreeUsage:
+        states, todo = [], [root]
+        while todo:
+            s = self.store.run_state(todo.pop())
+            states.append(s)
+            todo.extend(s.children)
+        return TreeUsage.of(states)
 
     def _tree_attempts(self, root: str) -> int:
         total, todo = 0, [root]
@@ -799,6 +838,11 @@ def _error_text(exc: BaseException) -> str:
         return "the tool timed out"
     text = str(exc) or type(exc).__name__
     return text if isinstance(exc, ToolError) else f"{type(exc).__name__}: {text}"
+
+
+def _count_calls(response: dict[str, Any]) -> int:
+    message = assistant_message(response) or {}
+    return len(message.get("tool_calls") or [])
 
 
 def _ms(t0: float) -> float:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from .approval import identify
 from .events import EventBase, PlanStep, Usage
 from .levels import Autonomy, Risk
 
@@ -60,6 +61,7 @@ class Decision(BaseModel):
     by: str = "user"
     text: str = ""
     ts: str
+    event_id: str | None = None
 
 
 class PlanInfo(BaseModel):
@@ -69,6 +71,8 @@ class PlanInfo(BaseModel):
     max_risk: Risk = Risk.READ_ONLY
     auto_executing: bool = False
     status: Literal["proposed", "auto", "approved", "rejected", "refined"] = "proposed"
+    approval_event_id: str | None = None  # the `plan_approved` event that let it run (approval.clearance)
+    approved_by: str | None = None
 
 
 class StepResult(BaseModel):
@@ -110,6 +114,7 @@ class RunState(BaseModel):
     tool_calls_started: int = 0  # the step budget counts these
     model_attempts: int = 0  # model calls including retries: the turn counter of offline models
     children: list[str] = Field(default_factory=list)
+    call_ids_seen: set[str] = Field(default_factory=set)  # nbagent's call ids so far: each is unique in the run
     answer: str | None = None
     errors: list[str] = Field(default_factory=list)
     error: str | None = None
@@ -182,6 +187,11 @@ class RunState(BaseModel):
             self.cost += p.cost
         message = assistant_message(p.response)
         if message is not None:
+            calls = message.get("tool_calls") or []
+            # nbagent's ids replace the model's (approval.identify): every key after this is one nbagent chose
+            ids = identify([c.get("id") for c in calls], getattr(p, "call_ids", None), self.call_ids_seen, e.id)
+            for call, call_id in zip(calls, ids, strict=True):
+                call["id"] = call_id
             self.turns.append(message)
 
     def _on_plan_proposed(self, p: Any, e: EventBase) -> None:
@@ -204,7 +214,9 @@ class RunState(BaseModel):
 
     def _on_plan_approved(self, p: Any, e: EventBase) -> None:
         self._decide("approved", p, e, "")
-        self._plan_status(p.plan_id, "approved")
+        plan = self.plans.get(p.plan_id)
+        if plan is not None and plan.status == "proposed":  # a decision counts once, for a plan still open
+            plan.status, plan.approval_event_id, plan.approved_by = "approved", e.id, p.by
 
     def _on_plan_rejected(self, p: Any, e: EventBase) -> None:
         self._decide("rejected", p, e, p.reason)
@@ -278,8 +290,9 @@ class RunState(BaseModel):
     # ------------------------------------------------------------------ helpers
 
     def _plan_status(self, plan_id: str, status: Any) -> None:
-        if plan_id in self.plans:
-            self.plans[plan_id].status = status
+        plan = self.plans.get(plan_id)
+        if plan is not None and plan.status == "proposed":  # a decision counts once, for a plan still open
+            plan.status = status
 
     def open_calls(self) -> list[dict[str, Any]]:
         """Tool calls of the last assistant turn that no tool message answers yet (what a resumed run does next)."""
@@ -302,6 +315,7 @@ class RunState(BaseModel):
     def _decide(self, kind: Any, p: Any, e: EventBase, text: str) -> None:
         self.decisions.append(Decision(
             kind=kind, request_id=p.request_id, plan_id=getattr(p, "plan_id", None), by=p.by, text=text, ts=e.ts,
+            event_id=e.id,
         ))
         if self.pending is not None and (p.request_id is None or p.request_id == self.pending.request_id):
             self.pending = None

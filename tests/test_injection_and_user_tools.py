@@ -118,7 +118,7 @@ def test_user_tools_in_a_run(tmp_path: Path) -> None:
     result = asyncio.run(agent.run("go"))
     steps = agent.store.run_state(result.run_id).steps
     assert result.status == RunStatus.COMPLETED
-    assert steps["call_0_0"].result == ["region 0", "region 1"] and steps["call_0_1"].result["saved"] == "done"
+    assert steps["nb1_0"].result == ["region 0", "region 1"] and steps["nb1_1"].result["saved"] == "done"
 
 
 def test_tool_name_clashes_are_refused(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ def test_agent_runs_read_only_tool_then_answers(stub: StubOpenAI, tmp_path: Path
     assert (result.model_calls, result.usage.total_tokens) == (2, 278)
 
     [done] = of_type(events, "tool_call_completed")
-    assert (done.payload.call_id, done.payload.tool) == ("call_1", "read_file")
+    assert (done.payload.call_id, done.payload.tool) == ("nb1_0", "read_file")
     assert done.payload.result == FILES["data.csv"]
     assert of_type(events, "thinking")[0].payload.text == "Let me look."
 
@@ -159,8 +159,8 @@ def test_agent_runs_read_only_tool_then_answers(stub: StubOpenAI, tmp_path: Path
     assert next(t for t in r1.body["tools"] if t["function"]["name"] == "read_file") == read_file.schema()
     assert r1.body["messages"][-1] == {"role": "user", "content": "What is in data.csv?"}
     assistant, tool_msg = r2.body["messages"][-2:]
-    assert assistant["role"] == "assistant" and assistant["tool_calls"][0]["id"] == "call_1"
-    assert tool_msg["role"] == "tool" and tool_msg["tool_call_id"] == "call_1"
+    assert assistant["role"] == "assistant" and assistant["tool_calls"][0]["id"] == "nb1_0"
+    assert tool_msg["role"] == "tool" and tool_msg["tool_call_id"] == "nb1_0"
     assert "south,32" in tool_msg["content"]
     assert of_type(events, "completed") and events[-1].type == "completed"
 

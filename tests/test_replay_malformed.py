@@ -183,4 +183,4 @@ def test_unserialisable_tool_result_is_recorded_as_text(tmp_path: Path) -> None:
     a = agent(tmp_path, turns([call("weird")], "ok"), tools=[weird])
     result = run(a)
     assert result.status == RunStatus.COMPLETED
-    assert "object object" in str(a.store.run_state(result.run_id).steps["call_0_0"].result)
+    assert "object object" in str(a.store.run_state(result.run_id).steps["nb1_0"].result)

@@ -168,8 +168,8 @@ def test_ask_human_answered_in_a_new_process(tmp_path: Path) -> None:
     again = agent(tmp_path, script)
     state = again.store.run_state(first.run_id)
     assert state.status == RunStatus.COMPLETED
-    assert {"role": "tool", "tool_call_id": "call_0_0", "content": "2024"} in state.messages
-    assert state.steps["call_1_0"].result == "contents of 2024.csv"
+    assert {"role": "tool", "tool_call_id": "nb1_0", "content": "2024"} in state.messages
+    assert state.steps["nb2_0"].result == "contents of 2024.csv"
 
 
 def test_waiting_approval_resumed_with_a_verdict(tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_interrupt_during_a_tool_is_not_rerun_on_resume(tmp_path: Path) -> None:
     assert a.store.run_state(run_id).status == RunStatus.INTERRUPTED
     result = asyncio.run(a.resume(run_id))
     assert result.status == RunStatus.COMPLETED_WITH_ERRORS
-    step = a.store.run_state(run_id).steps["call_0_0"]
+    step = a.store.run_state(run_id).steps["nb1_0"]
     assert step.status == "failed" and "not re-run" in (step.error or "")
 
 
@@ -254,9 +254,9 @@ def test_spawn_agent_runs_a_child_with_its_own_events(tmp_path: Path) -> None:
     assert len(result.children) == 1
     child = a.store.run_state(result.children[0])
     assert child.parent_run_id == result.run_id and child.status == RunStatus.COMPLETED
-    assert child.answer == "the sum is 5" and child.steps["call_1_0"].result == 5
+    assert child.answer == "the sum is 5" and child.steps["nb1_0"].result == 5
     parent = a.store.run_state(result.run_id)
-    assert parent.steps["call_0_0"].result["answer"] == "the sum is 5"
+    assert parent.steps["nb1_0"].result["answer"] == "the sum is 5"
     assert "child_run_started" in types(a, result.run_id)
     assert a.latest_run_id() == result.run_id  # a child is never what the next cell continues
 
@@ -271,8 +271,8 @@ def test_failing_and_denied_steps_leave_partial_results(tmp_path: Path) -> None:
     result = run(a)
     assert result.status == RunStatus.COMPLETED_WITH_ERRORS and result.answer == "partial answer"
     state = a.store.run_state(result.run_id)
-    assert state.steps["call_0_0"].status == "ok" and state.steps["call_0_1"].status == "failed"
-    assert "disk on fire" in (state.steps["call_0_1"].error or "")
+    assert state.steps["nb1_0"].status == "ok" and state.steps["nb1_1"].status == "failed"
+    assert "disk on fire" in (state.steps["nb1_1"].error or "")
     denied = next(e for e in a.store.run_events(result.run_id) if e.type == "authorization_denied").payload
     assert denied.rule == "path_traversal" and denied.tool == "read_file"
     assert [c[0] for c in CALLS] == ["read_file", "explode"]

@@ -7,6 +7,11 @@ validate. Arguments are validated before the call; a mismatch is a `ToolArgument
 for the model ("argument 'n': Input should be a valid integer"), so it can correct itself.
 
 A tool without a declared risk counts as WRITE_HIGH_RISK: the approval table then asks before running it.
+
+Paths are found by type first: a parameter annotated `pathlib.Path` (any PurePath, alone or inside lists,
+dicts and pydantic models) holds a path wherever it sits in the arguments, and the runtime puts every such
+value through the file scope. Strings under a path-like name (`path`, `file_path`, `output_dir`...) at any
+depth are checked too, as a fallback for tools without annotations.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import asyncio
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import PurePath
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -23,6 +29,40 @@ from ..levels import Risk
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\w+)\s*(\([^)]*\))?\s*:\s*(.+)$")
+
+
+# a key that names a path (fallback for unannotated tools): path, paths, file, file_path, output_dir, src, ...
+PATH_NAME = re.compile(r"(^|_)(path|paths|file|files|filename|filenames|filepath|dir|dirs|directory|folder|src|"
+                       r"dst|source|destination|target|glob|output|input|outfile|infile)s?($|_)", re.IGNORECASE)
+
+
+def named_paths(value: Any, key: str = "", where: str = "", depth: int = 0) -> list[tuple[str, str]]:
+    """(location, string) for every string under a path-like key, at any depth (what the name heuristic sees)."""
+    if depth > 64:
+        return []
+    if isinstance(value, str):
+        return [(where, value)] if PATH_NAME.search(key) else []
+    if isinstance(value, dict):
+        return [hit for k, v in value.items() for hit in named_paths(v, str(k), f"{where}.{k}".lstrip("."),
+                                                                      depth + 1)]
+    if isinstance(value, list | tuple):
+        return [hit for i, v in enumerate(value) for hit in named_paths(v, key, f"{where}[{i}]", depth + 1)]
+    return []
+
+
+def typed_paths(value: Any, where: str = "", depth: int = 0) -> list[tuple[str, str]]:
+    """(location, path) for every PurePath inside validated arguments: lists, dicts, sets and models."""
+    if depth > 64:
+        return []
+    if isinstance(value, PurePath):
+        return [(where, str(value))]
+    if isinstance(value, BaseModel):
+        value = {k: getattr(value, k) for k in type(value).model_fields}
+    if isinstance(value, dict):
+        return [hit for k, v in value.items() for hit in typed_paths(v, f"{where}.{k}".lstrip("."), depth + 1)]
+    if isinstance(value, list | tuple | set | frozenset):
+        return [hit for i, v in enumerate(value) for hit in typed_paths(v, f"{where}[{i}]", depth + 1)]
+    return []
 
 
 class ToolError(Exception):
@@ -125,6 +165,20 @@ class Tool:
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from None
         return {k: getattr(model, k) for k in self.args_model.model_fields}
 
+    def paths(self, arguments: dict[str, Any]) -> list[tuple[str, str]]:
+        """Every path in the arguments, with where it sits: typed values first, then path-like names."""
+        found: list[tuple[str, str]] = []
+        try:
+            found = typed_paths(self.validate(arguments))
+        except ToolError:
+            pass  # invalid arguments never run; the names still say what the call would touch
+        seen = {w for w, _ in found}
+        found += [(w, v) for w, v in named_paths(arguments) if w not in seen]
+        return found
+
+    def path_values(self, arguments: dict[str, Any]) -> list[str]:
+        return [v for _, v in self.paths(arguments)]
+
     def target(self, arguments: dict[str, Any]) -> str | None:
         value = arguments.get(self.target_arg) if self.target_arg else None
         return str(value) if value is not None else None
@@ -137,6 +191,11 @@ class Tool:
             return self._preview(arguments)
         except Exception as exc:  # a preview is a courtesy: its failure must not block the plan
             return f"(no preview: {exc})"
+
+    @property
+    def has_own_authorization(self) -> bool:
+        """A tool with its own scope check (the file tools); others get the runtime's path check."""
+        return self._authorize is not None
 
     def authorize(self, arguments: dict[str, Any]) -> None:
         """The tool's own check before it runs (a file tool's scope); raises a ToolError with a `rule`."""

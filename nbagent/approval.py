@@ -1,0 +1,137 @@
+"""Nothing changes without a person's yes: which calls need a decision, who each call is, what a yes covers.
+
+The guarantee, checked by `clearance` right before any tool runs, whatever happened before:
+
+    A tool call runs only if its risk, computed by nbagent from the tool and these very arguments
+    (`call_risk`), is one the run's recorded autonomy runs without asking (`policy.APPROVAL_TABLE`), or the
+    run's log holds a `plan_approved` for a plan with a step that has this call's nbagent id, the same tool,
+    the same arguments (`call_digest`) and a risk at least as high as the call's risk now.
+
+Every `tool_call_started` event carries the reason that made it true (`reason`, and `approval_event_id` when a
+person's or a policy's yes let it through), so an auditor can check each executed call against the log;
+`tests/test_approval_property.py` does that over thousands of generated hostile runs.
+
+Identity belongs to nbagent. The i-th tool call of a run's k-th model reply is `nb{k}_{i}`, written into that
+reply's `llm_called` event (`call_ids`) and used everywhere after: plans, decisions, results, and the
+conversation sent back to the model. The ids a model chooses stay in the recorded raw response for the audit
+and are used for nothing else, so a reused, duplicated, missing or colliding id is ordinary input. The ids are
+positional, not random, so a replayed run asks the model exactly what the recorded run asked.
+
+Logs written before this rule have no `call_ids`: there the model's id is kept where it is unique in the run
+(so old decisions and results still match), and a reused or missing id gets a fresh one that no earlier
+decision refers to, so the call needs a decision of its own.
+
+Control tools (answer, done, ask_human, spawn_agent) steer the run and touch nothing; a spawned run's own
+calls go through this same gate in the child run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from .events import canonical_json
+from .levels import Autonomy, Risk
+from .policy import action_for
+from .risk import effective_risk
+
+if TYPE_CHECKING:
+    from .state import RunState
+    from .tools.base import Tool
+
+CONTROL_TOOL_NAMES = frozenset({"respond_to_user", "done", "ask_human", "spawn_agent"})
+
+
+# ------------------------------------------------------------------------------------------------ identity
+
+
+def assign_call_ids(model_call: int, count: int) -> list[str]:
+    """nbagent's ids for the `count` tool calls of a run's `model_call`-th reply (1-based)."""
+    return [f"nb{model_call}_{i}" for i in range(count)]
+
+
+def identify(model_ids: list[Any], assigned: list[str] | None, seen: set[str], fallback: str) -> list[str]:
+    """The ids a reply's calls are known by in this run, each unique; `seen` is updated.
+
+    `assigned` are the ids in the `llm_called` event; None for a log from before nbagent owned the ids, where
+    the model's id is kept if unique and `fallback` (the event's id) makes a fresh one otherwise.
+    """
+    out: list[str] = []
+    for i, model_id in enumerate(model_ids):
+        if assigned is not None and i < len(assigned):
+            candidate = str(assigned[i])
+        else:
+            candidate = model_id if isinstance(model_id, str) and model_id else ""
+        if not candidate or candidate in seen:
+            candidate = f"{fallback}_{i}"
+        seen.add(candidate)
+        out.append(candidate)
+    return out
+
+
+def call_digest(tool: str, arguments: Any) -> str:
+    """What an approval covers: the tool's name and its arguments, canonically serialised.
+
+    Arguments that cannot be serialised (NaN, nesting too deep) get a digest that matches nothing, so an
+    approval can never cover them by accident: the gate fails closed.
+    """
+    try:
+        body = canonical_json({"tool": tool, "arguments": arguments})
+    except (ValueError, TypeError, RecursionError):
+        return "unmatchable:" + uuid.uuid4().hex
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ risk
+
+
+def call_risk(tool: Tool, arguments: dict[str, Any]) -> tuple[Risk, str | None]:
+    """The risk of this call: the tool's declared risk, raised when a writing tool names a path Python runs."""
+    if tool.name in CONTROL_TOOL_NAMES:
+        return Risk.READ_ONLY, None
+    return effective_risk(tool.risk, tool.path_values(arguments))
+
+
+def needs_decision(autonomy: Autonomy | str, tool: str, risk: Risk) -> bool:
+    """True when the autonomy table says to ask before a call of this risk (control tools never ask)."""
+    return tool not in CONTROL_TOOL_NAMES and action_for(autonomy, risk) == "propose"
+
+
+# ------------------------------------------------------------------------------------------------ the gate
+
+
+class Clearance(BaseModel):
+    """Whether a call may run now, and the reason the log will give."""
+
+    ok: bool
+    reason: str
+    plan_id: str | None = None
+    approval_event_id: str | None = None
+    rule: str | None = None  # when refused: the rule named in the `authorization_denied` event
+
+
+def clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any], risk: Risk) -> Clearance:
+    """May this call run now? Looks only at nbagent's ids and the call's content, never at the model's ids."""
+    autonomy = state.autonomy
+    if not needs_decision(autonomy, tool, risk):
+        return Clearance(ok=True, reason=f"{risk.value} runs without asking at autonomy {Autonomy(autonomy).value}")
+    plan_id = state.plan_of.get(call_id)
+    plan = state.plans.get(plan_id or "")
+    if plan is None or plan.status != "approved" or plan.approval_event_id is None:
+        return Clearance(ok=False, rule="approval.missing",
+                         reason=f"{tool} is {risk.value}, which autonomy {Autonomy(autonomy).value} runs only after "
+                                "approval, and no approval covers this call")
+    step = next((s for s in plan.steps if s.call_id == call_id), None)
+    if step is None or step.tool != tool or step.digest != call_digest(tool, arguments):
+        return Clearance(ok=False, rule="approval.mismatch", plan_id=plan.plan_id,
+                         reason=f"the approved plan {plan.plan_id} does not contain this exact call ({tool} with "
+                                "these arguments)")
+    if Risk(step.risk).rank < risk.rank:
+        return Clearance(ok=False, rule="approval.risk", plan_id=plan.plan_id,
+                         reason=f"plan {plan.plan_id} was approved as {Risk(step.risk).value}; this call is now "
+                                f"{risk.value}")
+    return Clearance(ok=True, plan_id=plan.plan_id, approval_event_id=plan.approval_event_id,
+                     reason=f"approved by {plan.approved_by} (plan {plan.plan_id})")
