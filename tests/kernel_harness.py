@@ -1,5 +1,6 @@
-"""A real kernel driven like JupyterLab drives it: cell ids in execute_request metadata, widget clicks as comm
-messages on the shell channel (DESIGN.md section 5), display updates applied the way a frontend applies them.
+"""A real kernel driven like JupyterLab drives it: cell ids in execute_request metadata, widget clicks as the
+custom comm messages the run view's front end sends (`model.send`, DESIGN.md section 5; never a state sync, which
+ipywidgets' page holds back while a cell awaits), display updates applied the way a frontend applies them.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class Kernel:
         self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
         self.widgets: dict[str, dict[str, Any]] = {}  # comm id -> synced state
         self.cells: dict[str, Cell] = {}  # by msg id
+        self.statuses: dict[str, list[str]] = {}  # execution states published on IOPub, by parent msg id
         self._start()
 
     def _start(self) -> None:
@@ -129,10 +131,12 @@ class Kernel:
 
     def _iopub(self, msg: dict[str, Any]) -> None:
         t, c = msg["msg_type"], msg["content"]
+        if t == "status":
+            self.statuses.setdefault(msg["parent_header"].get("msg_id", ""), []).append(c["execution_state"])
         if t == "comm_open" and c.get("target_name") == "jupyter.widget":
             state = dict(c["data"].get("state", {}))
             self.widgets[c["comm_id"]] = state
-            if "view" in state and "decision" in state and self.frontend:
+            if is_run_view(state) and self.frontend:
                 self.custom(c["comm_id"], {"event": "rendered"})  # what the view's JS says once drawn
         elif t == "comm_msg" and c["comm_id"] in self.widgets:
             data = c["data"]
@@ -160,7 +164,7 @@ class Kernel:
     # ------------------------------------------------------------------ widgets
 
     def run_views(self) -> dict[str, dict[str, Any]]:
-        return {cid: s for cid, s in self.widgets.items() if "view" in s and "decision" in s}
+        return {cid: s for cid, s in self.widgets.items() if is_run_view(s)}
 
     def wait_for_pending(self, kind: str = "approval", timeout: float = 60,
                          exclude: set[str] | None = None) -> tuple[str, dict[str, Any]]:
@@ -174,17 +178,22 @@ class Kernel:
                     return cid, pending
         raise TimeoutError(f"no run view waited for {kind} within {timeout} s")
 
-    def custom(self, comm_id: str, content: dict[str, Any]) -> None:
+    def custom(self, comm_id: str, content: dict[str, Any]) -> str:
+        """A custom widget message (ipywidgets' `{"method": "custom"}`); returns its msg id."""
         msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom",
                                                                            "content": content}})
         self.kc.shell_channel.send(msg)
+        return str(msg["header"]["msg_id"])
 
-    def click(self, comm_id: str, request_id: str, action: str, text: str = "") -> None:
-        """What the Approve/Deny/Refine/Answer buttons send: a state update of the `decision` trait."""
-        decision = {"request_id": request_id, "action": action, "text": text, "nonce": time.monotonic_ns()}
-        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
-            "method": "update", "state": {"decision": decision}, "buffer_paths": []}})
-        self.kc.shell_channel.send(msg)
+    def click(self, comm_id: str, request_id: str, action: str, text: str = "") -> str:
+        """What the Approve/Deny/Refine/Answer buttons send: a custom message, as run_view.js's `model.send`."""
+        return self.custom(comm_id, {"event": "decision", "request_id": request_id, "action": action, "text": text,
+                              "nonce": f"{time.monotonic_ns():x}"})
+
+
+def is_run_view(state: dict[str, Any]) -> bool:
+    """A RunView's state (its traits), told from the other widgets the kernel opens (its Layout)."""
+    return "view" in state and "decided" in state
 
 
 def script(path: Path, *turns: Any) -> Path:

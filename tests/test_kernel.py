@@ -1,4 +1,5 @@
-"""`%%agent` in a real kernel, clicked like JupyterLab clicks: comm messages to the run view, no policy shortcut."""
+"""`%%agent` in a real kernel, clicked like JupyterLab clicks: the run view's custom comm messages, no policy
+shortcut."""
 
 from __future__ import annotations
 
@@ -45,6 +46,24 @@ def test_approve_by_click(kernel: Kernel) -> None:
     record = assert_static_record(cell)
     assert record["status"] == "completed" and record["answer"] == "Wrote **report.md**."
     assert record["cell_id"] == "c1" and record["decisions"][0]["kind"] == "approved"
+
+
+def test_two_approvals_in_one_run_and_why_clicks_are_custom_messages(kernel: Kernel) -> None:
+    script(kernel.folder / "s.json", create("a.md"), create("b.md", "bye\n"), answer("Wrote both."))
+    cell = kernel.submit("%%agent --script s.json\nwrite two files", cell_id="c1")
+    comm, first = kernel.wait_for_pending("approval")
+    assert "decision" not in kernel.widgets[comm]  # no trait for the front end to sync: a click is an event
+    click = kernel.click(comm, first["request_id"], "approve")
+    comm, second = kernel.wait_for_pending("approval", exclude={first["request_id"]})
+    kernel.click(comm, second["request_id"], "approve")
+    kernel.wait(cell)
+    assert (kernel.folder / "a.md").read_text() == "hello\n" and (kernel.folder / "b.md").read_text() == "bye\n"
+    assert [d.kind for d in store(kernel).run_state(assert_static_record(cell)["run_id"]).decisions] == [
+        "approved", "approved"]
+    # ipykernel 7.4 handles a comm message that arrives while the cell awaits with concurrent=True, which publishes
+    # no busy/idle for it; ipywidgets' page counts a *state sync* pending until that idle, so a second sync of the
+    # same widget would never leave the page. Custom messages are not counted: the second click got through.
+    assert "idle" not in kernel.statuses.get(click, []), kernel.statuses.get(click)
 
 
 def test_deny_by_click_with_a_reason(kernel: Kernel) -> None:

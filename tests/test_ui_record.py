@@ -203,10 +203,10 @@ def test_record_modules_import_no_ui_libraries() -> None:
 # ------------------------------------------------------------------------------------------------- the widget
 
 def click(widget: Any, **decision: Any) -> None:
-    """What the front end sends on a click: a comm `update` of the `decision` trait."""
+    """What the front end sends on a click: a custom comm message (`model.send`), never a state sync."""
     decision.setdefault("nonce", f"{time.monotonic_ns()}")
-    widget._handle_msg({"content": {"data": {"method": "update", "state": {"decision": decision},
-                                             "buffer_paths": []}}, "buffers": []})
+    widget._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "decision", **decision}}},
+                        "buffers": []})
 
 
 def approval_view(request_id: str = "req-1") -> dict[str, Any]:
@@ -249,8 +249,9 @@ def test_widget_assets_and_traits(widget_cls: Any) -> None:
     w = widget_cls()
     assert "export default" in w._esm and "Approve" in w._esm and ".nbagent-live" in w._css
     state = w.get_state()
-    assert {"view", "streaming", "decision", "decided"} <= set(state)
-    for name in ('"Approve"', '"Deny"', '"Refine"', '"Answer"'):
+    assert {"view", "streaming", "decided"} <= set(state) and "decision" not in state  # a click is no state
+    assert "save_changes()" not in w._esm and "model.set(" not in w._esm  # the front end syncs no state at all
+    for name in ('"Deny"', '"Refine"', '"Answer"'):
         assert name in w._esm
     assert "innerHTML" not in w._esm  # text reaches the page as text nodes only
     w.close()
@@ -294,7 +295,9 @@ def test_stale_wrong_kind_and_empty_refine_are_ignored(widget_cls: Any) -> None:
         click(w, request_id="req-2", action="refine", text="   ")
         click(w, request_id="req-2", action="explode")
         click(w, request_id=None, action="approve")
-        w.decision = {"nonsense": [1, 2]}
+        w._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "decision", "x": [1]}}},
+                       "buffers": []})
+        w._handle_msg({"content": {"data": {"method": "custom", "content": ["not", "a", "dict"]}}, "buffers": []})
         await asyncio.sleep(0.05)
         assert not task.done() and decider.calls == [] and w.decided == ""
         click(w, request_id="req-2", action="refine", text="fewer rows")
@@ -475,45 +478,56 @@ function fakeModel(state) {
     get: (k) => state[k],
     set: (k, v) => { state[k] = v; log.push(["set", k, v]); },
     save_changes: () => log.push(["save"]),
+    send: (content) => log.push(["send", content]),
     on: (ev, f) => (handlers[ev] ||= []).push(f),
     off: () => {},
     fire(k, v) { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
   };
 }
+const sent = (event) => log.filter((x) => x[0] === "send" && x[1].event === event).map((x) => x[1]);
 const out = {};
 try {
   const models = {};
   for (const id of ["full", "waiting", "question"]) {
-    models[id] = fakeModel({view: views[id], streaming: id === "full" ? "<b>tok</b>" : "", decided: "", decision: {}});
+    models[id] = fakeModel({view: views[id], streaming: id === "full" ? "<b>tok</b>" : "", decided: ""});
     widget.render({model: models[id], el: document.getElementById(id)});
   }
+  out.rendered = sent("rendered").length;
   const buttons = (id) => [...document.querySelectorAll(`#${id} button`)];
   const btn = (id, name) => buttons(id).find((b) => b.textContent === name);
   const w = document.getElementById("waiting");
   out.names = buttons("waiting").filter((b) => !b.closest("[hidden]")).map((b) => b.textContent);
+  out.approveClass = btn("waiting", "Overwrite notes.md").className;
+  out.cardClass = w.querySelector(".nbv-plan").className;
+  out.question = w.querySelector(".nbv-decide-q").textContent;
+  out.danger = w.querySelector(".nbv-danger").textContent;
+  out.purpose = w.querySelector(".nbv-purpose q") ? w.querySelector(".nbv-purpose q").textContent : null;
+  out.panelInCard = !!w.querySelector(".nbv-plan .nbv-decide");
   btn("waiting", "Refine").click();
   const input = w.querySelector("input");
   input.dispatchEvent(new KeyboardEvent("keydown", {key: "Enter", bubbles: true}));
-  out.savedAfterEmptyRefine = log.filter((x) => x[0] === "save").length;
+  out.sentAfterEmptyRefine = sent("decision").length;
   input.value = "only touch notes.md";
   input.dispatchEvent(new KeyboardEvent("keydown", {key: "Enter", bubbles: true}));
-  out.decision = models.waiting.get("decision");
+  out.decision = sent("decision")[0];
   out.disabled = buttons("waiting").every((b) => b.disabled);
-  btn("waiting", "Approve").click();
-  out.saves = log.filter((x) => x[0] === "save").length;
+  btn("waiting", "Overwrite notes.md").click();
+  btn("waiting", "Overwrite notes.md").dispatchEvent(new MouseEvent("click"));  // even if the page missed "disabled"
+  out.decisionsSent = sent("decision").length;
   const next = structuredClone(views.waiting);
   next.pending = {...next.pending, request_id: "req-2"};
   models.waiting.fire("view", next);
-  out.enabledForNewRequest = !btn("waiting", "Approve").disabled;
+  out.enabledForNewRequest = !btn("waiting", "Overwrite notes.md").disabled;
   models.waiting.fire("decided", "req-2");
-  out.disabledWhenDecided = btn("waiting", "Approve").disabled;
+  out.disabledWhenDecided = btn("waiting", "Overwrite notes.md").disabled;
   const q = document.getElementById("question");
   out.answerDisabledWhenEmpty = btn("question", "Answer").disabled;
   const qi = q.querySelector("input");
   qi.value = "EUR";
   qi.dispatchEvent(new Event("input"));
   btn("question", "Answer").click();
-  out.answer = models.question.get("decision");
+  out.answer = sent("decision").at(-1);
+  out.stateWrites = log.filter((x) => x[0] === "set" || x[0] === "save").length;
   const f = document.getElementById("full");
   out.scriptElements = document.querySelectorAll("script").length;
   out.injected = f.querySelectorAll("b, img, iframe").length;
@@ -570,12 +584,17 @@ def test_run_view_js_renders_and_clicks_in_a_browser(tmp_path: Path, full: dict[
     assert match and match.group(1), dom[-2000:]
     out = json.loads(html_lib.unescape(match.group(1)))
     assert "error" not in out, out.get("error")
-    assert out["names"] == ["Approve", "Deny", "Refine"]
-    assert out["savedAfterEmptyRefine"] == 0  # refine without feedback is refused in the page
+    assert out["rendered"] == 3
+    assert out["names"] == ["Overwrite notes.md", "Deny", "Refine"]  # phrased from the plan, not the model
+    assert "nbv-approve-danger" in out["approveClass"] and "nbv-plan-high" in out["cardClass"]
+    assert out["question"] == "Allow the agent to overwrite notes.md?" and out["panelInCard"]
+    assert "High risk" in out["danger"] and "replaces the contents of notes.md" in out["danger"]
+    assert out["sentAfterEmptyRefine"] == 0  # refine without feedback is refused in the page
     assert out["decision"]["request_id"] == waiting["pending"]["request_id"]
     assert out["decision"]["action"] == "refine" and out["decision"]["text"] == "only touch notes.md"
-    assert out["decision"]["nonce"] and out["disabled"] and out["saves"] == 1
+    assert out["decision"]["nonce"] and out["disabled"] and out["decisionsSent"] == 1
     assert out["enabledForNewRequest"] and out["disabledWhenDecided"]
+    assert out["stateWrites"] == 0  # a click is a custom message; the view never syncs state
     assert out["answerDisabledWhenEmpty"]
     assert out["answer"]["action"] == "answer" and out["answer"]["text"] == "EUR"
     assert out["answer"]["request_id"] == "q-1"

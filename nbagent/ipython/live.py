@@ -88,6 +88,11 @@ class LiveDisplay:
                     p = child_state.pending
                     view["pending"] = {"kind": p.kind, "request_id": p.request_id, "plan_id": p.plan_id,
                                        "question": p.question, "run_id": child}
+                    plan = child_state.plans.get(p.plan_id) if p.plan_id else None
+                    if plan is not None:  # its card: the approval is phrased from the plan, as for the run's own
+                        view["pending"]["plan"] = {
+                            "purpose": plan.purpose, "max_risk": str(plan.max_risk),
+                            "steps": [s.model_dump(mode="json") for s in plan.steps]}
                     break
         return view
 

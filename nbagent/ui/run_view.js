@@ -1,9 +1,10 @@
 // The view of an nbagent run: the live anywidget view (default export) and the static record the JupyterLab
 // extension draws (`renderView`). Plain DOM, no framework, no build step.
 //
-// Model traits: `view` (the view-state dict, see nbagent/ui/viewstate.py), `streaming` (the reply being
-// streamed), `decided` (the request id Python accepted a decision for), and `decision`, which this view sets
-// on a click: {request_id, action: "approve"|"deny"|"refine"|"answer", text, nonce}.
+// Model traits (all set by the kernel, none by this view): `view` (the view-state dict, see
+// nbagent/ui/viewstate.py), `streaming` (the reply being streamed), `decided` (the request id Python accepted a
+// decision for). A click goes to the kernel as a custom message, `model.send({event: "decision", request_id,
+// action: "approve"|"deny"|"refine"|"answer", text, nonce})`; `{event: "rendered"}` says the view is drawn.
 //
 // Every string from the model, a tool or a person is untrusted: it only ever reaches the page as a text node
 // (textContent); the answer's Markdown is built as DOM nodes, links restricted to http(s).
@@ -411,22 +412,116 @@ function stepEl(ctx, step, n, decisions) {
   return h("li", { class: `nbv-step nbv-k-${kind} nbv-st-${status}`, value: n }, line, body);
 }
 
-function planEl(ctx, plan, index, view) {
+// ------------------------------------------------------------------------------------------------ plans
+//
+// What a plan asks is phrased here from its steps (tool, target, risk, risk_reason), never from the model's
+// words: the model's purpose is shown as a quote. A plan with a WRITE_HIGH_RISK step gets a card that looks
+// and reads differently (danger styling, what makes it high risk, an Approve button that names the action), so
+// a delete is never approved with the reflex of a create.
+
+const HIGH = "WRITE_HIGH_RISK";
+const FILE_VERB = { delete_file: "delete", write_file: "overwrite", create_file: "create" };
+const HIGH_NOUN = { delete_file: ["delete", "deletes"], write_file: ["overwrite", "overwrites"],
+  run_python: ["code run", "code runs"] };
+
+const upperFirst = (t) => (t ? t[0].toUpperCase() + t.slice(1) : t);
+
+function stepTarget(s) {
+  if (s.target) return String(s.target);
+  const a = s.arguments && typeof s.arguments === "object" ? s.arguments : {};
+  return typeof a.path === "string" ? a.path : "";
+}
+
+// "delete data.txt", "overwrite report.md", "create notes.md", "run code", "run my_tool"
+function stepAction(s) {
+  const verb = FILE_VERB[s.tool];
+  if (verb) return `${verb} ${clip(stepTarget(s) || "a file", 60)}`;
+  if (s.tool === "run_python") return "run code";
+  return `run ${s.tool || "a tool"}`;
+}
+
+// what one step does, said plainly (for the high-risk line): "deletes data.txt", "runs Python code in the kernel"
+function stepEffect(s) {
+  const t = clip(stepTarget(s) || "a file", 80);
+  const effect = { delete_file: `deletes ${t}`, write_file: `replaces the contents of ${t}`,
+    create_file: `creates ${t}` }[s.tool]
+    || (s.tool === "run_python" ? "runs Python code in the kernel, with everything the notebook can reach"
+      : `runs ${s.tool || "a tool"}${s.target ? ` on ${clip(s.target, 60)}` : ""}, a tool marked high risk`);
+  return s.risk_reason ? `${effect}: ${s.risk_reason}` : effect;
+}
+
+const isHighRisk = (plan) => (plan.steps || []).some((s) => s.risk === HIGH) || plan.max_risk === HIGH;
+
+/** The Approve button's text: the action for one step, the count (and what is high risk) for several. */
+export function approveLabel(plan) {
+  const steps = (plan && plan.steps) || [];
+  if (steps.length === 1) return upperFirst(stepAction(steps[0]));
+  if (!steps.length) return "Approve";
+  const counts = new Map();
+  for (const s of steps) {
+    if (s.risk !== HIGH) continue;
+    const noun = HIGH_NOUN[s.tool] || ["high-risk step", "high-risk steps"];
+    counts.set(noun, (counts.get(noun) || 0) + 1);
+  }
+  const high = [...counts].map(([[one, many], n]) => `${n} ${n === 1 ? one : many}`);
+  return `Approve ${steps.length} steps${high.length ? ` (${high.join(", ")})` : ""}`;
+}
+
+/** What the plan does, in nbagent's words: "delete data.txt"; "3 steps: create a.md, delete b.md, run code". */
+export function planSummary(plan) {
+  const steps = (plan && plan.steps) || [];
+  if (!steps.length) return "no steps";
+  if (steps.length === 1) return stepAction(steps[0]);
+  const shown = steps.slice(0, 3).map(stepAction);
+  return `${steps.length} steps: ${shown.join(", ")}${steps.length > 3 ? `, and ${steps.length - 3} more` : ""}`;
+}
+
+/** The approval question, from the plan: "Allow the agent to delete data.txt?" */
+export function approvalQuestion(plan) {
+  return `Allow the agent to ${planSummary(plan)}?`;
+}
+
+// the line that says what makes a plan high risk (its WRITE_HIGH_RISK steps, with any risk_reason); `asking`:
+// the plan still waits for a person
+function dangerEl(plan, asking) {
+  const effects = (plan.steps || []).filter((s) => s.risk === HIGH).map(stepEffect);
+  const head = h("strong", { class: "nbv-danger-title", text: "⚠ High risk" });
+  const check = asking ? (effects.length > 1 ? " Check each step before you approve." : " Check it before you approve.") : "";
+  if (effects.length <= 1) {
+    return h("div", { class: "nbv-danger", role: "note" }, head,
+      ` — this plan ${effects[0] || "includes a step marked high risk"}.${check}`);
+  }
+  return h("div", { class: "nbv-danger", role: "note" }, head, " — this plan:",
+    h("ul", {}, effects.map((e) => h("li", { text: e }))), check.trim());
+}
+
+// the model's own words about the plan: shown, but as a quote, never as the question
+function purposeEl(plan) {
+  if (!plan.purpose) return "";
+  return h("div", { class: "nbv-purpose" }, h("span", { class: "nbv-purpose-by", text: "the model says " }),
+    h("q", { text: plan.purpose }));
+}
+
+function planEl(ctx, plan, index, view, controls) {
   const pending = view.pending || {};
   const waiting = pending.kind === "approval" && pending.plan_id === plan.plan_id;
   const status = plan.status || "proposed";
-  const card = h("div", { class: `nbv-plan${waiting ? " nbv-plan-waiting" : ""}` },
+  const high = isHighRisk(plan);
+  const card = h("div", { class: `nbv-plan${waiting ? " nbv-plan-waiting" : ""}${high ? " nbv-plan-high" : ""}`,
+    "data-plan-id": plan.plan_id || null },
     h("div", { class: "nbv-plan-head" },
-      h("strong", { text: `Plan ${index}: ${plan.purpose || "(no purpose given)"}` }),
+      h("strong", { class: "nbv-plan-title", text: `${index ? `Plan ${index}: ` : "Plan: "}${upperFirst(planSummary(plan))}` }),
       badge(waiting ? "waiting for approval" : PLAN_STATUS[status] || status, waiting ? "warn" : PLAN_TONE[status] || "dim"),
-      h("span", { class: "nbv-facts" }, "max risk"), riskBadge(plan.max_risk) || ""));
+      h("span", { class: "nbv-facts" }, "max risk"), riskBadge(plan.max_risk) || ""),
+    purposeEl(plan), high ? dangerEl(plan, waiting || (ctx.static && status === "proposed")) : "");
   const steps = plan.steps || [];
   if (steps.length) {
     card.appendChild(h("table", {},
       h("thead", {}, h("tr", {}, ["#", "tool", "target", "risk", "arguments"].map((t) => h("th", { text: t })))),
-      h("tbody", {}, steps.map((s, k) => h("tr", {},
+      h("tbody", {}, steps.map((s, k) => h("tr", { class: s.risk === HIGH ? "nbv-row-high" : null },
         h("td", { text: k + 1 }), h("td", {}, h("span", { class: "nbv-tool", text: s.tool })),
-        h("td", {}, s.target ? h("code", { text: s.target }) : ""), h("td", {}, riskBadge(s.risk) || ""),
+        h("td", {}, s.target ? h("code", { text: s.target }) : ""),
+        h("td", {}, riskBadge(s.risk) || "", s.risk_reason ? h("div", { class: "nbv-risk-reason", text: s.risk_reason }) : ""),
         h("td", {}, h("span", { class: "nbv-args", text: formatArgs(s.arguments, 48) })))))));
     for (const s of steps) {
       const diff = s.diff || s.preview;
@@ -446,6 +541,7 @@ function planEl(ctx, plan, index, view) {
       }
     }
   }
+  if (waiting && controls) card.appendChild(controls);
   const decisions = (view.decisions || []).filter((d) => d.plan_id && d.plan_id === plan.plan_id);
   if (decisions.length) {
     card.appendChild(h("ul", { class: "nbv-decisions" }, decisions.map((d) => {
@@ -504,8 +600,8 @@ function pendingHint(view) {
 function pendingText(view) {
   const pending = view.pending || {};
   if (pending.kind === "approval") {
-    const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id);
-    return `waiting for approval of plan ${shortId(pending.plan_id)}${plan && plan.purpose ? ` (${clip(plan.purpose, 80)})` : ""}`;
+    const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id) || pending.plan;
+    return `waiting for approval of plan ${shortId(pending.plan_id)}${plan ? ` (${clip(planSummary(plan), 80)})` : ""}`;
   }
   if (pending.kind === "human_input") return `waiting for an answer to: ${clip(pending.question || "", 200)}`;
   return "waiting";
@@ -546,11 +642,21 @@ function staticStepsEl(ctx, view) {
   return h("div", { class: "nbv-timeline" }, out);
 }
 
-function plansEl(ctx, view) {
+// `controls`: the live view's decision panel, placed in the card of the plan it decides
+function plansEl(ctx, view, controls) {
   const plans = view.plans || [];
-  if (!plans.length) return "";
-  return h("div", {}, h("div", { class: "nbv-section", text: `Plans (${plans.length})` }),
-    plans.map((p, k) => planEl(ctx, p, k + 1, view)));
+  const pending = view.pending || {};
+  // a sub-agent's plan waits in this view too: its card comes from the pending request (nbagent/ipython/live.py)
+  const foreign = pending.kind === "approval" && pending.plan && !plans.some((p) => p.plan_id === pending.plan_id)
+    ? pending.plan : null;
+  if (!plans.length && !foreign && !(controls && pending.kind === "approval")) return "";
+  const out = [h("div", { class: "nbv-section", text: `Plans (${plans.length})` })];
+  out.push(...plans.map((p, k) => planEl(ctx, p, k + 1, view, controls)));
+  if (foreign) out.push(planEl(ctx, { ...foreign, plan_id: pending.plan_id, status: "proposed" }, 0, view, controls));
+  else if (controls && pending.kind === "approval" && !plans.some((p) => p.plan_id === pending.plan_id)) {
+    out.push(h("div", { class: "nbv-plan nbv-plan-waiting nbv-plan-high" }, controls));
+  }
+  return h("div", {}, out);
 }
 
 function answerEl(view) {
@@ -590,13 +696,18 @@ export function renderView(el, view, options = {}) {
 }
 
 // ------------------------------------------------------------------------------------------------ the live widget
+//
+// A click is an event, sent as a custom comm message ({event: "decision", ...}, see nbagent/ui/widget.py), never
+// as a state sync: ipywidgets' page-side model holds every sync after the first until the kernel reports idle
+// for it, which it does not do while the cell awaits the decision. This view never calls `save_changes`.
 
 function render({ model, el }) {
   const ctx = { open: new Map(), static: false }; // details open state by key, kept across re-renders
   const local = {
-    panelKey: null, // request id (+ decided state) the decision panel was built for
-    clicked: null, // request id this view sent a decision for
+    panel: null, // {key, rid, el, note} of the pending request's decision panel, kept across re-renders
+    clicked: new Set(), // request ids this view sent a decision for: one per request, whatever is clicked
     mode: null, // "deny" | "refine" while the text line is open
+    plansKey: null, // what the plans section was last drawn from
   };
   const root = h("div", { class: "nbagent-live" });
   const parts = {
@@ -607,108 +718,144 @@ function render({ model, el }) {
   root.append(...Object.values(parts));
   el.appendChild(root);
 
-  function send(requestId, action, text) {
-    if (local.clicked === requestId) return;
-    local.clicked = requestId;
-    model.set("decision", {
-      request_id: requestId, action, text: text || "",
-      nonce: `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`,
-    });
-    model.save_changes();
-    for (const b of parts.decide.querySelectorAll("button, input")) b.disabled = true;
-    const note = parts.decide.querySelector(".nbv-sent");
-    if (note) note.textContent = `${action === "answer" ? "answer" : action} sent…`;
+  function disablePanel(text) {
+    if (!local.panel) return;
+    for (const b of local.panel.el.querySelectorAll("button, input")) b.disabled = true;
+    if (text) local.panel.note.textContent = text;
   }
 
-  function decisionPanel(view) {
-    const pending = view.pending;
-    const decided = model.get("decided") || "";
-    const key = pending ? `${pending.kind}:${pending.request_id}:${decided === pending.request_id}` : "";
-    if (key === local.panelKey) return; // keep the panel (and what is typed in it) as it is
-    local.panelKey = key;
-    local.mode = null;
-    parts.decide.replaceChildren();
-    if (!pending || view.status === "superseded") return;
+  function send(requestId, action, text) {
+    if (local.clicked.has(requestId)) return;
+    local.clicked.add(requestId);
+    try {
+      model.send({
+        event: "decision", request_id: requestId, action, text: text || "",
+        nonce: `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`,
+      });
+    } catch (err) {
+      local.clicked.delete(requestId);
+      if (local.panel) local.panel.note.textContent = `could not send: ${err}`;
+      return;
+    }
+    if (local.panel && local.panel.rid === requestId) {
+      disablePanel(`${action === "answer" ? "answer" : action} sent…`);
+    }
+  }
+
+  function approvalPanel(view, pending) {
     const rid = pending.request_id;
-    const done = decided === rid || local.clicked === rid;
-    const note = h("span", { class: "nbv-sent", role: "status", text: decided === rid ? "decision received" : "" });
-    if (pending.kind === "approval") {
-      const input = h("input", {
-        type: "text", class: "nbv-input jupyter-widgets", "aria-label": "feedback",
-        placeholder: "", disabled: done,
-      });
-      const sendBtn = h("button", { class: "nbv-btn jupyter-button", type: "button", disabled: done }, "Send");
-      const cancel = h("button", { class: "nbv-btn nbv-quiet jupyter-button", type: "button", disabled: done }, "Cancel");
-      const row = h("div", { class: "nbv-text-row", hidden: true }, input, sendBtn, cancel);
-      const submit = () => {
-        const text = input.value.trim();
-        if (local.mode === "refine" && !text) {
-          input.focus();
-          input.classList.add("nbv-need");
-          return;
-        }
-        send(rid, local.mode, text);
-      };
-      const open = (mode) => {
-        local.mode = mode;
-        row.hidden = false;
-        input.placeholder = mode === "refine"
-          ? "What should the model do differently? (Enter sends)"
-          : "Reason for denying (optional; Enter sends)";
-        input.setAttribute("aria-label", mode === "refine" ? "feedback for the model" : "reason for denying");
-        sendBtn.textContent = "Send";
-        sendBtn.title = mode === "refine" ? "send the feedback to the model" : "deny the plan";
+    const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id) || pending.plan || { steps: [] };
+    const high = isHighRisk(plan);
+    const note = h("span", { class: "nbv-sent", role: "status" });
+    const input = h("input", { type: "text", class: "nbv-input", "aria-label": "feedback", placeholder: "" });
+    const sendBtn = h("button", { class: "nbv-btn", type: "button" }, "Send");
+    const cancel = h("button", { class: "nbv-btn nbv-quiet", type: "button" }, "Cancel");
+    const row = h("div", { class: "nbv-text-row", hidden: true }, input, sendBtn, cancel);
+    const submit = () => {
+      const text = input.value.trim();
+      if (local.mode === "refine" && !text) {
         input.focus();
-      };
-      input.addEventListener("keydown", (e) => {
-        if (e.key === "Enter") {
-          e.preventDefault();
-          submit();
-        } else if (e.key === "Escape") {
-          row.hidden = true;
-          local.mode = null;
-        }
-        e.stopPropagation(); // keep JupyterLab's notebook shortcuts out of the text box
-      });
-      input.addEventListener("input", () => input.classList.remove("nbv-need"));
-      sendBtn.addEventListener("click", submit);
-      cancel.addEventListener("click", () => {
+        input.classList.add("nbv-need");
+        return;
+      }
+      if (local.mode) send(rid, local.mode, text);
+    };
+    const open = (mode) => {
+      local.mode = mode;
+      row.hidden = false;
+      input.placeholder = mode === "refine"
+        ? "What should the model do differently? (Enter sends)"
+        : "Reason for denying (optional; Enter sends)";
+      input.setAttribute("aria-label", mode === "refine" ? "feedback for the model" : "reason for denying");
+      sendBtn.title = mode === "refine" ? "send the feedback to the model" : "deny the plan";
+      input.focus();
+    };
+    input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") {
+        e.preventDefault();
+        submit();
+      } else if (e.key === "Escape") {
         row.hidden = true;
         local.mode = null;
-      });
-      const approve = h("button", { class: "nbv-btn nbv-approve jupyter-button mod-success", type: "button", disabled: done,
-        onclick: () => send(rid, "approve", "") }, "Approve");
-      const deny = h("button", { class: "nbv-btn nbv-deny jupyter-button mod-danger", type: "button", disabled: done,
-        onclick: () => open("deny") }, "Deny");
-      const refine = h("button", { class: "nbv-btn nbv-refine jupyter-button", type: "button", disabled: done,
-        onclick: () => open("refine") }, "Refine");
-      const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id);
-      parts.decide.append(h("div", { class: "nbv-decide", role: "group", "aria-label": "decision" },
-        h("div", { class: "nbv-decide-q" }, "Approve ", plan ? h("strong", { text: plan.purpose || "this plan" }) : "this plan", "?"),
-        h("div", { class: "nbv-buttons" }, approve, deny, refine, note), row));
-    } else if (pending.kind === "human_input") {
-      const input = h("input", { type: "text", class: "nbv-input jupyter-widgets", "aria-label": "your answer",
-        placeholder: "Your answer (Enter sends)", disabled: done });
-      const answer = h("button", { class: "nbv-btn nbv-approve jupyter-button mod-primary", type: "button",
-        disabled: true }, "Answer");
-      const submit = () => {
-        if (input.value.trim()) send(rid, "answer", input.value);
-      };
-      input.addEventListener("input", () => {
-        answer.disabled = !input.value.trim() || local.clicked === rid;
-      });
-      input.addEventListener("keydown", (e) => {
-        if (e.key === "Enter") {
-          e.preventDefault();
-          submit();
-        }
-        e.stopPropagation();
-      });
-      answer.addEventListener("click", submit);
-      parts.decide.append(h("div", { class: "nbv-decide", role: "group", "aria-label": "question" },
-        h("div", { class: "nbv-decide-q" }, "The agent asks: ", h("strong", { text: pending.question || "" })),
-        h("div", { class: "nbv-buttons" }, input, answer, note)));
-    }
+      }
+      e.stopPropagation(); // keep JupyterLab's notebook shortcuts out of the text box
+    });
+    input.addEventListener("input", () => input.classList.remove("nbv-need"));
+    sendBtn.addEventListener("click", submit);
+    cancel.addEventListener("click", () => {
+      row.hidden = true;
+      local.mode = null;
+    });
+    const label = approveLabel(plan);
+    const approve = h("button", { class: `nbv-btn nbv-approve${high ? " nbv-approve-danger" : ""}`, type: "button",
+      title: `approve: ${planSummary(plan)}`, onclick: () => send(rid, "approve", "") }, label);
+    const deny = h("button", { class: "nbv-btn nbv-deny", type: "button", onclick: () => open("deny") }, "Deny");
+    const refine = h("button", { class: "nbv-btn nbv-refine", type: "button", onclick: () => open("refine") }, "Refine");
+    const el = h("div", { class: `nbv-decide${high ? " nbv-decide-high" : ""}`, role: "group", "aria-label": "decision",
+      "data-request-id": rid },
+      h("div", { class: "nbv-decide-q", text: approvalQuestion(plan) }),
+      h("div", { class: "nbv-buttons" }, approve, deny, refine, note), row);
+    return { el, note };
+  }
+
+  function questionPanel(pending) {
+    const rid = pending.request_id;
+    const note = h("span", { class: "nbv-sent", role: "status" });
+    const input = h("input", { type: "text", class: "nbv-input", "aria-label": "your answer",
+      placeholder: "Your answer (Enter sends)" });
+    const answer = h("button", { class: "nbv-btn nbv-approve", type: "button", disabled: true }, "Answer");
+    const submit = () => {
+      if (input.value.trim()) send(rid, "answer", input.value);
+    };
+    input.addEventListener("input", () => {
+      answer.disabled = !input.value.trim() || local.clicked.has(rid);
+    });
+    input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") {
+        e.preventDefault();
+        submit();
+      }
+      e.stopPropagation();
+    });
+    answer.addEventListener("click", submit);
+    const el = h("div", { class: "nbv-decide", role: "group", "aria-label": "question", "data-request-id": rid },
+      h("div", { class: "nbv-decide-q" }, "The agent asks: ", h("strong", { text: pending.question || "" })),
+      h("div", { class: "nbv-buttons" }, input, answer, note));
+    return { el, note };
+  }
+
+  // the panel of the pending request: built once per request (what is typed in it survives view updates)
+  function panelFor(view) {
+    const pending = view.pending;
+    const key = pending && view.status !== "superseded" ? `${pending.kind}:${pending.request_id}` : "";
+    if (local.panel && local.panel.key === key) return local.panel;
+    local.mode = null;
+    local.panel = null;
+    if (!key || !["approval", "human_input"].includes(pending.kind)) return null;
+    const built = pending.kind === "approval" ? approvalPanel(view, pending) : questionPanel(pending);
+    local.panel = { key, rid: pending.request_id, kind: pending.kind, ...built };
+    markDecided();
+    return local.panel;
+  }
+
+  // the kernel accepted a decision for this request (any view of it), or this view sent one
+  function markDecided() {
+    const p = local.panel;
+    if (!p) return;
+    if ((model.get("decided") || "") === p.rid) disablePanel("decision received");
+    else if (local.clicked.has(p.rid)) disablePanel();
+  }
+
+  function drawPlans(view) {
+    const panel = panelFor(view);
+    const key = json([view.plans, view.pending, view.decisions, view.status, panel && panel.key]);
+    if (key === local.plansKey) return;
+    local.plansKey = key;
+    const focused = panel && panel.el.contains(document.activeElement) ? document.activeElement : null;
+    const controls = panel && panel.kind === "approval" ? panel.el : null;
+    parts.plans.replaceChildren(plansEl(ctx, view, controls));
+    parts.decide.replaceChildren(panel && panel.kind === "human_input" ? panel.el : "");
+    if (focused && focused.isConnected) focused.focus();
   }
 
   function drawStream() {
@@ -745,8 +892,7 @@ function render({ model, el }) {
       parts.steps.append(h("div", { class: "nbv-facts nbv-starting", text: "starting…" }));
     }
 
-    parts.plans.replaceChildren(plansEl(ctx, view));
-    decisionPanel(view);
+    drawPlans(view);
     parts.answer.replaceChildren(answerEl(view));
     parts.errors.replaceChildren(errorsEl(view));
     parts.foot.replaceChildren(footEl(view, false));
@@ -756,7 +902,7 @@ function render({ model, el }) {
 
   const onView = () => draw();
   const onStream = () => drawStream();
-  const onDecided = () => decisionPanel(model.get("view") || {});
+  const onDecided = () => markDecided();
   model.on("change:view", onView);
   model.on("change:streaming", onStream);
   model.on("change:decided", onDecided);

@@ -5,10 +5,18 @@ the event bus) and streamed tokens (`token(text)`), and calls `flush()` at the e
 with the static record (`nbagent.ui.record`). Updates are coalesced: at most one sync per `interval` seconds,
 the latest view winning, so a burst of events costs a handful of comm messages, not one each.
 
-A click in the front end sets the `decision` trait to `{"request_id", "action", "text", "nonce"}`. The
-observer checks it against the pending request of the latest view and hands it to the `InteractiveDecider`
-(`resolve` is thread-safe and ignores stale or repeated requests); the `decided` trait then carries the request
-id so every open view disables its buttons at once. The observer never raises: a bad or stale click is dropped.
+A click in the front end is an event, not state: the view sends a custom comm message
+`{"event": "decision", "request_id", "action", "text", "nonce"}` (`model.send` in run_view.js, `on_msg` here). It
+must not be a state sync: ipywidgets' front-end model counts a sync as pending until the kernel publishes
+`status: idle` parented to that comm message, and ipykernel 7.4 dispatches comm messages that arrive while a cell
+awaits with `concurrent=True`, which publishes no busy/idle, so every later sync of the widget stays buffered in
+the page and the second click of a run never leaves the browser. Custom messages are not counted that way, and
+the front end sends no state at all.
+
+The handler checks a click against the pending request of the latest view and hands it to the
+`InteractiveDecider` (`resolve` is thread-safe and ignores stale or repeated requests); the `decided` trait then
+carries the request id so every open view disables its buttons at once. The handler never raises: a bad, stale,
+duplicate or wrong-kind click is dropped.
 """
 
 from __future__ import annotations
@@ -47,7 +55,6 @@ class RunView(anywidget.AnyWidget):
 
     view = traitlets.Dict().tag(sync=True)
     streaming = traitlets.Unicode("").tag(sync=True)
-    decision = traitlets.Dict().tag(sync=True)
     decided = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, decider: InteractiveDecider | None = None, *, interval: float = 0.1, **kwargs: Any) -> None:
@@ -71,14 +78,23 @@ class RunView(anywidget.AnyWidget):
         self.on_msg(self._on_custom)
 
     def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
-        """The front end's "rendered" message: someone can see this view, so someone can click in it."""
-        if isinstance(content, dict) and content.get("event") == "rendered":
+        """Messages from the front end: "rendered" (someone can see this view, so someone can click in it) and
+        "decision" (a click). Never raises into the comm handler."""
+        if not isinstance(content, dict):
+            return
+        event = content.get("event")
+        if event == "rendered":
             self.rendered.set()
             if self.on_rendered is not None:
                 try:
                     self.on_rendered()
                 except Exception:
                     log.debug("on_rendered failed", exc_info=True)
+        elif event == "decision":
+            try:
+                self._decide(content)
+            except Exception:
+                log.exception("the run view could not handle a decision")
 
     # ------------------------------------------------------------------ feeding the view
 
@@ -236,14 +252,8 @@ class RunView(anywidget.AnyWidget):
                 return self._next_view
             return self.view
 
-    @traitlets.observe("decision")
-    def _on_decision(self, change: dict[str, Any]) -> None:
-        try:
-            self._decide(change["new"] or {})
-        except Exception:  # never raise into the comm handler
-            log.exception("the run view could not handle a decision")
-
     def _decide(self, decision: dict[str, Any]) -> bool:
+        """Hand a click to the decider if it answers the pending request with an action of the right kind."""
         request_id = str(decision.get("request_id") or "")
         action = decision.get("action")
         text = str(decision.get("text") or "")
