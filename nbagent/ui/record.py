@@ -150,12 +150,62 @@ def pending_text(view: dict[str, Any]) -> str:
     if pending.get("kind") == "approval":
         plan = next((p for p in view.get("plans") or [] if p.get("plan_id") == pending.get("plan_id")), None)
         what = f"plan {short_id(pending.get('plan_id'))}"
-        if plan and plan.get("purpose"):
-            what += f" ({_clip(plan['purpose'], 80)})"
+        if plan:
+            what += f" ({_clip(plan_summary(plan), 80)})"
         return f"waiting for approval of {what}"
     if pending.get("kind") == "human_input":
         return f"waiting for an answer to: {_clip(pending.get('question') or '', 200)}"
     return "waiting"
+
+
+HIGH = "WRITE_HIGH_RISK"
+_FILE_VERB = {"delete_file": "delete", "write_file": "overwrite", "create_file": "create"}
+
+
+def _step_target(step: dict[str, Any]) -> str:
+    if step.get("target"):
+        return str(step["target"])
+    args = step.get("arguments")
+    return str(args["path"]) if isinstance(args, dict) and isinstance(args.get("path"), str) else ""
+
+
+def step_action(step: dict[str, Any]) -> str:
+    """What a plan step does, in nbagent's words (as run_view.js's stepAction): "delete data.txt", "run code"."""
+    verb = _FILE_VERB.get(str(step.get("tool")))
+    if verb:
+        return f"{verb} {_clip(_step_target(step) or 'a file', 60)}"
+    return "run code" if step.get("tool") == "run_python" else f"run {step.get('tool') or 'a tool'}"
+
+
+def plan_summary(plan: dict[str, Any]) -> str:
+    """A plan phrased from its steps, never from the model's purpose (as run_view.js's planSummary)."""
+    steps = plan.get("steps") or []
+    if not steps:
+        return "no steps"
+    if len(steps) == 1:
+        return step_action(steps[0])
+    shown = ", ".join(step_action(s) for s in steps[:3])
+    return f"{len(steps)} steps: {shown}" + (f", and {len(steps) - 3} more" if len(steps) > 3 else "")
+
+
+def high_risk_effects(plan: dict[str, Any]) -> list[str]:
+    """What makes a plan high risk: each WRITE_HIGH_RISK step's effect, with its risk_reason."""
+    out = []
+    for s in plan.get("steps") or []:
+        if s.get("risk") != HIGH:
+            continue
+        t = _clip(_step_target(s) or "a file", 80)
+        effect = {"delete_file": f"deletes {t}", "write_file": f"replaces the contents of {t}",
+                  "create_file": f"creates {t}"}.get(str(s.get("tool")))
+        if effect is None:
+            effect = ("runs Python code in the kernel, with everything the notebook can reach"
+                      if s.get("tool") == "run_python" else
+                      f"runs {s.get('tool') or 'a tool'}" + (f" on {_clip(str(s['target']), 60)}" if s.get("target")
+                                                              else "") + ", a tool marked high risk")
+        out.append(f"{effect}: {s['risk_reason']}" if s.get("risk_reason") else effect)
+    if not out and plan.get("max_risk") == HIGH:
+        out.append("includes a step marked high risk")
+    return out
 
 
 def step_summary(step: dict[str, Any]) -> str:
@@ -465,6 +515,11 @@ background:var(--nbr-bg2)}
 .nbagent-run .nbr-risk-read_only{color:var(--nbr-green)}
 .nbagent-run .nbr-risk-write_low_risk{color:var(--nbr-amber)}
 .nbagent-run .nbr-risk-write_high_risk{color:var(--nbr-red)}
+.nbagent-run .nbr-plan-high{border-color:var(--nbr-red);border-left-width:5px}
+.nbagent-run .nbr-danger{margin:4px 0 6px;padding:4px 10px;border:1px solid var(--nbr-red);border-radius:4px}
+.nbagent-run .nbr-danger ul{margin:2px 0;padding-left:1.4em}
+.nbagent-run .nbr-risk-reason{font-size:11.5px;margin-top:2px}
+.nbagent-run .nbr-purpose{margin:2px 0 4px}
 .nbagent-run .nbr-banner{padding:6px 10px;border-radius:4px;margin:0 0 8px;border:1px solid currentColor}
 .nbagent-run .nbr-banner code{color:var(--nbr-fg)}
 .nbagent-run .nbr-hint{display:block;margin-top:3px;color:var(--nbr-fg);font-family:var(--nbr-mono);font-size:12px}
@@ -671,10 +726,18 @@ def _plan_html(plan: dict[str, Any], index: int, view: dict[str, Any]) -> str:
     pending = view.get("pending") or {}
     waiting = pending.get("kind") == "approval" and pending.get("plan_id") == plan.get("plan_id")
     status_text = "waiting for approval" if waiting else PLAN_STATUS.get(status, status)
-    out = [f'<div class="nbr-plan" data-plan-id="{_esc(plan.get("plan_id"))}">',
-           f'<h5 class="nbr-plan-head">Plan {index}: {_esc(plan.get("purpose") or "(no purpose given)")} '
+    effects = high_risk_effects(plan)
+    out = [f'<div class="nbr-plan{" nbr-plan-high" if effects else ""}" data-plan-id="{_esc(plan.get("plan_id"))}">',
+           f'<h5 class="nbr-plan-head">Plan {index}: {_esc(_upper_first(plan_summary(plan)))} '
            f'{_badge(status_text, "nbr-warn" if waiting else PLAN_TONE.get(status, "nbr-dim"))} '
            f'<span class="nbr-facts">max risk</span> {risk_badge(plan.get("max_risk"))}</h5>']
+    if plan.get("purpose"):  # the model's words: a quote, not the question
+        out.append(f'<p class="nbr-purpose"><span class="nbr-facts">the model says </span>'
+                   f'<q>{_esc(plan["purpose"])}</q></p>')
+    if effects:
+        items = "".join(f"<li>{_esc(e)}</li>" for e in effects)
+        out.append(f'<div class="nbr-danger" role="note"><strong>⚠ High risk</strong> — this plan:'
+                   f"<ul>{items}</ul></div>")
     steps = plan.get("steps") or []
     if steps:
         out.append("<table><thead><tr><th>#</th><th>tool</th><th>target</th><th>risk</th><th>arguments</th></tr>"
@@ -682,7 +745,7 @@ def _plan_html(plan: dict[str, Any], index: int, view: dict[str, Any]) -> str:
         for n, s in enumerate(steps, 1):
             out.append(f'<tr><td>{n}</td><td><span class="nbr-tool">{_esc(s.get("tool"))}</span></td>'
                        f'<td>{"<code>" + _esc(s.get("target")) + "</code>" if s.get("target") else ""}</td>'
-                       f'<td>{risk_badge(s.get("risk"))}</td>'
+                       f'<td>{risk_badge(s.get("risk"))}{_risk_reason_html(s)}</td>'
                        f'<td><span class="nbr-args">{_esc(format_args(s.get("arguments"), 48))}</span></td></tr>')
         out.append("</tbody></table>")
         for s in steps:
@@ -704,6 +767,15 @@ def _plan_html(plan: dict[str, Any], index: int, view: dict[str, Any]) -> str:
         out.append('<p class="nbr-facts">ran without asking: within the autonomy level</p>')
     out.append("</div>")
     return "".join(out)
+
+
+def _upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _risk_reason_html(step: dict[str, Any]) -> str:
+    reason = step.get("risk_reason")
+    return f'<div class="nbr-risk-reason">{_esc(reason)}</div>' if reason else ""
 
 
 def _looks_like_diff(text: str) -> bool:
@@ -799,7 +871,10 @@ def render_text(view: dict[str, Any]) -> str:
             decided = "; ".join(_decision_line(d) for d in _plan_decisions(v, p.get("plan_id")))
             state = decided or PLAN_STATUS.get(p.get("status", ""), p.get("status", ""))
             tools = ", ".join(f"{s.get('tool')}[{s.get('risk')}]" for s in p.get("steps") or [])
-            lines.append(f"  {i}. {_clip(p.get('purpose') or '', 80)} ({tools}): {state}")
+            lines.append(f"  {i}. {_clip(plan_summary(p), 80)} ({tools}): {state}")
+            if p.get("purpose"):
+                lines.append(f"     the model says: \"{_clip(p['purpose'], 120)}\"")
+            lines += [f"     HIGH RISK: {e}" for e in high_risk_effects(p)]
     if v.get("answer"):
         lines.append("answer:")
         lines.append(_indent(str(v["answer"]).strip(), "  "))
@@ -898,12 +973,16 @@ def render_markdown(view: dict[str, Any]) -> str:
     if plans:
         out += [f"### Plans ({len(plans)})", ""]
         for i, p in enumerate(plans, 1):
-            out += [f"#### Plan {i}: {_md_text(p.get('purpose') or '(no purpose given)')} — "
-                    f"{PLAN_STATUS.get(p.get('status', ''), p.get('status'))} (max risk `{p.get('max_risk')}`)", "",
-                    "| # | tool | target | risk | arguments |", "|---|---|---|---|---|"]
+            out += [f"#### Plan {i}: {_md_text(_upper_first(plan_summary(p)))} — "
+                    f"{PLAN_STATUS.get(p.get('status', ''), p.get('status'))} (max risk `{p.get('max_risk')}`)", ""]
+            if p.get("purpose"):
+                out += [f"> the model says: {_md_text(p['purpose'])}", ""]
+            out += [f"**⚠ High risk:** this plan {_md_text(e)}" + "  " for e in high_risk_effects(p)]
+            out += ["", "| # | tool | target | risk | arguments |", "|---|---|---|---|---|"]
             for n, s in enumerate(p.get("steps") or [], 1):
+                reason = f" ({_md_text(s['risk_reason'])})" if s.get("risk_reason") else ""
                 out.append(f"| {n} | {_md_text(s.get('tool'))} | {_md_text(s.get('target') or '')} | "
-                           f"`{s.get('risk')}` | {_md_text(format_args(s.get('arguments'), 48))} |")
+                           f"`{s.get('risk')}`{reason} | {_md_text(format_args(s.get('arguments'), 48))} |")
             out.append("")
             for s in p.get("steps") or []:
                 diff = s.get("diff") or s.get("preview")
