@@ -125,7 +125,9 @@ def clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any
                          reason=f"{tool} is {risk.value}, which autonomy {Autonomy(autonomy).value} runs only after "
                                 "approval, and no approval covers this call")
     step = next((s for s in plan.steps if s.call_id == call_id), None)
-    if step is None or step.tool != tool or step.digest != call_digest(tool, arguments):
+    # steps recorded before digests existed are compared by their recorded tool and arguments, the same thing
+    covered = None if step is None else (step.digest or call_digest(step.tool, step.arguments))
+    if step is None or step.tool != tool or covered != call_digest(tool, arguments):
         return Clearance(ok=False, rule="approval.mismatch", plan_id=plan.plan_id,
                          reason=f"the approved plan {plan.plan_id} does not contain this exact call ({tool} with "
                                 "these arguments)")

@@ -47,5 +47,6 @@ def recorded_calls(store: Store, run_id: str) -> list[RecordedCall]:
             fingerprint=p.fingerprint or "", own_messages=list(messages),
             prefix_sha=(req.get("prefix") or {}).get("sha"), response=p.response,
             usage=p.usage.model_dump(), tools=list(req.get("tools") or []), tools_sha=req.get("tools_sha"),
+            call_ids=getattr(p, "call_ids", None),
         ))
     return calls

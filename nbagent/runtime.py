@@ -190,11 +190,16 @@ class Agent:
         self.redactor = Redactor([api_key])
         self.replay_source = replay
         self._local: LocalModel | None = local_model
+        self._legacy_ids = False
         if replay is not None:
             from .models.replay import ReplayModel
             from .replay import recorded_calls, recorded_events
 
-            self._local = ReplayModel(recorded_calls(self.store, replay), source=f"run {replay}")
+            recording = recorded_calls(self.store, replay)
+            self._local = ReplayModel(recording, source=f"run {replay}")
+            # a recording from before nbagent named the calls itself is replayed with the model's ids, so the
+            # replayed requests are the recorded ones; keys stay unique in the run either way (approval.identify)
+            self._legacy_ids = any(c.call_ids is None and c.response_calls for c in recording)
             decider = decider or RecordedDecider.from_events(recorded_events(self.store, replay), replay)
             model = "nbagent/replay"
         elif script is not None:
@@ -416,7 +421,7 @@ class Agent:
         called = self._record(run_id, LlmCalled(
             model=self.model, request=request, response=reply.response, usage=reply.usage, cost=reply.cost,
             latency_ms=round(reply.latency_ms, 3), retry_count=reply.retry_count, fingerprint=fingerprint,
-            call_ids=assign_call_ids(state.model_calls + 1, _count_calls(reply.response)),
+            call_ids=None if self._legacy_ids else assign_call_ids(state.model_calls + 1, _count_calls(reply.response)),
         ))
         if reply.tool_calls:
             if reply.content and reply.content.strip():

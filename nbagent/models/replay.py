@@ -25,6 +25,13 @@ class RecordedCall(BaseModel):
     usage: dict[str, Any] = {}
     tools: list[str] = []
     tools_sha: str | None = None
+    call_ids: list[str] | None = None  # None: recorded before nbagent named tool calls itself (approval.py)
+
+
+    @property
+    def response_calls(self) -> int:
+        message = (self.response.get("choices") or [{}])[0].get("message") or {}
+        return len(message.get("tool_calls") or [])
 
 
 class ReplayDiverged(ModelScriptError):
