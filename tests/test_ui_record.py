@@ -604,3 +604,25 @@ def test_run_view_js_renders_and_clicks_in_a_browser(tmp_path: Path, full: dict[
     assert out["risks"] == ["READ_ONLY", "WRITE_HIGH_RISK", "WRITE_LOW_RISK"]
     assert "+# Sales report" in out["diffAdds"] and "+new line" in out["diffAdds"]
     assert '<script>alert("x")</script>' in out["text"] and full["log_path"] in out["text"]
+
+
+def test_records_phrase_plans_from_their_steps_and_mark_high_risk(waiting: dict[str, Any]) -> None:
+    """The record says what a plan does in nbagent's words, quotes the model, and says what makes it high risk."""
+    view = json.loads(json.dumps(waiting))
+    plan = view["plans"][0]
+    plan["purpose"] = "Just a harmless <b>tweak</b>"
+    plan["steps"][0].update(tool="create_file", target="pandas.py", risk="WRITE_HIGH_RISK",
+                            risk_reason="writes a Python module: `import pandas` would run it")
+    out = render_html(view)
+    assert "Plan 1: Create pandas.py" in out and "nbr-plan-high" in out
+    assert "<q>Just a harmless &lt;b&gt;tweak&lt;/b&gt;</q>" in out  # quoted, escaped, not the title
+    assert "creates pandas.py: writes a Python module: `import pandas` would run it" in out
+    assert '<div class="nbr-risk-reason">writes a Python module' in out
+    text = render_text(view)
+    assert "create pandas.py" in text and "HIGH RISK: creates pandas.py: writes a Python module" in text
+    assert "(create pandas.py)" in text  # the waiting line names the action, not the model's purpose
+    md = render_markdown(view)
+    assert "#### Plan 1: Create pandas.py" in md and "**⚠ High risk:** this plan creates pandas.py" in md
+    assert "(writes a Python module" in md
+    plan["purpose"] = "1 tool call(s): create_file"  # the runtime's stand-in when the model wrote nothing
+    assert "the model says" not in render_html(view) and "the model says" not in render_text(view)

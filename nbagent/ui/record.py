@@ -159,6 +159,8 @@ def pending_text(view: dict[str, Any]) -> str:
 
 
 HIGH = "WRITE_HIGH_RISK"
+# the runtime's stand-in purpose when the model wrote nothing ("2 tool call(s): a, b"): not the model's words
+_NO_NOTE = re.compile(r"\d+ tool call\(s\): [\w.:-]+(, [\w.:-]+)*")
 _FILE_VERB = {"delete_file": "delete", "write_file": "overwrite", "create_file": "create"}
 
 
@@ -167,6 +169,12 @@ def _step_target(step: dict[str, Any]) -> str:
         return str(step["target"])
     args = step.get("arguments")
     return str(args["path"]) if isinstance(args, dict) and isinstance(args.get("path"), str) else ""
+
+
+def model_note(plan: dict[str, Any]) -> str:
+    """The model's own words about a plan (shown quoted, never as the question); "" if it wrote none."""
+    purpose = str(plan.get("purpose") or "")
+    return "" if _NO_NOTE.fullmatch(purpose) else purpose
 
 
 def step_action(step: dict[str, Any]) -> str:
@@ -731,9 +739,9 @@ def _plan_html(plan: dict[str, Any], index: int, view: dict[str, Any]) -> str:
            f'<h5 class="nbr-plan-head">Plan {index}: {_esc(_upper_first(plan_summary(plan)))} '
            f'{_badge(status_text, "nbr-warn" if waiting else PLAN_TONE.get(status, "nbr-dim"))} '
            f'<span class="nbr-facts">max risk</span> {risk_badge(plan.get("max_risk"))}</h5>']
-    if plan.get("purpose"):  # the model's words: a quote, not the question
+    if model_note(plan):  # the model's words: a quote, not the question
         out.append(f'<p class="nbr-purpose"><span class="nbr-facts">the model says </span>'
-                   f'<q>{_esc(plan["purpose"])}</q></p>')
+                   f'<q>{_esc(model_note(plan))}</q></p>')
     if effects:
         items = "".join(f"<li>{_esc(e)}</li>" for e in effects)
         out.append(f'<div class="nbr-danger" role="note"><strong>⚠ High risk</strong> — this plan:'
@@ -872,8 +880,8 @@ def render_text(view: dict[str, Any]) -> str:
             state = decided or PLAN_STATUS.get(p.get("status", ""), p.get("status", ""))
             tools = ", ".join(f"{s.get('tool')}[{s.get('risk')}]" for s in p.get("steps") or [])
             lines.append(f"  {i}. {_clip(plan_summary(p), 80)} ({tools}): {state}")
-            if p.get("purpose"):
-                lines.append(f"     the model says: \"{_clip(p['purpose'], 120)}\"")
+            if model_note(p):
+                lines.append(f"     the model says: \"{_clip(model_note(p), 120)}\"")
             lines += [f"     HIGH RISK: {e}" for e in high_risk_effects(p)]
     if v.get("answer"):
         lines.append("answer:")
@@ -975,8 +983,8 @@ def render_markdown(view: dict[str, Any]) -> str:
         for i, p in enumerate(plans, 1):
             out += [f"#### Plan {i}: {_md_text(_upper_first(plan_summary(p)))} — "
                     f"{PLAN_STATUS.get(p.get('status', ''), p.get('status'))} (max risk `{p.get('max_risk')}`)", ""]
-            if p.get("purpose"):
-                out += [f"> the model says: {_md_text(p['purpose'])}", ""]
+            if model_note(p):
+                out += [f"> the model says: {_md_text(model_note(p))}", ""]
             out += [f"**⚠ High risk:** this plan {_md_text(e)}" + "  " for e in high_risk_effects(p)]
             out += ["", "| # | tool | target | risk | arguments |", "|---|---|---|---|---|"]
             for n, s in enumerate(p.get("steps") or [], 1):

@@ -495,9 +495,12 @@ function dangerEl(plan, asking) {
     h("ul", {}, effects.map((e) => h("li", { text: e }))), check.trim());
 }
 
+// the runtime's stand-in purpose when the model wrote nothing ("2 tool call(s): a, b"): not the model's words
+const NO_NOTE = /^\d+ tool call\(s\): [\w.:-]+(, [\w.:-]+)*$/;
+
 // the model's own words about the plan: shown, but as a quote, never as the question
 function purposeEl(plan) {
-  if (!plan.purpose) return "";
+  if (!plan.purpose || NO_NOTE.test(plan.purpose)) return "";
   return h("div", { class: "nbv-purpose" }, h("span", { class: "nbv-purpose-by", text: "the model says " }),
     h("q", { text: plan.purpose }));
 }
