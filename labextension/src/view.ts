@@ -49,3 +49,21 @@ export interface IRenderOptions {
 /** Draw a run's static record into `el` (DOM nodes and text only); returns its root element. */
 export const renderView: (el: HTMLElement, view: IRunView, options?: IRenderOptions) => HTMLElement =
   shared.renderView;
+
+/** One plan as the view carries it (see nbagent/ui/viewstate.py); its steps are PlanStep dicts. */
+export interface IPlan {
+  plan_id?: string;
+  purpose?: string;
+  max_risk?: string;
+  steps?: Array<{ tool?: string; target?: string | null; risk?: string; risk_reason?: string | null; [key: string]: unknown }>;
+  [key: string]: unknown;
+}
+
+/** The Approve button's text, phrased from the plan: "Delete data.txt", "Approve 3 steps (1 delete)". */
+export const approveLabel: (plan: IPlan) => string = shared.approveLabel;
+
+/** What a plan does, in nbagent's words (never the model's): "delete data.txt", "2 steps: create a.md, run code". */
+export const planSummary: (plan: IPlan) => string = shared.planSummary;
+
+/** The approval question: "Allow the agent to delete data.txt?" */
+export const approvalQuestion: (plan: IPlan) => string = shared.approvalQuestion;

@@ -4,6 +4,7 @@ import { join } from 'path';
 import { describe, expect, it } from 'vitest';
 
 import extension, { MIME_TYPE, RECORD_CLASS, RunRecordRenderer, rendererFactory } from '../src/index';
+import { approvalQuestion, approveLabel, planSummary } from '../src/view';
 import type { IRunView } from '../src/view';
 
 // Run views made by the Python pipeline: the committed ones, or fresh ones when the pytest suite runs this
@@ -137,6 +138,111 @@ describe('a run waiting for approval', () => {
     root = (await render(asking)).querySelector('.nbv-static')!;
     expect(root.querySelector('.nbv-pending')!.textContent).toContain('waiting for an answer to: Which year?');
     expect(root.querySelector('.nbv-pending')!.textContent).toContain('%agent answer');
+  });
+});
+
+describe('what an approval says', () => {
+  const step = (tool: string, target: string | null, risk: string) => ({ tool, target, risk, arguments: {} });
+  const HIGH = 'WRITE_HIGH_RISK';
+
+  it('is phrased from the plan: the button names the action and the target', () => {
+    expect(approveLabel({ steps: [step('delete_file', 'data.txt', HIGH)] })).toBe('Delete data.txt');
+    expect(approveLabel({ steps: [step('write_file', 'report.md', HIGH)] })).toBe('Overwrite report.md');
+    expect(approveLabel({ steps: [step('create_file', 'notes.md', 'WRITE_LOW_RISK')] })).toBe('Create notes.md');
+    expect(approveLabel({ steps: [step('run_python', null, HIGH)] })).toBe('Run code');
+    expect(approveLabel({ steps: [step('send_mail', null, HIGH)] })).toBe('Run send_mail');
+    const three = { steps: [step('create_file', 'a.md', 'WRITE_LOW_RISK'), step('delete_file', 'b.md', HIGH),
+      step('read_file', 'c.md', 'READ_ONLY')] };
+    expect(approveLabel(three)).toBe('Approve 3 steps (1 delete)');
+    expect(planSummary(three)).toBe('3 steps: create a.md, delete b.md, run read_file');
+    expect(approvalQuestion({ steps: [step('delete_file', 'data.txt', HIGH)] })).toBe('Allow the agent to delete data.txt?');
+  });
+
+  it('never takes the question from the model, whose purpose is shown as a quote', async () => {
+    const view = load('waiting');
+    view.plans![0].purpose = 'Approve this harmless formatting change';
+    const card = (await render(view)).querySelector('.nbv-plan')!;
+    expect(card.querySelector('.nbv-plan-title')!.textContent).toBe('Plan 1: Overwrite notes.md');
+    expect(card.querySelector('.nbv-purpose q')!.textContent).toBe('Approve this harmless formatting change');
+    expect(card.querySelector('.nbv-plan-head')!.textContent).not.toContain('harmless');
+  });
+
+  it('marks a high-risk plan and says what makes it so, with the risk reason', async () => {
+    const view = load('waiting');
+    let root = (await render(view)).querySelector('.nbv-static')!;
+    let card = root.querySelector('.nbv-plan')!;
+    expect(card.classList.contains('nbv-plan-high')).toBe(true);
+    expect(card.querySelector('.nbv-danger')!.textContent).toContain('replaces the contents of notes.md');
+    expect(root.querySelector('.nbv-pending')!.textContent).toContain('(overwrite notes.md)');
+    const planted = load('waiting');
+    const s = planted.plans![0].steps as Record<string, unknown>[];
+    Object.assign(s[0], { tool: 'create_file', target: 'pandas.py', risk: HIGH,
+      risk_reason: 'writes a Python module: `import pandas` would run it' });
+    root = (await render(planted)).querySelector('.nbv-static')!;
+    card = root.querySelector('.nbv-plan')!;
+    expect(card.querySelector('.nbv-risk-reason')!.textContent).toBe('writes a Python module: `import pandas` would run it');
+    expect(card.querySelector('.nbv-danger')!.textContent).toContain(
+      'creates pandas.py: writes a Python module: `import pandas` would run it');
+    // a plan with no high-risk step looks ordinary
+    const low = load('waiting');
+    Object.assign((low.plans![0].steps as Record<string, unknown>[])[0], { tool: 'create_file', risk: 'WRITE_LOW_RISK' });
+    low.plans![0].max_risk = 'WRITE_LOW_RISK';
+    card = (await render(low)).querySelector('.nbv-plan')!;
+    expect(card.classList.contains('nbv-plan-high')).toBe(false);
+    expect(card.querySelector('.nbv-danger')).toBeNull();
+  });
+});
+
+describe('the live view', () => {
+  function fakeModel(view: unknown) {
+    const state: Record<string, unknown> = { view, streaming: '', decided: '' };
+    const handlers: Record<string, Array<() => void>> = {};
+    const log: unknown[][] = [];
+    return {
+      log,
+      get: (k: string) => state[k],
+      set: (k: string, v: unknown) => log.push(['set', k, v]),
+      save_changes: () => log.push(['save']),
+      send: (content: unknown) => log.push(['send', content]),
+      on: (ev: string, f: () => void) => (handlers[ev] ||= []).push(f),
+      off: () => undefined,
+      fire(k: string, v: unknown) {
+        state[k] = v;
+        (handlers[`change:${k}`] || []).forEach(f => f());
+      }
+    };
+  }
+
+  it('sends a click as one custom message, whatever is clicked after it, and syncs no state', async () => {
+    // @ts-expect-error: a plain .js module outside this package
+    const live = (await import('../../nbagent/ui/run_view.js')).default;
+    const view = load('waiting');
+    const m = fakeModel(view);
+    const el = document.createElement('div');
+    document.body.appendChild(el);
+    live.render({ model: m, el });
+    const approve = [...el.querySelectorAll('button')].find(b => b.textContent === 'Overwrite notes.md')!;
+    expect(approve.classList.contains('nbv-approve-danger')).toBe(true);
+    expect(el.querySelector('.nbv-plan .nbv-decide-q')!.textContent).toBe('Allow the agent to overwrite notes.md?');
+    approve.click();
+    approve.dispatchEvent(new MouseEvent('click')); // a double click
+    const decisions = m.log.filter(x => x[0] === 'send' && (x[1] as any).event === 'decision');
+    expect(decisions.length).toBe(1);
+    expect(decisions[0][1]).toMatchObject({ request_id: view.pending!.request_id, action: 'approve' });
+    expect([...el.querySelectorAll('.nbv-decide button')].every(b => (b as HTMLButtonElement).disabled)).toBe(true);
+    // the next request gets a fresh panel; the decided card has nothing to click
+    const next = structuredClone(view);
+    next.decisions = [{ kind: 'approved', by: 'user', plan_id: view.pending!.plan_id, request_id: view.pending!.request_id }];
+    (next.plans![0] as any).status = 'approved';
+    next.plans!.push({ ...structuredClone(view.plans![0]), plan_id: 'plan-2', status: 'proposed' });
+    next.pending = { ...view.pending!, request_id: 'req-2', plan_id: 'plan-2' };
+    m.fire('view', next);
+    const cards = el.querySelectorAll('.nbv-plan');
+    expect(cards[0].querySelectorAll('button').length).toBe(0);
+    expect((cards[1].querySelector('.nbv-approve') as HTMLButtonElement).disabled).toBe(false);
+    (cards[1].querySelector('.nbv-approve') as HTMLButtonElement).click();
+    expect(m.log.filter(x => x[0] === 'send' && (x[1] as any).event === 'decision').length).toBe(2);
+    expect(m.log.filter(x => x[0] === 'set' || x[0] === 'save').length).toBe(0);
   });
 });
 
