@@ -246,6 +246,26 @@ describe('the live view', () => {
   });
 });
 
+describe('a sub-agent waiting in its parent\'s view', () => {
+  it('gets a card of its own, phrased from the plan the pending request carries', async () => {
+    // @ts-expect-error: a plain .js module outside this package
+    const live = (await import('../../nbagent/ui/run_view.js')).default;
+    const view = { ...load('waiting'), plans: [], pending: { kind: 'approval', request_id: 'child-req', plan_id: 'child-plan',
+      run_id: 'child-run', question: null, plan: { purpose: 'clean up', max_risk: 'WRITE_HIGH_RISK',
+        steps: [{ tool: 'delete_file', target: 'tmp.csv', risk: 'WRITE_HIGH_RISK', arguments: { path: 'tmp.csv' } }] } } };
+    const sent: unknown[] = [];
+    const m = { get: (k: string) => ({ view, streaming: '', decided: '' } as any)[k], send: (c: unknown) => sent.push(c),
+      on: () => undefined, off: () => undefined };
+    const el = document.createElement('div');
+    live.render({ model: m, el });
+    const card = el.querySelector('.nbv-plan.nbv-plan-waiting.nbv-plan-high')!;
+    expect(card.querySelector('.nbv-plan-title')!.textContent).toBe('Plan: Delete tmp.csv');
+    const button = [...card.querySelectorAll('button')].find(b => b.textContent === 'Delete tmp.csv')!;
+    button.click();
+    expect(sent).toContainEqual(expect.objectContaining({ event: 'decision', request_id: 'child-req', action: 'approve' }));
+  });
+});
+
 describe('long and superseded runs', () => {
   it('collapses the middle of a long timeline and long results', async () => {
     const view = load('long');
