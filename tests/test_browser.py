@@ -1,9 +1,12 @@
 """End to end in a real browser: JupyterLab on 127.0.0.1 driven by Playwright through Debian's chromium.
 
-A notebook runs a `%%agent` cell with the scripted model, which proposes a `create_file`; a person clicks
-**Approve** (or **Deny**, with a reason) on the plan card; the run completes and the live view is replaced by
-the static record; the notebook is saved, the kernel shut down, the page reloaded, and the record is drawn by
-the project's lab extension (its own DOM class, not the text/html fallback). Screenshots of each stage go to
+Notebooks run `%%agent` cells with the scripted model; a person clicks the plan card's buttons by their visible
+text (the Approve button names the action: "Create report.md", "Delete old.txt"), types in the text boxes found
+by their labels, and the run goes on. Several decisions in one run are the point: a decision used to be a widget
+state sync, and JupyterLab's widget model held every sync after the first until the kernel reported idle, which
+it does not while the cell awaits (nbagent/ui/widget.py). Each flow ends with the files on disk checked and the
+completed record in the saved notebook. The first flow also reloads the page with no kernel: the record is drawn
+by the project's lab extension (its own DOM class, not the text/html fallback). Screenshots of each stage go to
 test-artifacts/browser/ at the repository root.
 
 Needs the extension installed (`pip install -e .` builds it), chromium at /usr/bin/chromium (or $CHROMIUM) and
@@ -30,6 +33,8 @@ from typing import Any
 
 import nbformat
 import pytest
+
+from nbagent.store import Store
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
 
@@ -178,24 +183,6 @@ def shot(page: Page, name: str) -> Path:
     return path
 
 
-def write_case(lab: Lab, name: str, reply: str) -> Path:
-    """A folder with the scripted model's turns and a notebook of two cells; returns the notebook."""
-    folder = lab.root / name
-    folder.mkdir()
-    (folder / "s.json").write_text(json.dumps({"turns": [
-        {"content": "I'll write the report.", "tool_calls": [{"name": "create_file", "arguments": {
-            "path": "report.md", "content": "# Sales report\n\n1. North\n2. South\n3. East\n"}}]},
-        {"content": reply},
-    ]}))
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("%load_ext nbagent"),
-                nbformat.v4.new_code_cell("%%agent --script s.json\nWrite the top three regions to report.md")]
-    path = folder / "analysis.ipynb"
-    nbformat.write(nb, path)
-    return path
-
-
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -275,37 +262,132 @@ def shut_down_kernel_and_reload(page: Page, lab: Lab, notebook: Path) -> None:
 # ------------------------------------------------------------------------------------------------ the tests
 
 
-def run_to_plan_card(page: Page, lab: Lab, name: str, reply: str) -> Path:
-    notebook = write_case(lab, name, reply)
+LIVE = f"{ACTIVE} .nbagent-live:not(.nbv-static)"
+WAITING = f"{LIVE} .nbv-plan.nbv-plan-waiting"
+REPORT = "# Sales report\n\n1. North\n2. South\n3. East\n"
+
+
+def create(path: str, content: str = "hello\n", text: str = "I'll write the file.") -> dict[str, Any]:
+    return {"content": text, "tool_calls": [{"name": "create_file", "arguments": {"path": path, "content": content}}]}
+
+
+def delete(path: str, text: str = "That file is not needed any more.") -> dict[str, Any]:
+    return {"content": text, "tool_calls": [{"name": "delete_file", "arguments": {"path": path}}]}
+
+
+def ask(question: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "ask_human", "arguments": {"question": question}}]}
+
+
+def write_flow(lab: Lab, name: str, turns: list[dict[str, Any]], files: dict[str, str] | None = None,
+               prompt: str = "Tidy up the folder") -> Path:
+    """A folder with the scripted model's turns, some files, and a notebook of two cells; returns the notebook."""
+    folder = lab.root / name
+    folder.mkdir()
+    for rel, text in (files or {}).items():
+        (folder / rel).write_text(text)
+    (folder / "turns.json").write_text(json.dumps({"turns": turns}))
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    magic = "%%agent --model nbagent/scripted --script turns.json --autonomy L1"
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext nbagent"), nbformat.v4.new_code_cell(f"{magic}\n{prompt}")]
+    path = folder / "analysis.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def start_flow(page: Page, lab: Lab, notebook: Path) -> None:
     open_notebook(page, lab, notebook)
     wait_kernel_idle(page, lab, notebook)
     command(page, "runmenu:run-all")
-    card = page.locator(f"{ACTIVE} .nbagent-live .nbv-plan.nbv-plan-waiting")
-    expect(card).to_be_visible(timeout=90_000)
-    expect(card).to_contain_text("create_file")
-    expect(card.locator(".nbv-add").first).to_contain_text("+# Sales report")
-    page.get_by_role("button", name="Approve", exact=True).scroll_into_view_if_needed()
-    return notebook
+
+
+def waiting_card(page: Page, n: int, title: str) -> Any:
+    """The live card of plan `n` once it waits for a decision, its title phrased by nbagent."""
+    card = page.locator(WAITING)
+    expect(card.locator(".nbv-plan-title")).to_have_text(f"Plan {n}: {title}", timeout=90_000)
+    card.scroll_into_view_if_needed()
+    return card
+
+
+def button(page: Page, name: str) -> Any:
+    b = page.locator(LIVE).get_by_role("button", name=name, exact=True)
+    expect(b).to_be_enabled()
+    return b
+
+
+def finished_record(page: Page, status: str = "completed") -> Any:
+    record = page.locator(f"{ACTIVE} {RECORD}")
+    expect(record).to_be_visible(timeout=60_000)
+    expect(record).to_have_class(re.compile(rf"\bnbv-status-{status}\b"))
+    expect(page.locator(LIVE)).to_have_count(0)
+    return record
+
+
+def saved_record(page: Page, notebook: Path) -> dict[str, Any]:
+    """Save, then the record as the saved notebook holds it (completed)."""
+    save(page, notebook)
+    nb = json.loads(notebook.read_text())
+    records = [o["data"][RUN_MIME] for c in nb["cells"] for o in c.get("outputs", []) if RUN_MIME in o.get("data", {})]
+    assert len(records) == 1, records
+    assert records[0]["status"] == "completed" and records[0]["pending"] is None
+    widget_outputs = [o for c in nb["cells"] for o in c.get("outputs", [])
+                      if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert not widget_outputs  # the live view was replaced, not left beside the record
+    return records[0]
+
+
+def logged_decisions(notebook: Path, run_id: str) -> list[tuple[str, str | None, str]]:
+    """(kind, request id, text) of every decision in the run's log, in order."""
+    state = Store(notebook.with_suffix(".nbagent"), readonly=True).run_state(run_id)
+    return [(d.kind, d.request_id, d.text) for d in state.decisions]
+
+
+class SentDecisions:
+    """The decision messages that left the page on its kernel websockets (the bug was: none for a second click)."""
+
+    def __init__(self, page: Page) -> None:
+        self.frames: list[str] = []
+        page.on("websocket", lambda ws: ws.on("framesent", self._sent))
+
+    def _sent(self, payload: str | bytes) -> None:
+        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        if '"event":"decision"' in text:
+            self.frames.append(text)
+
+    def count(self, needle: str = "") -> int:
+        return sum(needle in f for f in self.frames)
+
+
+def request_id(card: Any) -> str:
+    return str(card.locator(".nbv-decide").get_attribute("data-request-id"))
+
+
+# ------------------------------------------------------------------------------------------------ the tests
 
 
 def test_approve_in_the_browser_then_reload_without_kernel(page: Page, lab: Lab) -> None:
-    notebook = run_to_plan_card(page, lab, "approve", "Wrote **report.md** with the three regions.")
+    notebook = write_flow(lab, "approve", [create("report.md", REPORT, "I'll write the report."),
+                                           {"content": "Wrote **report.md** with the three regions."}],
+                          prompt="Write the top three regions to report.md")
+    start_flow(page, lab, notebook)
+    card = waiting_card(page, 1, "Create report.md")
+    expect(card).to_contain_text("create_file")
+    expect(card.locator(".nbv-add").first).to_contain_text("+# Sales report")
+    expect(card.locator(".nbv-decide-q")).to_have_text("Allow the agent to create report.md?")
+    expect(card.locator(".nbv-purpose q")).to_have_text("I'll write the report.")  # the model's words, quoted
+    expect(card.locator(".nbv-danger")).to_have_count(0)  # a create is not high risk
     shot(page, "1-approve-plan-card")
-    approve = page.get_by_role("button", name="Approve", exact=True)
-    expect(approve).to_be_enabled()
-    approve.click()
+    button(page, "Create report.md").click()
 
     # the run goes on: its steps complete and the live view gives way to the static record
-    record = page.locator(f"{ACTIVE} {RECORD}")
-    expect(record).to_be_visible(timeout=60_000)
-    expect(record).to_have_class(re.compile(r"\bnbv-status-completed\b"))
-    expect(page.locator(f"{ACTIVE} .nbagent-live:not(.nbv-static)")).to_have_count(0)
+    record = finished_record(page)
     expect(record.locator(".nbv-step.nbv-k-tool.nbv-st-ok")).to_contain_text("create_file")
     expect(record.locator(".nbv-decisions")).to_contain_text("approved by user")
     expect(record.locator(".nbv-answer strong")).to_have_text("report.md")
-    assert (notebook.parent / "report.md").read_text() == "# Sales report\n\n1. North\n2. South\n3. East\n"
+    assert (notebook.parent / "report.md").read_text() == REPORT
 
-    save(page, notebook)
+    saved_record(page, notebook)
     record.scroll_into_view_if_needed()
     shot(page, "2-approve-completed")
 
@@ -334,21 +416,22 @@ def test_approve_in_the_browser_then_reload_without_kernel(page: Page, lab: Lab)
 
 
 def test_deny_with_a_reason_in_the_browser(page: Page, lab: Lab) -> None:
-    notebook = run_to_plan_card(page, lab, "deny", "Understood: **nothing written**.")
-    page.get_by_role("button", name="Deny", exact=True).click()
+    notebook = write_flow(lab, "deny", [create("report.md", REPORT), {"content": "Understood: **nothing written**."}])
+    start_flow(page, lab, notebook)
+    waiting_card(page, 1, "Create report.md")
+    button(page, "Deny").click()
     reason = page.get_by_role("textbox", name="reason for denying")
     expect(reason).to_be_visible()
     reason.fill("not today")
     shot(page, "5-deny-reason")
-    page.get_by_role("button", name="Send", exact=True).click()
+    button(page, "Send").click()
 
-    record = page.locator(f"{ACTIVE} {RECORD}")
-    expect(record).to_be_visible(timeout=60_000)
+    record = finished_record(page)
     expect(record.locator(".nbv-decisions")).to_contain_text("denied by user")
     expect(record.locator(".nbv-decisions")).to_contain_text("reason: not today")
     assert not (notebook.parent / "report.md").exists()
 
-    save(page, notebook)
+    saved_record(page, notebook)
     shut_down_kernel_and_reload(page, lab, notebook)
     record = page.locator(f"{ACTIVE} {RECORD}")
     expect(record).to_be_visible(timeout=60_000)
@@ -357,6 +440,193 @@ def test_deny_with_a_reason_in_the_browser(page: Page, lab: Lab) -> None:
     record.scroll_into_view_if_needed()
     shot(page, "6-deny-reloaded-static-record")
     assert not (notebook.parent / "report.md").exists() and not lab.api("GET", "/api/kernels")
+
+
+def test_approve_then_approve_a_high_risk_delete(page: Page, lab: Lab) -> None:
+    """(a) Two plans in one run, both approved by clicks; the second, a delete, looks and reads differently."""
+    notebook = write_flow(lab, "approve-approve", [create("notes.md", "# Notes\n"), delete("old.txt"),
+                                                   {"content": "Created notes.md and deleted old.txt."}],
+                          files={"old.txt": "stale\n"})
+    sent = SentDecisions(page)
+    start_flow(page, lab, notebook)
+    first = waiting_card(page, 1, "Create notes.md")
+    expect(first).not_to_have_class(re.compile(r"\bnbv-plan-high\b"))
+    shot(page, "a1-plan-1-create")
+    button(page, "Create notes.md").click()
+
+    second = waiting_card(page, 2, "Delete old.txt")
+    assert (notebook.parent / "notes.md").read_text() == "# Notes\n"  # plan 1 ran before plan 2 was asked
+    expect(second).to_have_class(re.compile(r"\bnbv-plan-high\b"))
+    expect(second.locator(".nbv-danger")).to_contain_text("High risk")
+    expect(second.locator(".nbv-danger")).to_contain_text("deletes old.txt")
+    expect(second.locator(".nbv-decide-q")).to_have_text("Allow the agent to delete old.txt?")
+    expect(second.locator(".nbv-purpose q")).to_have_text("That file is not needed any more.")
+    delete_button = button(page, "Delete old.txt")  # the button names the action, not "Approve"
+    expect(delete_button).to_have_class(re.compile(r"\bnbv-approve-danger\b"))
+    assert page.locator(LIVE).get_by_role("button", name="Approve", exact=True).count() == 0
+    shot(page, "a2-plan-2-delete-high-risk")
+    command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+    page.wait_for_timeout(300)
+    second.scroll_into_view_if_needed()
+    shot(page, "a2-plan-2-delete-high-risk-dark")
+    command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
+    delete_button.click()
+
+    record = finished_record(page)
+    assert (notebook.parent / "notes.md").exists() and not (notebook.parent / "old.txt").exists()
+    record.scroll_into_view_if_needed()
+    shot(page, "a3-completed")
+    saved = saved_record(page, notebook)
+    assert [d["kind"] for d in saved["decisions"]] == ["approved", "approved"]
+    assert [p["status"] for p in saved["plans"]] == ["approved", "approved"]
+    assert sent.count() == 2  # both clicks left the page as messages
+
+
+def test_refine_then_approve(page: Page, lab: Lab) -> None:
+    """(b) Refine with feedback, then approve the plan the model sends back."""
+    notebook = write_flow(lab, "refine-approve", [create("report.md", REPORT),
+                                                  create("summary.md", REPORT, "Renamed as you asked."),
+                                                  {"content": "Wrote summary.md."}])
+    start_flow(page, lab, notebook)
+    waiting_card(page, 1, "Create report.md")
+    button(page, "Refine").click()
+    feedback = page.get_by_role("textbox", name="feedback for the model")
+    expect(feedback).to_have_attribute("placeholder", re.compile("What should the model do differently"))
+    feedback.fill("call it summary.md")
+    shot(page, "b1-refine-feedback")
+    button(page, "Send").click()
+
+    second = waiting_card(page, 2, "Create summary.md")
+    expect(second.locator(".nbv-purpose q")).to_have_text("Renamed as you asked.")
+    shot(page, "b2-plan-2-after-refine")
+    button(page, "Create summary.md").click()
+
+    finished_record(page)
+    assert (notebook.parent / "summary.md").read_text() == REPORT and not (notebook.parent / "report.md").exists()
+    saved = saved_record(page, notebook)
+    assert [(d["kind"], d["text"]) for d in saved["decisions"]] == [("refined", "call it summary.md"),
+                                                                    ("approved", "")]
+
+
+def test_approve_answer_a_question_then_approve(page: Page, lab: Lab) -> None:
+    """(c) Approve, answer the agent's question in its text box, approve again: three decisions in one run."""
+    notebook = write_flow(lab, "approve-ask-approve", [create("a.md", "first\n"), ask("Which year should I use?"),
+                                                       create("b.md", "2024\n", "Using 2024."),
+                                                       {"content": "Both files written."}])
+    start_flow(page, lab, notebook)
+    waiting_card(page, 1, "Create a.md")
+    button(page, "Create a.md").click()
+
+    answer_box = page.locator(LIVE).get_by_placeholder("Your answer (Enter sends)")
+    expect(answer_box).to_be_visible(timeout=60_000)
+    expect(page.locator(f"{LIVE} .nbv-decide-q")).to_contain_text("Which year should I use?")
+    assert (notebook.parent / "a.md").read_text() == "first\n"
+    answer_box.fill("2024")
+    shot(page, "c1-question")
+    button(page, "Answer").click()
+
+    waiting_card(page, 2, "Create b.md")
+    shot(page, "c2-plan-2")
+    button(page, "Create b.md").click()
+
+    record = finished_record(page)
+    expect(record.locator(".nbv-k-question")).to_contain_text("answer: 2024")
+    assert (notebook.parent / "b.md").read_text() == "2024\n"
+    saved = saved_record(page, notebook)
+    assert [(d["kind"], d["text"]) for d in saved["decisions"]] == [("approved", ""), ("answered", "2024"),
+                                                                    ("approved", "")]
+
+
+def test_approved_denied_with_a_reason_approved(page: Page, lab: Lab) -> None:
+    """(d) Three plans in one run: the middle one, a high-risk delete, denied with a reason."""
+    notebook = write_flow(lab, "approve-deny-approve", [create("a.md"), delete("keep.txt"), create("c.md"),
+                                                        {"content": "Kept keep.txt as you asked."}],
+                          files={"keep.txt": "precious\n"})
+    start_flow(page, lab, notebook)
+    waiting_card(page, 1, "Create a.md")
+    button(page, "Create a.md").click()
+
+    waiting_card(page, 2, "Delete keep.txt")
+    button(page, "Deny").click()
+    page.get_by_role("textbox", name="reason for denying").fill("keep.txt is the raw data")
+    shot(page, "d1-deny-the-delete")
+    button(page, "Send").click()
+
+    waiting_card(page, 3, "Create c.md")
+    button(page, "Create c.md").click()
+
+    record = finished_record(page)
+    expect(record.locator(".nbv-decisions").nth(1)).to_contain_text("reason: keep.txt is the raw data")
+    record.scroll_into_view_if_needed()
+    shot(page, "d2-completed")
+    folder = notebook.parent
+    assert (folder / "keep.txt").read_text() == "precious\n"
+    assert (folder / "a.md").exists() and (folder / "c.md").exists()
+    saved = saved_record(page, notebook)
+    assert [(d["kind"], d["text"]) for d in saved["decisions"]] == [
+        ("approved", ""), ("rejected", "keep.txt is the raw data"), ("approved", "")]
+    assert [p["status"] for p in saved["plans"]] == ["approved", "rejected", "approved"]
+
+
+SEND_ON_COMM = """([cell, content]) => {
+  // what a stale page would send: the run view's own comm, the message its buttons send (run_view.js)
+  const panel = window.jupyterapp.shell.currentWidget;
+  const output = panel.content.model.cells.get(cell).outputs.get(0);
+  const modelId = output.data['application/vnd.jupyter.widget-view+json'].model_id;
+  const comm = panel.sessionContext.session.kernel._comms.get(modelId);
+  comm.send({method: 'custom', content});
+  return modelId;
+}"""
+
+
+def test_double_click_and_a_click_on_an_older_card_change_nothing(page: Page, lab: Lab) -> None:
+    """(e) A double click on the Approve button and clicks on an already decided card: one decision per request."""
+    notebook = write_flow(lab, "double-click", [create("a.md", "one\n"), create("b.md", "two\n"),
+                                                {"content": "Done."}])
+    sent = SentDecisions(page)
+    start_flow(page, lab, notebook)
+    first = waiting_card(page, 1, "Create a.md")
+    first_request = request_id(first)
+    button(page, "Create a.md").dblclick()
+    expect(first.locator(".nbv-sent")).to_have_text(re.compile("approve sent|decision received"))
+
+    second = waiting_card(page, 2, "Create b.md")
+    second_request = request_id(second)
+    assert second_request != first_request
+    old = page.locator(f"{LIVE} .nbv-plan").first
+    expect(old).to_contain_text("approved by user")
+    expect(old.get_by_role("button")).to_have_count(0)  # a decided card has nothing left to click
+    old.locator(".nbv-plan-title").click()
+    old.locator(".nbv-decisions").dblclick()
+    # a page that missed the update sends a decision for the old request again, and a contrary one
+    for action in ("approve", "deny"):
+        page.evaluate(SEND_ON_COMM, [1, {"event": "decision", "request_id": first_request, "action": action,
+                                         "text": "stale", "nonce": f"stale-{action}"}])
+    shot(page, "e1-after-double-click-and-stale-clicks")
+    expect(second).to_be_visible()
+    expect(button(page, "Create b.md")).to_be_enabled()
+    button(page, "Create b.md").dblclick()
+    # and a late contrary click for the request just decided
+    page.evaluate(SEND_ON_COMM, [1, {"event": "decision", "request_id": second_request, "action": "deny",
+                                     "text": "late", "nonce": "late"}])
+
+    record = finished_record(page)
+    record.scroll_into_view_if_needed()
+    shot(page, "e2-completed")
+    assert (notebook.parent / "a.md").read_text() == "one\n" and (notebook.parent / "b.md").read_text() == "two\n"
+    saved = saved_record(page, notebook)
+    assert [(d["kind"], d["request_id"]) for d in saved["decisions"]] == [("approved", first_request),
+                                                                           ("approved", second_request)]
+    assert logged_decisions(notebook, saved["run_id"]) == [("approved", first_request, ""),
+                                                           ("approved", second_request, "")]
+    # what left the page: one message per double click (the page sends one decision per request), the three
+    # stale ones the kernel dropped
+    assert sent.count(first_request) == 3 and sent.count("stale-") == 2 and sent.count('"nonce":"late"') == 1
+    assert sent.count(second_request) == 2 and sent.count() == 5
+    steps = [s for s in saved["steps"] if s["kind"] == "tool"]
+    assert [(s["tool"], s["status"]) for s in steps] == [("create_file", "ok"), ("create_file", "ok")]
 
 
 def test_inserted_code_cell_appears_below_the_agent_cell(page: Page, lab: Lab) -> None:
