@@ -9,8 +9,10 @@ Deny by default. A path is allowed only if every check passes, and each denial n
    `allow_outside_base` says otherwise;
 3. exclusion: gitignore-style patterns, matched on the path as written and as resolved, case-insensitively
    and in Unicode compatibility form (so `.ENV`, or `.env` spelt with a fullwidth letter, do not slip past
-   `.env`): by default the nbagent store, `.git`, `.env`, keys, `.ssh`, `.jupyter`, cloud credentials and
-   other secrets;
+   `.env`): by default (`DEFAULT_EXCLUDES`) the nbagent store, `.git`, `.env` and its editor backups, keys,
+   `.ssh`, `.jupyter`, cloud credentials, the token files of ML platforms (Kaggle, Hugging Face, GitHub CLI,
+   Databricks, Vault...) and other secrets. A scope's `exclude` patterns come after these, so a negated
+   pattern (`!token.json`) lets one back in; `default_excludes=False` drops them all;
 4. policy: the operation (read, list, write, create, delete) is enabled, the path matches an include
    pattern and, when set, an allowed file type;
 5. the file itself: a regular file (not a FIFO, device, socket or directory) for reads, writes and deletes;
@@ -41,11 +43,16 @@ ALL_OPERATIONS: frozenset[str] = frozenset({"read", "list", "write", "create", "
 DEFAULT_EXCLUDES = [
     "*.nbagent/", "*.nbagent",  # the agent's own log
     ".git/", ".hg/", ".svn/",
-    ".env", ".env.*", ".envrc", "*.env",
+    # .env and its editor backups and swap files (.env~, #.env#, .#.env, .env.swp, .env.bak), .envrc
+    ".env*", "*.env", "\\#.env*#", ".#.env*", "..env*.sw?",
     ".ssh/", "id_*", "*.pem", "*.key", "*.p12", "*.pfx", "*.keystore", "*.jks", "*.gpg", "*.asc",
     ".jupyter/", ".ipython/", ".local/share/jupyter/",
     ".aws/", ".azure/", ".gcloud/", ".config/gcloud/", ".kube/", ".docker/", ".gnupg/",
-    ".netrc", ".pgpass", ".pypirc", ".npmrc", ".git-credentials", "credentials", "credentials.json",
+    ".netrc", "_netrc", ".pgpass", ".pypirc", ".npmrc", ".git-credentials", "*credentials*",
+    # token files of ML and cloud platforms: Kaggle, Hugging Face, GitHub CLI, Databricks, S3/boto, Vault, OAuth
+    "kaggle.json", ".kaggle/", "**/huggingface/token", "**/huggingface/stored_tokens", ".huggingface/",
+    "**/gh/hosts.yml", ".databrickscfg", ".boto", ".s3cfg", ".vault-token", "token.json", "token.pickle",
+    "*service-account*.json", "*service_account*.json",
     "*secret*", "*.kdbx", ".bash_history", ".zsh_history", ".python_history",
 ]
 
