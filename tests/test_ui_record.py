@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import html as html_lib
 import json
 import re
 import threading
@@ -554,7 +555,6 @@ def _chromium() -> str | None:
 def test_run_view_js_renders_and_clicks_in_a_browser(tmp_path: Path, full: dict[str, Any],
                                                      waiting: dict[str, Any]) -> None:
     import functools
-    import html as html_lib
     import http.server
     import shutil
     import subprocess
@@ -626,3 +626,14 @@ def test_records_phrase_plans_from_their_steps_and_mark_high_risk(waiting: dict[
     assert "(writes a Python module" in md
     plan["purpose"] = "1 tool call(s): create_file"  # the runtime's stand-in when the model wrote nothing
     assert "the model says" not in render_html(view) and "the model says" not in render_text(view)
+
+
+
+def test_a_tool_step_carries_its_risk_reason(tmp_path: Path) -> None:
+    """A write Python would execute is raised to WRITE_HIGH_RISK by the runtime; its step says why."""
+    a = agent(tmp_path, turns([call("create_file", path="pandas.py", content="print(1)\n")], "done"),
+              tools=file_tools(tmp_path), decider=RecordedDecider([Verdict.approve()], []))
+    view = view_of(a, asyncio.run(a.run("plant a module")).run_id)
+    step = next(s for s in view["steps"] if s["kind"] == "tool")
+    assert step["risk"] == "WRITE_HIGH_RISK" and step["risk_reason"]
+    assert f"high risk: {step['risk_reason']}" in html_lib.unescape(render_html(view))

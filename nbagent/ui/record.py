@@ -675,6 +675,8 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
             body += f'<div class="nbr-why nbr-bad">{_esc(step["detail"])}</div>'
         elif step.get("detail"):
             body += f'<div class="nbr-why">{_esc(step["detail"])}</div>'
+        if step.get("risk_reason"):
+            body += f'<div class="nbr-why nbr-bad">high risk: {_esc(step["risk_reason"])}</div>'
         if isinstance(args, dict) and args and _args_are_long(args):
             body += _collapsible("arguments", _pre(_json(args, indent=2)))
         if step.get("result_preview"):

@@ -380,6 +380,7 @@ function stepEl(ctx, step, n, decisions) {
       h("span", { class: "nbv-args", text: `(${formatArgs(step.arguments)})` }), " ", riskBadge(step.risk) || "",
       facts([status === "running" ? "running…" : status, fmtMs(step.duration_ms), retries(step.retries)]));
     if (step.detail) body.push(h("span", { class: `nbv-why${status === "failed" ? " nbv-bad" : ""}`, text: step.detail }));
+    if (step.risk_reason) body.push(h("span", { class: "nbv-why nbv-risk-reason", text: `high risk: ${step.risk_reason}` }));
     if (argsAreLong(step.arguments)) {
       body.push(details(ctx, `args:${step.id}`, "arguments", h("pre", { text: JSON.stringify(step.arguments, null, 2) })));
     }

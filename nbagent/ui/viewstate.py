@@ -10,7 +10,7 @@ Shape (version 1):
      "previous_run_id", "parent_run_id", "superseded_by", "started_at", "ended_at",
      "steps": [{"id", "kind": "model"|"tool"|"denied"|"thinking"|"question"|"child"|"error"|"info",
                 "title", "detail", "status": "running"|"ok"|"failed"|"denied"|"waiting"|"info",
-                "call_id", "tool", "arguments", "risk", "target", "preview", "result_preview",
+                "call_id", "tool", "arguments", "risk", "risk_reason", "target", "preview", "result_preview",
                 "tokens", "cost", "latency_ms", "duration_ms", "retries", "ts", "depth"}],
      "plans": [{"plan_id", "purpose", "steps": [PlanStep], "max_risk", "auto_executing", "status"}],
      "pending": null | {"kind": "approval"|"human_input", "request_id", "plan_id", "question"},
@@ -56,7 +56,7 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
             return None  # its question is a step of its own
         return {**base, "kind": "tool", "title": p.tool, "tool": p.tool, "call_id": p.call_id,
                 "arguments": p.arguments, "risk": str(p.risk), "target": p.target, "status": "running",
-                "detail": p.reason}
+                "detail": p.reason, "risk_reason": getattr(p, "risk_reason", None)}
     if e.type == "authorization_denied":
         return {**base, "kind": "denied", "title": p.tool, "tool": p.tool, "call_id": p.call_id,
                 "target": p.target, "status": "denied", "detail": p.reason, "rule": p.rule}
