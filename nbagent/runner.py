@@ -136,6 +136,10 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
 
         shutil.rmtree(sockets, ignore_errors=True)
     _insert_agent_cells(nb, store_path, before)
+    from .secrets import Redactor, env_secrets
+
+    redactor = Redactor(env_secrets(kernel_env))
+    _redact_notebook(nb, redactor)
     nbformat.write(nb, out_path)
     runs = []
     if (store_path / "meta.json").exists():
@@ -146,10 +150,29 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
             s = store.run_state(run_id)
             if s.parent_run_id is not None:
                 continue
+            error = s.error or (f"waiting for {s.pending.kind}" if s.pending else None)
             runs.append(RunSummary(run_id=run_id, cell_id=s.cell_id, status=s.status.value, steps=len(s.steps),
-                                   tokens=s.tokens, cost=s.cost if s.cost_known else None, answer=s.answer,
-                                   error=s.error or (f"waiting for {s.pending.kind}" if s.pending else None)))
-    return NotebookResult(notebook=str(nb_path), output=str(out_path), runs=runs, cell_error=cell_error)
+                                   tokens=s.tokens, cost=s.cost if s.cost_known else None,
+                                   answer=redactor.text(s.answer) if s.answer else s.answer,
+                                   error=redactor.text(error) if error else error))
+    return NotebookResult(notebook=str(nb_path), output=str(out_path), runs=runs,
+                          cell_error=redactor.text(cell_error) if cell_error else None)
+
+
+def _redact_notebook(nb: Any, redactor: Any) -> None:
+    """What nbagent put in the notebook, redacted once more before it is written: the widget state nbclient
+    saved (the live view's `view` and `streaming` traits) and the outputs of agent cells. The log and the
+    stream are redacted at the source; this is the last line, for whatever a listener or an old kernel missed.
+    Other cells' outputs are the user's own and stay as they are."""
+    from nbformat import from_dict
+
+    widgets = nb.metadata.get("widgets")
+    if widgets:
+        nb.metadata["widgets"] = from_dict(redactor.redact(widgets))
+    for cell in nb.cells:
+        source = cell.get("source", "")
+        if cell.get("cell_type") == "code" and source.lstrip().startswith(("%%agent", "%agent")):
+            cell["outputs"] = from_dict(redactor.redact(cell.get("outputs", [])))
 
 
 def main_run(args: Any) -> int:

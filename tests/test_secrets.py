@@ -285,3 +285,79 @@ def test_an_exclude_can_be_lifted_by_a_negated_pattern(creds: Path) -> None:
     assert HF_TOKEN in ft.read_file("token.json")["content"]  # the scope lets it in; the log would not keep it
     with pytest.raises(ScopeDenied):
         ft.read_file("token.pickle")
+
+
+# ---------------------------------------------------------------------------- the Jupyter host
+
+def _shell(folder: Path) -> Any:
+    """Just enough of an IPython shell for NotebookHost's Python API (no kernel: fast)."""
+    from traitlets.config import Configurable
+
+    shell = Configurable()
+    shell.user_ns = {"__session__": str(folder / "nb.ipynb")}
+    return shell
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from nbagent.ipython import host as host_module
+
+    h = host_module.NotebookHost(_shell(tmp_path))
+    monkeypatch.setattr(host_module, "_host", h)
+    return h
+
+
+def _waiting_run(folder: Path, cell: str, script: dict[str, Any]) -> str:
+    from agents import agent as make_agent
+    from agents import run as run_agent
+
+    from nbagent.deciders import PauseDecider
+
+    a = make_agent(folder, script, decider=PauseDecider())
+    result = run_agent(a, cell_id=cell)
+    assert result.status.value == "waiting"
+    return result.run_id
+
+
+def test_approve_with_two_runs_waiting_refuses_and_lists_them(host: Any, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from agents import call, turns
+
+    from nbagent.ipython.host import run_line
+
+    first = _waiting_run(tmp_path, "cell-a", turns([call("create_file", path="a.md", content="x")], "ok"))
+    second = _waiting_run(tmp_path, "cell-b", turns({"tool_calls": [{"name": "ask_human", "arguments": {
+        "question": "Which year?"}}]}, "ok"))
+    for line in ["approve", "deny not today", "refine use b.md", "answer 2024"]:
+        asyncio.run(run_line(line))
+        err = capsys.readouterr().err
+        command = line.split()[0]
+        assert "2 runs are waiting" in err and f"%agent {command} RUN" in err, err
+        assert first in err and second in err and "cell-a" in err and "cell-b" in err
+        assert "approval of plan" in err and "Which year?" in err
+    for run_id in (first, second):  # nothing was decided
+        assert host.store.run_state(run_id).pending is not None
+
+
+def test_errors_shown_in_the_cell_are_redacted(host: Any, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from nbagent.ipython.host import UsageError, run_line
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-envsecret-0123456789abcdefXYZ")
+
+    async def usage(line: str) -> None:
+        raise UsageError("bad key sk-envsecret-0123456789abcdefXYZ")
+
+    async def crash(line: str) -> None:
+        try:
+            raise KeyError("sk-envsecret-0123456789abcdefXYZ")
+        except KeyError as exc:
+            raise RuntimeError(f"failed with {HF_TOKEN}") from exc
+
+    monkeypatch.setattr(host, "run_line", usage)
+    asyncio.run(run_line("x"))
+    assert capsys.readouterr().err.strip() == f"bad key {REDACTED}"
+    monkeypatch.setattr(host, "run_line", crash)
+    with pytest.raises(RuntimeError) as exc:
+        asyncio.run(run_line("x"))
+    assert str(exc.value) == f"failed with {REDACTED}" and "sk-envsecret" not in str(exc.value.__context__)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agents import agent, call, run, turns
 
 from nbagent.secrets import REDACTED, Redactor
@@ -58,3 +60,69 @@ def test_secrets_never_reach_the_log(tmp_path: Path, monkeypatch) -> None:
     blob = b"".join(p.read_bytes() for p in a.store.path.iterdir() if p.is_file())
     assert b"sk-envsecret" not in blob and b"sk-given-key" not in blob
     assert REDACTED.encode() in blob
+
+
+# ---------------------------------------------------------------------------- streamed text and the saved notebook
+
+OPENAI_KEY = "sk-envsecret-0123456789abcdefXYZ"
+HF_TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+
+
+def _runtime_streams_through_the_redactor() -> bool:
+    import inspect
+
+    import nbagent.runtime
+
+    return "StreamRedactor" in inspect.getsource(nbagent.runtime)
+
+
+@pytest.mark.xfail(not _runtime_streams_through_the_redactor(), strict=True,
+                   reason="runtime._model_turn does not route streamed text through secrets.StreamRedactor yet")
+def test_streamed_tokens_never_carry_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the bus carries is what the live view shows and the notebook saves: redacted at the source."""
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("HF_TOKEN", HF_TOKEN)
+    a = agent(tmp_path, turns(f"Your key is {OPENAI_KEY} and your token {HF_TOKEN}, keep them safe."), stream=True)
+    shown = [""]
+
+    def listen(kind: str, data: Any) -> None:
+        if kind == "token":
+            shown[0] += data[1]
+            assert OPENAI_KEY[:8] not in shown[0] and HF_TOKEN[:8] not in shown[0], shown[0]
+        elif kind == "token_reset":
+            shown[0] = ""
+
+    a.bus.subscribe(listen)
+    result = run(a)
+    assert result.status == RunStatus.COMPLETED
+    assert shown[0] == f"Your key is {REDACTED} and your token {REDACTED}, keep them safe."
+
+
+def test_nbagent_run_keeps_env_secrets_out_of_the_notebook_the_log_and_the_output(tmp_path: Path) -> None:
+    """The model streams the API key back and reads a file holding the HF token: neither value is saved."""
+    import os
+    import subprocess
+    import sys
+
+    import nbformat
+
+    (tmp_path / "notes.txt").write_text(f"my token is {HF_TOKEN}\n")
+    (tmp_path / "s.json").write_text(json.dumps({"turns": [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
+        {"content": f"Your key is {OPENAI_KEY} and the note says {HF_TOKEN} ok"},
+    ]}))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in ["%load_ext nbagent",
+                                                           "%%agent --script s.json\nsummarise notes.txt"]]
+    nbformat.write(nb, tmp_path / "a.ipynb")
+    env = {**os.environ, "OPENAI_API_KEY": OPENAI_KEY, "HF_TOKEN": HF_TOKEN}
+    exe = Path(sys.executable).with_name("nbagent")
+    done = subprocess.run([str(exe), "run", "a.ipynb", "-o", "out.ipynb"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    saved = (tmp_path / "out.ipynb").read_text()
+    assert "streaming" in saved and REDACTED in saved  # the widget state was saved, redacted
+    log = b"".join(p.read_bytes() for p in (tmp_path / "a.nbagent").iterdir() if p.is_file()).decode()
+    for secret in (OPENAI_KEY, HF_TOKEN):
+        for where, text in {"notebook": saved, "log": log, "stdout": done.stdout, "stderr": done.stderr}.items():
+            assert secret[:12] not in text, where

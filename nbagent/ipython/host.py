@@ -45,19 +45,59 @@ def current() -> NotebookHost:
 
 
 async def run_cell(line: str, body: str) -> Any:
-    try:
-        return await current().run_cell(line, body)
-    except (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError) as exc:
-        print(str(exc).rstrip(), file=sys.stderr)
-        return None
+    return await _shown(lambda: current().run_cell(line, body))
 
 
 async def run_line(line: str) -> Any:
+    return await _shown(lambda: current().run_line(line))
+
+
+_EXPECTED = (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError)
+
+
+async def _shown(start: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a cell's work; what it says in the cell, an expected error printed or any other raised, is redacted."""
     try:
-        return await current().run_line(line)
-    except (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError) as exc:
-        print(str(exc).rstrip(), file=sys.stderr)
+        return await start()
+    except _EXPECTED as exc:
+        print(redact(str(exc)).rstrip(), file=sys.stderr)
         return None
+    except Exception as exc:
+        shown = scrub(exc)
+        if shown is exc:
+            raise
+        raise shown from None
+
+
+def redact(text: str) -> str:
+    """Text for the cell's output, with the secrets of this kernel's environment taken out (see nbagent.secrets)."""
+    from ..secrets import Redactor
+
+    return Redactor().text(text)
+
+
+def scrub(exc: BaseException) -> BaseException:
+    """The exception to show in the cell: `exc` with its messages (and those it was raised from) redacted.
+
+    If some text still leaks after the args are redacted (a class that formats its message itself), a
+    RuntimeError with the redacted text of `exc` is shown instead, without the chain."""
+    from ..secrets import Redactor
+
+    r = Redactor()
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e)
+        if r.text(text) != text:
+            try:
+                e.args = tuple(r.redact(a) if isinstance(a, str | list | tuple | dict) else a for a in e.args)
+            except Exception:
+                pass
+            if r.text(str(e)) != str(e):  # its chain is not shown: the first message says enough
+                return RuntimeError(f"{type(exc).__name__}: {r.text(str(exc))}")
+        e = e.__cause__ or e.__context__
+    return exc
 
 
 HEADLESS_MESSAGE = (
@@ -374,17 +414,28 @@ class NotebookHost:
             return None
         return pd.DataFrame(rows)
 
-    def _waiting_run(self, run: str | None) -> str:
+    def _waiting_run(self, run: str | None, command: str = "approve") -> str:
+        """The run a decision is for: the one named, else the only one waiting. With several waiting, guessing
+        could approve the wrong plan, so the user is asked to name one."""
         if run:
             return self.store.resolve_run(run)
-        for r in reversed(self.store.list_runs()):
-            state = self.store.run_state(r.id)
-            if state.pending is not None:
-                return r.id
-        raise UsageError("no run is waiting for a decision; %agent status shows the runs")
+        waiting = [(r, state) for r in self.store.list_runs()
+                   if (state := self.store.run_state(r.id)).pending is not None]
+        if not waiting:
+            raise UsageError("no run is waiting for a decision; %agent status shows the runs")
+        if len(waiting) == 1:
+            return waiting[0][0].id
+        usage = {"deny": "RUN reason", "refine": "RUN feedback", "answer": "RUN your answer"}.get(command, "RUN")
+        lines = [f"{len(waiting)} runs are waiting for a decision; name the one you mean: %agent {command} {usage}"]
+        for r, state in waiting:
+            p = state.pending
+            what = f"an answer to {p.question!r}" if p.kind == "human_input" else f"approval of plan {p.plan_id}"
+            lines.append(f"  {r.id}  cell {r.cell_id or '-'}  waits for {what}")
+        raise UsageError("\n".join(lines))
 
-    async def _decide(self, run: str | None, verdict: Verdict | None = None, answer: str | None = None) -> None:
-        run_id = self._waiting_run(run)
+    async def _decide(self, run: str | None, verdict: Verdict | None = None, answer: str | None = None,
+                      command: str = "approve") -> None:
+        run_id = self._waiting_run(run, command)
         state = self.store.run_state(run_id)
         pending = state.pending
         if pending is None:
@@ -416,17 +467,17 @@ class NotebookHost:
 
     async def cmd_deny(self, args: Any) -> None:
         run, reason = self._split(args.words)
-        await self._decide(run, Verdict.deny(reason, by="%agent deny"))
+        await self._decide(run, Verdict.deny(reason, by="%agent deny"), command="deny")
 
     async def cmd_refine(self, args: Any) -> None:
         run, feedback = self._split(args.words)
         if not feedback.strip():
             raise UsageError("%agent refine: say what to change, e.g. %agent refine use report.md instead")
-        await self._decide(run, Verdict.refine(feedback, by="%agent refine"))
+        await self._decide(run, Verdict.refine(feedback, by="%agent refine"), command="refine")
 
     async def cmd_answer(self, args: Any) -> None:
         run, text = self._split(args.words)
-        await self._decide(run, answer=text)
+        await self._decide(run, answer=text, command="answer")
 
     async def cmd_resume(self, args: Any) -> None:
         if args.run:
