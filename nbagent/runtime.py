@@ -78,7 +78,7 @@ from .llm import Fingerprint, ModelError, ModelSettings, ToolCallRequest, comple
 from .models.base import LocalModel
 from .policy import Authorizer, AuthPolicy, Budget, Denial, TreeUsage, hour_ago_iso
 from .scope import Scope, ScopeDenied, ScopeGuard
-from .secrets import Redactor
+from .secrets import Redactor, StreamRedactor
 from .state import RunState, RunStatus, assistant_message
 from .store import Store
 from .tools.base import Tool, ToolError, ToolLike, as_tools
@@ -400,15 +400,20 @@ class Agent:
             metadata = {"nbagent_model": self._local_key, "nbagent_turn": ctx.turn[0],
                         "nbagent_fingerprint": fingerprint, "nbagent_prefix_len": len(ctx.prefix),
                         "nbagent_prefix_sha": ctx.fingerprint.prefix_sha}
-        on_token = (lambda text: self.bus.token(run_id, text)) if self.stream else None
-        on_retry = (lambda attempt, exc: self.bus.token_reset(run_id)) if self.stream else None
+        # streamed text is redacted before the bus: the live view and the notebook's widget state never see a secret
+        stream = StreamRedactor(self.redactor, lambda text: self.bus.token(run_id, text),
+                                lambda: self.bus.token_reset(run_id)) if self.stream else None
         try:
-            reply = await complete(self.settings, messages, tools, metadata=metadata, on_token=on_token,
-                                   on_retry=on_retry)
+            reply = await complete(self.settings, messages, tools, metadata=metadata,
+                                   on_token=stream.feed if stream is not None else None,
+                                   on_retry=(lambda attempt, exc: stream.reset()) if stream is not None else None)
         except ModelError as exc:
             ctx.turn[0] += 1 + exc.retry_count
             self._record(run_id, Error(message=str(exc), error_type=exc.error_type, retry_count=exc.retry_count))
             return
+        finally:
+            if stream is not None:
+                stream.close()
         ctx.turn[0] += 1 + reply.retry_count
         request = {
             "model": self.model, "params": self.settings.params, "tools": [t["function"]["name"] for t in tools],

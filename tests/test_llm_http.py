@@ -218,7 +218,7 @@ def test_agent_streams_tokens_and_records_streamed_usage(stub: StubOpenAI, tmp_p
 
     assert result.status == RunStatus.COMPLETED, result.error
     assert result.answer == "South sold most."
-    assert [t for _, t in tokens] == ["South", " sold", " most."]
+    assert "".join(t for _, t in tokens) == "South sold most."
     assert {rid for rid, _ in tokens} == {result.run_id}
     assert of_type(events, "tool_call_completed")[0].payload.result == FILES["data.csv"]
     assert [e.payload.usage.total_tokens for e in of_type(events, "llm_called")] == [60, 74]

@@ -174,9 +174,9 @@ def test_every_hostile_path_is_denied_through_the_runtime(tool: str, world: dict
         if call_id:
             by_call.setdefault(call_id, []).append(e)
     for i, path in enumerate(corpus):
-        kinds = [e.type for e in by_call.get(f"c{i}", [])]
+        kinds = [e.type for e in by_call.get(f"nb1_{i}", [])]
         assert "tool_call_completed" not in kinds, f"{tool}({path!r}) ran: {kinds}"
-        denial = next(e for e in by_call[f"c{i}"] if e.type in ("authorization_denied", "tool_call_failed"))
+        denial = next(e for e in by_call[f"nb1_{i}"] if e.type in ("authorization_denied", "tool_call_failed"))
         reason = getattr(denial.payload, "reason", None) or getattr(denial.payload, "error", "")
         assert reason, f"{tool}({path!r}) denied without a reason"
     log_bytes = b"".join(p.read_bytes() for p in agent.store.path.iterdir() if p.is_file())
