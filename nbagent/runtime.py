@@ -474,7 +474,7 @@ class Agent:
         auto = not needs_approval
         max_risk = max((s.risk for s in steps), key=lambda r: r.rank)
         self._record(run_id, PlanningStarted(plan_id=plan_id), parent=parent)
-        purpose = _purpose(state, valid)
+        purpose = _purpose(state)
         proposed = self._record(run_id, PlanProposed(plan_id=plan_id, purpose=purpose, steps=steps,
                                                      max_risk=max_risk, auto_executing=auto), parent=parent)
         if auto:
@@ -816,14 +816,12 @@ def _since_type(type_: str, since: str) -> Any:
     return (q.type == type_) & (q.ts >= since)
 
 
-def _purpose(state: RunState, calls: list[ToolCallRequest]) -> str:
+def _purpose(state: RunState) -> str:
+    """The model's own words about its plan, or "" (the views phrase the question from the steps, not this)."""
     for m in reversed(state.turns):
         if m["role"] == "assistant":
-            text = (m.get("content") or "").strip()
-            if text:
-                return text[:500]
-            break
-    return f"{len(calls)} tool call(s): " + ", ".join(c.name for c in calls)
+            return (m.get("content") or "").strip()[:500]
+    return ""
 
 
 def _jsonable(value: Any) -> Any:

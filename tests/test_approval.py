@@ -29,6 +29,8 @@ from nbagent.scope import Scope
 from nbagent.state import RunStatus
 from nbagent.tools.base import tool
 from nbagent.tools.files import file_tools
+from nbagent.ui.record import render_text
+from nbagent.ui.viewstate import run_view
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy-v0"
 
@@ -242,6 +244,11 @@ def test_budgets_cover_the_run_tree(tmp_path: Path) -> None:
     assert len(usage.runs) == 7 and usage.runs[result.run_id]["model_calls"] == 1
     errors = [e for rid in usage.runs for e in a.store.run_state(rid).errors]
     assert any("this run and its sub-agents" in e for e in errors)
+    # the record shows the tree's totals and each run's share
+    view = run_view(a.store, result.run_id)
+    assert view["tree"]["model_calls"] == 2 and len(view["tree"]["runs"]) == 7
+    text = render_text(view)
+    assert "run tree: with 6 sub-agents: 2 model calls" in text and result.run_id[-6:] + ": 1 call" in text
 
 
 def test_cost_budget_covers_the_run_tree(tmp_path: Path) -> None:

@@ -346,12 +346,12 @@ class NotebookHost:
         from IPython.display import update_display
 
         from ..ui.record import RunRecord
-        from ..ui.viewstate import view_state
+        from ..ui.viewstate import run_view
 
         for run_id, display_id in list(self.display_ids.items()):
             state = self.store.run_state(run_id)
             if state.status == RunStatus.SUPERSEDED:
-                view = view_state(state, self.store.run_events(run_id), log_path=str(self.store.path))
+                view = run_view(self.store, run_id)
                 update_display(RunRecord(view), display_id=display_id)
                 del self.display_ids[run_id]
 
@@ -545,10 +545,10 @@ class NotebookHost:
 
     async def cmd_export(self, args: Any) -> Any:
         from ..ui.record import render_html, render_markdown
-        from ..ui.viewstate import view_state
+        from ..ui.viewstate import run_view
 
         run_id = self.store.resolve_run(args.run)
-        view = view_state(self.store.run_state(run_id), self.store.run_events(run_id), log_path=str(self.store.path))
+        view = run_view(self.store, run_id)
         text = {"json": lambda: json.dumps(view, indent=1, ensure_ascii=False), "html": lambda: render_html(view),
                 "md": lambda: render_markdown(view)}[args.format]()
         if args.output:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..events import EventBase
 from ..ui.record import RunRecord
-from ..ui.viewstate import view_state
+from ..ui.viewstate import run_view
 
 if TYPE_CHECKING:
     from ..runtime import Agent
@@ -80,7 +80,7 @@ class LiveDisplay:
     def view(self) -> dict[str, Any]:
         assert self.run_id is not None
         store = self.agent.store
-        view = view_state(store.run_state(self.run_id), store.run_events(self.run_id), log_path=str(store.path))
+        view = run_view(store, self.run_id)
         if view["pending"] is None:  # a sub-agent may be the one waiting: show its question here
             for child in view["children"]:
                 child_state = store.run_state(child)

@@ -120,6 +120,19 @@ def _args_are_long(arguments: Any) -> bool:
     ) if isinstance(arguments, dict) else len(_json(arguments)) > 120
 
 
+def tree_line(tree: dict[str, Any] | None) -> str:
+    """What a run and its sub-agents spent together (what budgets count), and each run's share."""
+    if not tree or len(tree.get("runs") or {}) < 2:
+        return ""
+    runs = tree["runs"]
+    shares = ", ".join(f"{rid[-6:]}: {r.get('model_calls', 0)} call{'s' if r.get('model_calls') != 1 else ''}"
+                       f" {fmt_cost(r.get('cost'))}" for rid, r in runs.items())
+    return (f"with {len(runs) - 1} sub-agent{'s' if len(runs) != 2 else ''}: {tree.get('model_calls', 0)} model calls"
+            f" · {fmt_tokens(tree.get('tokens'))} tokens · "
+            f"{fmt_cost(tree.get('cost') if tree.get('cost_known', True) else None)} · "
+            f"{tree.get('tool_steps', 0)} tool steps (by run: {shares})")
+
+
 def totals_line(totals: dict[str, Any]) -> str:
     t = totals or {}
     parts = [f"{t.get('steps', 0)} step{'s' if t.get('steps', 0) != 1 else ''}",
@@ -840,6 +853,8 @@ def render_html(view: dict[str, Any]) -> str:
         out.append('<h4 class="nbr-section">Errors</h4><ul class="nbr-errors">'
                    + "".join(f"<li>{_esc(e)}</li>" for e in errors) + "</ul>")
     foot = [f"<span><strong>Totals</strong> {_esc(totals_line(v.get('totals') or {}))}</span>"]
+    if tree_line(v.get("tree")):
+        foot.append(f"<span><strong>Run tree</strong> {_esc(tree_line(v.get('tree')))}</span>")
     if v.get("log_path"):
         foot.append(f"<span><strong>Log</strong> <code>{_esc(v['log_path'])}</code></span>")
     out.append('<div class="nbr-foot">' + "".join(foot) + "</div></div>")
@@ -894,6 +909,8 @@ def render_text(view: dict[str, Any]) -> str:
     for e in errors:
         lines.append(f"error: {_clip(e, 300)}")
     lines.append("totals: " + totals_line(v.get("totals") or {}))
+    if tree_line(v.get("tree")):
+        lines.append("run tree: " + tree_line(v.get("tree")))
     if v.get("log_path"):
         lines.append(f"log: {v['log_path']}")
     return "\n".join(lines)
@@ -1009,6 +1026,8 @@ def render_markdown(view: dict[str, Any]) -> str:
     if errors:
         out += ["### Errors", ""] + [f"- {_md_text(e)}" for e in errors] + [""]
     out.append(f"**Totals:** {totals_line(v.get('totals') or {})}  ")
+    if tree_line(v.get("tree")):
+        out.append(f"**Run tree:** {tree_line(v.get('tree'))}  ")
     if v.get("log_path"):
         out.append(f"**Log:** {_code(v['log_path'])}")
     return "\n".join(out).rstrip() + "\n"

@@ -119,6 +119,16 @@ function totalsLine(t) {
   return parts.join(" · ");
 }
 
+// what a run and its sub-agents spent together (what budgets count), and each run's share
+function treeLine(tree) {
+  const runs = Object.entries((tree && tree.runs) || {});
+  if (runs.length < 2) return "";
+  const shares = runs.map(([id, r]) => `${id.slice(-6)}: ${plural(r.model_calls || 0, "call", "calls")} ${fmtCost(r.cost)}`);
+  return `with ${plural(runs.length - 1, "sub-agent", "sub-agents")}: ${plural(tree.model_calls || 0, "model call", "model calls")}` +
+    ` · ${fmtTokens(tree.tokens)} tokens · ${fmtCost(tree.cost_known === false ? null : tree.cost)}` +
+    ` · ${plural(tree.tool_steps || 0, "tool step", "tool steps")} (by run: ${shares.join(", ")})`;
+}
+
 function badge(text, tone, title) {
   return h("span", { class: `nbv-badge nbv-${tone}`, title }, text);
 }
@@ -680,6 +690,7 @@ function errorsEl(view) {
 function footEl(view, withRunId) {
   return h("div", { class: "nbv-foot" },
     h("span", {}, h("strong", { text: "Totals " }), totalsLine(view.totals)),
+    treeLine(view.tree) ? h("span", { class: "nbv-tree" }, h("strong", { text: "Run tree " }), treeLine(view.tree)) : "",
     withRunId && view.run_id ? h("span", {}, h("strong", { text: "Run " }), h("code", { class: "nbv-run-id", text: view.run_id })) : "",
     view.log_path ? h("span", {}, h("strong", { text: "Log " }), h("code", { class: "nbv-log", text: view.log_path })) : "");
 }

@@ -81,8 +81,22 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
     return None
 
 
-def view_state(state: RunState, events: list[EventBase], *, log_path: str = "") -> dict[str, Any]:
-    """Everything a view shows about a run, from its events."""
+def run_view(store: Any, run_id: str) -> dict[str, Any]:
+    """`view_state` of a run in a store, with the totals of its sub-agents when it has any."""
+    state = store.run_state(run_id)
+    tree = None
+    if state.children:
+        from ..policy import TreeUsage
+        from ..replay import run_tree
+
+        tree = TreeUsage.of(store.run_state(r) for r in run_tree(store, run_id)).model_dump(mode="json")
+    return view_state(state, store.run_events(run_id), log_path=str(store.path), tree=tree)
+
+
+def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
+               tree: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything a view shows about a run, from its events; `tree`: what it and its sub-agents spent
+    (`policy.TreeUsage`), which is what budgets are checked against."""
     steps: list[dict[str, Any]] = []
     by_call: dict[str, dict[str, Any]] = {}
     depth: dict[str, int] = {}
@@ -146,4 +160,5 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "") 
             "cost": state.cost if state.cost_known else None,
             "wall_ms": _ms_between(state.started_at, state.ended_at or (events[-1].ts if events else None)),
         },
+        "tree": tree,
     }
