@@ -126,6 +126,7 @@ class _Ctx:
         self.fingerprint: Fingerprint | None = None
         self.prefix: list[dict[str, Any]] = []
         self.stop: list[str] = []  # budget or policy reasons to finish after the current turn
+        self.blocked = False  # a sub-agent waits for a decision nobody can give now: so does this run
 
 
 class Agent:
@@ -339,13 +340,30 @@ class Agent:
         return messages
 
     def result(self, run_id: str) -> RunResult:
+        """The run's outcome; a run whose sub-agent waits for a decision is `waiting`, with the sub-agent's
+        pending request (and its `run_id`) as its own."""
         s = self.store.run_state(run_id)
+        status, pending = s.status, s.pending.model_dump(mode="json") if s.pending else None
+        if status == RunStatus.RUNNING and pending is None:
+            waiting = self._waiting_descendant(s)
+            if waiting is not None:
+                status = RunStatus.WAITING
+                pending = {**waiting.pending.model_dump(mode="json"), "run_id": waiting.run_id}  # type: ignore[union-attr]
         return RunResult(
-            run_id=run_id, status=s.status, answer=s.answer, error=s.error, errors=list(s.errors), usage=s.usage,
+            run_id=run_id, status=status, answer=s.answer, error=s.error, errors=list(s.errors), usage=s.usage,
             cost=s.cost if s.cost_known else None, steps=len(s.steps), model_calls=s.model_calls,
-            pending=s.pending.model_dump(mode="json") if s.pending else None, children=list(s.children),
-            log_path=str(self.store.path),
+            pending=pending, children=list(s.children), log_path=str(self.store.path),
         )
+
+    def _waiting_descendant(self, state: RunState) -> RunState | None:
+        for child in state.children:
+            c = self.store.run_state(child)
+            if c.status == RunStatus.WAITING and c.pending is not None:
+                return c
+            deeper = self._waiting_descendant(c) if c.status == RunStatus.RUNNING else None
+            if deeper is not None:
+                return deeper
+        return None
 
     # ------------------------------------------------------------------ the loop
 
@@ -363,6 +381,8 @@ class Agent:
                 open_calls = state.open_calls()
                 if open_calls:
                     await self._handle_calls(ctx, state, open_calls)
+                    if ctx.blocked:
+                        break  # without this, a parent would re-enter its waiting child forever
                     continue
                 if state.answer is not None or ctx.stop:
                     self._finish(run_id, ctx)
@@ -486,8 +506,8 @@ class Agent:
     async def _execute_all(self, ctx: _Ctx, calls: list[ToolCallRequest], parent: str | None) -> None:
         for call in calls:
             await self._execute(ctx, call, parent)
-            if self.store.run_state(ctx.run_id).pending is not None:
-                return  # ask_human: the rest of the turn waits for the answer
+            if ctx.blocked or self.store.run_state(ctx.run_id).pending is not None:
+                return  # ask_human, or a sub-agent waiting: the rest of the turn waits for the answer
 
     def _malformed(self, call: ToolCallRequest, index: int, allowed: dict[str, Tool]) -> str | None:
         limit = self.budget.max_tool_calls_per_turn
@@ -685,7 +705,8 @@ class Agent:
             finally:
                 unsubscribe()
         if result.status == RunStatus.WAITING:
-            return  # the parent waits with its child; resuming the parent resumes the child
+            ctx.blocked = True  # the parent waits with its child; resuming the parent resumes the child
+            return
         if result.status == RunStatus.INTERRUPTED:
             raise asyncio.CancelledError()
         outcome = {"run_id": result.run_id, "status": result.status.value, "answer": result.answer}

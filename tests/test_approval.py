@@ -322,3 +322,20 @@ def test_a_hole_recorded_by_the_old_version_cannot_be_reopened(legacy: Path) -> 
     assert result.pending["steps"][0]["tool"] == "delete_file" and result.pending["steps"][0]["call_id"] != "X"
     result = asyncio.run(a.resume(run_id, verdict=Verdict.deny("no")))
     assert (legacy / "victim.txt").exists() and result.status == RunStatus.COMPLETED
+
+
+def test_a_waiting_sub_agent_leaves_its_parent_waiting_and_both_resume(tmp_path: Path) -> None:
+    """Found by the property test: a sub-agent waiting for a decision nobody could give made its parent re-enter
+    it forever. Now the parent returns `waiting` with the sub-agent's request, and resuming the parent goes on."""
+    CALLS.clear()
+    script_ = turns([call("spawn_agent", prompt="tidy")], [call("delete_file", path="x.txt")], "child done",
+                    "parent done")
+    a = agent(tmp_path, script_, autonomy="L1", decider=PauseDecider())
+    result = run(a)
+    assert result.status == RunStatus.WAITING and CALLS == []
+    child = a.store.run_state(result.run_id).children[0]
+    assert result.pending["run_id"] == child and result.pending["steps"][0]["tool"] == "delete_file"
+    a.answer_pending(child, verdict=Verdict.approve())
+    result = asyncio.run(a.resume(result.run_id))
+    assert result.status == RunStatus.COMPLETED and result.answer == "parent done"
+    assert CALLS == [("delete_file", {"path": "x.txt"})]

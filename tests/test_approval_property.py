@@ -128,7 +128,8 @@ DECISION = st.tuples(st.sampled_from(["approve", "deny", "refine", "answer"]), s
 def check(agent: Agent, decider: Scripted, autonomy: str) -> None:
     store = agent.store
     runs = [r.id for r in store.list_runs()]
-    executed: list[tuple[str, dict[str, Any]]] = []
+    order = {e.id: i for i, e in enumerate(store.query_events())}  # the log's global order: effects interleave runs
+    executed: list[tuple[int, str, dict[str, Any]]] = []
     decisions = 0
     for run_id in runs:
         events = store.run_events(run_id)
@@ -150,7 +151,7 @@ def check(agent: Agent, decider: Scripted, autonomy: str) -> None:
             elif e.type == "tool_call_started" and p.tool in DECLARED:
                 assert p.call_id not in seen_calls, f"{p.call_id} executed twice"
                 seen_calls.add(p.call_id)
-                executed.append((p.tool, p.arguments))
+                executed.append((order[e.id], p.tool, p.arguments))
                 requested = calls_by_id.get(p.call_id)
                 assert requested == (p.tool, p.arguments), f"executed {p.tool} {p.arguments}, model asked {requested}"
                 risk = oracle_risk(p.tool, p.arguments)
@@ -165,7 +166,7 @@ def check(agent: Agent, decider: Scripted, autonomy: str) -> None:
                     assert p.reason == f"approved by {approval.payload.by} (plan {plan.plan_id})"
                 else:
                     assert p.reason == f"{risk} runs without asking at autonomy {autonomy}"
-    assert executed == EFFECTS
+    assert [(tool, args) for _, tool, args in sorted(executed, key=lambda x: x[0])] == EFFECTS
     assert decisions == decider.given
 
 
