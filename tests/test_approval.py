@@ -339,3 +339,39 @@ def test_a_waiting_sub_agent_leaves_its_parent_waiting_and_both_resume(tmp_path:
     result = asyncio.run(a.resume(result.run_id))
     assert result.status == RunStatus.COMPLETED and result.answer == "parent done"
     assert CALLS == [("delete_file", {"path": "x.txt"})]
+
+
+def test_user_tool_paths_credentials_and_tree_budgets_through_nbagent_run(tmp_path: Path) -> None:
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("top secret outside")
+    (folder / ".env~").write_text("OPENAI_API_KEY=sk-backupkey-0123456789abcdef\n")
+    (folder / "kaggle.json").write_text('{"username": "me", "key": "0123456789abcdef0123456789abcdef"}')
+    script(folder, "peek.json",
+           {"tool_calls": [{"name": "peek", "arguments": {"file_path": "../outside/secret.txt"}},
+                           {"name": "peek", "arguments": {"options": {"file_path": "/etc/hostname"}}},
+                           {"name": "read_file", "arguments": {"path": ".env~"}},
+                           {"name": "read_file", "arguments": {"path": "kaggle.json"}}]},
+           {"content": "nothing to see"})
+    script(folder, "spawn.json", {"tool_calls": [{"name": "spawn_agent", "arguments": {"prompt": f"part {i}"}}
+                                                 for i in range(6)]},
+           *({"content": "child answer"} for _ in range(12)), {"content": "parent answer"})
+    tool_cell = ("import nbagent\n\n@nbagent.tool(risk='READ_ONLY')\ndef peek(file_path: str = '', "
+                 "options: dict | None = None) -> str:\n    '''Read a file.'''\n    return open(file_path).read()")
+    path = notebook(folder, ["%load_ext nbagent", tool_cell, "%%agent --script peek.json\nlook around",
+                             "%%agent --script spawn.json --autonomy L3 --budget 0.001\nsplit the work"])
+    result = nbagent("run", str(path), "--approve", "all", "-o", "out.ipynb", cwd=folder)
+    saved = (folder / "out.ipynb").read_text() + (folder / "analysis.nbagent" / "events.jsonl").read_text()
+    for secret in ("top secret outside", "sk-backupkey", "0123456789abcdef0123456789abcdef"):
+        assert secret not in saved and secret not in result.stdout + result.stderr
+    events = [json.loads(line) for line in (folder / "analysis.nbagent" / "events.jsonl").read_text().splitlines()]
+    denied = [e["payload"]["rule"] for e in events if e["type"] == "authorization_denied" and e["payload"]["call_id"]]
+    assert len(denied) == 4 and all(r.startswith("scope.") for r in denied), denied
+    assert not any(e["type"] == "tool_call_started" and e["payload"]["tool"] in ("peek", "read_file") for e in events)
+    starts = {e["run_id"]: e["payload"] for e in events if e["type"] == "run_started"}
+    tree = {rid for rid, p in starts.items() if p["prompt"] == "split the work"}
+    tree |= {rid for rid, p in starts.items() if p["parent_run_id"] in tree}
+    costs = [e["payload"]["cost"] for e in events if e["type"] == "llm_called" and e["run_id"] in tree]
+    # a budget per run would have let every run call (8 calls, each run under $0.001); the tree stops at the cap
+    assert len(tree) == 7 and 2 <= len(costs) < 8 and sum(costs) <= 0.001 + max(costs), costs

@@ -40,8 +40,10 @@ def cell_parser() -> argparse.ArgumentParser:
     p.add_argument("-s", "--session", help="the conversation to continue (default: the notebook's default)")
     p.add_argument("--new", action="store_true", help="start a new conversation instead of continuing")
     p.add_argument("--tools", help="comma-separated tool names to allow (default: all; see %%agent tools)")
-    p.add_argument("--max-steps", type=int, dest="max_steps", help="stop after this many tool steps")
-    p.add_argument("--budget", type=float, help="stop when the run's model cost reaches this many dollars")
+    p.add_argument("--max-steps", type=int, dest="max_steps",
+                   help="stop after this many tool steps (the run and its sub-agents)")
+    p.add_argument("--budget", type=float,
+                   help="stop when the model cost of the run and its sub-agents reaches this many dollars")
     p.add_argument("--approve", choices=["all", "none", "low", "recorded"],
                    help="answer approvals by policy instead of asking (headless runs): recorded = as in the "
                         "cell's previous run")
