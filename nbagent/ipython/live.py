@@ -53,6 +53,8 @@ class LiveDisplay:
             event: EventBase = data
             if self.run_id is None and event.type == "run_started" and event.payload.parent_run_id is None:
                 self.run_id = event.run_id
+            if event.type == "llm_called" and event.run_id == self.run_id and self.widget is not None:
+                self.widget.reset_tokens()  # the reply is now a step of its own: the stream shows the next turn only
             self._schedule()
         elif self.widget is not None and kind == "token" and data[0] == self.run_id:
             self.widget.token(data[1])
