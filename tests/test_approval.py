@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,11 @@ class Job(BaseModel):
     name: str = "job"
 
 
+@dataclass
+class Output:
+    folder: Path
+
+
 def _outside(tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "nb"
     root.mkdir()
@@ -181,7 +187,7 @@ def read_nested(options: dict[str, Any]) -> str:
 
 
 @tool(risk="READ_ONLY")
-def read_typed(source: Path, job: Job, extra: dict[str, Path] | None = None) -> str:
+def read_typed(source: Path, job: Job, extra: dict[str, Path] | None = None, out: Output | None = None) -> str:
     """Read files given as typed paths."""
     READS.append(str(source))
     return "read"
@@ -200,6 +206,7 @@ def lookup(query: str) -> str:
     ("read_typed", {"source": "ok.txt", "job": {"inputs": ["a.txt", "../outside/secret.txt"]}}),
     ("read_typed", {"source": "ok.txt", "job": {"inputs": []}, "extra": {"x": "/etc/passwd"}}),
     ("read_typed", {"source": ".env", "job": {"inputs": []}}),
+    ("read_typed", {"source": "ok.txt", "job": {"inputs": []}, "out": {"folder": "../outside"}}),
 ])
 def test_user_tool_paths_go_through_the_scope(tmp_path: Path, tool_name: str, arguments: dict[str, Any]) -> None:
     root, _ = _outside(tmp_path)

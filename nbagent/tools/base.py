@@ -9,7 +9,7 @@ for the model ("argument 'n': Input should be a valid integer"), so it can corre
 A tool without a declared risk counts as WRITE_HIGH_RISK: the approval table then asks before running it.
 
 Paths are found by type first: a parameter annotated `pathlib.Path` (any PurePath, alone or inside lists,
-dicts and pydantic models) holds a path wherever it sits in the arguments, and the runtime puts every such
+dicts, dataclasses and pydantic models) holds a path wherever it sits in the arguments, and the runtime puts every such
 value through the file scope. Strings under a path-like name (`path`, `file_path`, `output_dir`...) at any
 depth are checked too, as a fallback for tools without annotations.
 """
@@ -17,6 +17,7 @@ depth are checked too, as a fallback for tools without annotations.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable
@@ -58,6 +59,8 @@ def typed_paths(value: Any, where: str = "", depth: int = 0) -> list[tuple[str, 
         return [(where, str(value))]
     if isinstance(value, BaseModel):
         value = {k: getattr(value, k) for k in type(value).model_fields}
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return [hit for k, v in value.items() for hit in typed_paths(v, f"{where}.{k}".lstrip("."), depth + 1)]
     if isinstance(value, list | tuple | set | frozenset):
