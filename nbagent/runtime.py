@@ -519,7 +519,7 @@ class Agent:
             names = ", ".join(sorted(allowed))
             return f"unknown tool {call.name!r}; the available tools are: {names}"
         if call.parse_error is not None:
-            return f"{call.parse_error}; send the arguments of {call.name} as a JSON object"
+            return call.parse_error
         try:
             allowed[call.name].validate(call.arguments or {})
         except ToolError as exc:
@@ -766,8 +766,11 @@ class Agent:
     def _record(self, run_id: str, payload: Payload, parent: str | None = None) -> EventBase:
         """The one way the runtime writes: every payload is redacted here, so no path can skip it."""
         clean = self.redactor.redact(payload.model_dump(mode="json", fallback=repr))
-        payload = type(payload).model_validate(clean)
-        event = self.store.append(payload, run_id=run_id, parent_event_id=parent)
+        try:
+            event = self.store.append(type(payload).model_validate(clean), run_id=run_id, parent_event_id=parent)
+        except UnicodeEncodeError:  # a lone surrogate from the model (half an emoji): kept as U+FFFD, not a crash
+            clean = _valid_text(clean)
+            event = self.store.append(type(payload).model_validate(clean), run_id=run_id, parent_event_id=parent)
         self.bus.event(event)
         return event
 
@@ -867,6 +870,17 @@ def _error_text(exc: BaseException) -> str:
         return "the tool timed out"
     text = str(exc) or type(exc).__name__
     return text if isinstance(exc, ToolError) else f"{type(exc).__name__}: {text}"
+
+
+def _valid_text(value: Any) -> Any:
+    """The same structure with every unpaired surrogate replaced by U+FFFD (UTF-8 cannot hold one)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_text(v) for v in value]
+    return value
 
 
 def _count_calls(response: dict[str, Any]) -> int:

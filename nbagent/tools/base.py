@@ -183,8 +183,12 @@ class Tool:
         return [v for _, v in self.paths(arguments)]
 
     def target(self, arguments: dict[str, Any]) -> str | None:
+        """What the call touches, for the log and the views: clipped, since the model may send megabytes."""
         value = arguments.get(self.target_arg) if self.target_arg else None
-        return str(value) if value is not None else None
+        if value is None:
+            return None
+        text = str(value)
+        return text if len(text) <= 300 else f"{text[:300]}… ({len(text):,} characters)"
 
     def preview(self, arguments: dict[str, Any]) -> str | None:
         """What the approval card shows for this call (a diff for a file write); never raises."""
