@@ -367,15 +367,24 @@ _EVENT_ADAPTER: TypeAdapter[EventBase] = TypeAdapter(Event)
 
 
 class UnknownEventType(ValueError):
-    """A log line whose `type` this nbagent does not know (a newer version wrote it)."""
+    """A log line whose `type` this nbagent does not know (a newer version wrote it).
+
+    `parse_event` no longer raises it (it returns an `UnknownEvent`); kept for code that still catches it.
+    """
+
+
+class UnknownEvent(EventBase):
+    """An event of a type this nbagent does not know, written by a newer version.
+
+    Kept, not refused: its raw payload is carried as is, so a newer log can still be listed, shown and
+    verified (the hash covers the raw dict, never this model), and folding skips it (no handler).
+    """
+
+    payload: Any = None  # type: ignore[assignment]  # the raw payload, whatever a newer nbagent wrote
 
 
 def parse_event(record: dict[str, Any]) -> EventBase:
-    """Raw log dict -> typed event. An unknown `type` means a newer nbagent wrote it."""
-    t = record.get("type")
-    if t not in EVENT_MODELS:
-        raise UnknownEventType(
-            f"unknown event type {t!r}: the log was written by a newer nbagent; upgrade with "
-            "`pip install -U nbagent`"
-        )
+    """Raw log dict -> typed event; an unknown `type` (a newer nbagent wrote it) -> `UnknownEvent`."""
+    if record.get("type") not in EVENT_MODELS:
+        return UnknownEvent.model_validate(record)
     return _EVENT_ADAPTER.validate_python(record)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .events import EventBase
+from ._version import __version__
+from .events import EventBase, UnknownEvent
 
 
 def clip(text: Any, width: int = 80) -> str:
@@ -26,6 +27,8 @@ def money(cost: float | None) -> str:
 def describe(event: EventBase) -> str:
     p: Any = event.payload
     t = event.type
+    if isinstance(event, UnknownEvent):  # a newer nbagent's type: shown generically, never an error
+        return f"(type unknown to nbagent {__version__}) {clip(p, 70)}"
     if t == "session_created":
         return f"session {p.name!r}" + (f" for {p.notebook}" if p.notebook else "")
     if t == "run_started":
