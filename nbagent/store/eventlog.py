@@ -5,11 +5,15 @@ measured here) and corrupts the file with two writers. Here an append is one `wr
 `O_APPEND` descriptor, under the store's file lock, so its cost does not grow with the log.
 
 Reading is incremental: the log remembers the byte offset it has read up to and, before any read, parses only
-the complete lines past it (another kernel may have appended). An incomplete last line is never consumed: it is
-either a concurrent writer mid-write or the remains of a writer killed mid-write. A writer, holding the lock,
-knows which: no one else can be writing, so it truncates the torn tail before appending (those bytes were never
-acknowledged to anyone). A line that is not valid JSON in the middle of the file is skipped with a warning and
-reported by `nbagent verify`; it never stops the log from opening.
+the complete lines past it (another kernel may have appended). Bytes after the last newline are one of two
+things. If they parse as a JSON object whose seq and prev_hash continue its chain and whose hash is right, they
+are a whole event that only lacks its newline (written by hand, by another tool, or by a writer that stopped
+between the object and the newline): it is read like any other, and the next writer adds the newline before
+its own line, so nothing recorded is lost. Anything else is a torn tail: a concurrent writer mid-write or the
+remains of a writer killed mid-write. It is never consumed; a writer, holding the lock, knows no one else is
+writing, so it truncates it before appending (those bytes were never acknowledged to anyone). A line that is
+not valid JSON in the middle of the file is skipped with a warning and reported by `nbagent verify`; it never
+stops the log from opening.
 
 TinyDB doc ids are the 1-based ordinal of the event among the valid lines, so every process reading the same
 file agrees on them. They are positions, not identities: the identity of an event is its ULID `id`.
@@ -47,7 +51,9 @@ class EventLog:
         self.by_id: dict[str, str] = {}  # event id -> doc id
         self.heads: dict[str, tuple[int, str]] = {}  # chain key -> (last seq, last hash)
         self.warnings: list[str] = []
-        self._offset = 0  # bytes consumed: always just after a newline
+        self._offset = 0  # bytes consumed: just after a newline, or after a whole event lacking its newline
+        self._unterminated = False  # the last event consumed has no newline yet: the next writer adds it
+        self._torn_seen: tuple[int, int] | None = None  # (offset, size) of a tail already judged torn
         self._lines = 0  # lines consumed, for messages
         self._fd: int | None = None
         # readers take no file lock, but two threads of one process must not parse the same bytes twice
@@ -65,14 +71,21 @@ class EventLog:
             size = os.stat(self.path).st_size
         except FileNotFoundError:
             return 0
-        if size <= self._offset:
+        if size <= self._offset or self._torn_seen == (self._offset, size):
             return 0
         with open(self.path, "rb") as f:
             f.seek(self._offset)
             data = f.read(size - self._offset)
+        if self._unterminated:
+            self._unterminated = False
+            if data.startswith(b"\n"):  # the newline the last event lacked: not a line of its own
+                data = data[1:]
+                self._offset += 1
+                if not data:
+                    return 0
         end = data.rfind(b"\n")
         if end < 0:
-            return 0
+            return self._take_unterminated(data, size)
         # Parsing a big log creates millions of small objects that all survive: the cyclic GC would walk
         # them again and again (45% of reopen time at 60k events), so it is paused for bulk reads.
         bulk = end > 1 << 20 and gc.isenabled()
@@ -84,7 +97,42 @@ class EventLog:
             if bulk:
                 gc.enable()
         self._offset += end + 1
+        if end + 1 < len(data):
+            added += self._take_unterminated(data[end + 1:], size)
         return added
+
+    def _take_unterminated(self, tail: bytes, size: int) -> int:
+        """Consume bytes after the last newline if they are a whole event that chains on; else leave them torn.
+
+        Only reached when the file does not end with a newline (rare), and a tail judged torn is not parsed
+        again until the file changes, so the common path pays nothing.
+        """
+        try:
+            record = load_record(tail)
+        except ValueError:
+            record = None
+        if record is None or not self._chains_on(record):
+            self._torn_seen = (self._offset, size)
+            return 0
+        self._lines += 1
+        self._warn(
+            f"{self.path}: line {self._lines} (the last) has no final newline but is a whole event that chains "
+            "on; read as is (the next writer adds the newline)"
+        )
+        self._add(record)
+        self._offset += len(tail)
+        self._unterminated = True
+        return 1
+
+    def _chains_on(self, record: dict[str, Any]) -> bool:
+        """A whole event: right hash, and seq and prev_hash continue its chain's head."""
+        try:
+            key = chain_key(record.get("run_id"), record["session_id"])
+            last_seq, last_hash = self.heads.get(key, (0, None))
+            return (record.get("seq") == last_seq + 1 and record.get("prev_hash") == last_hash
+                    and record.get("hash") == compute_hash(record))
+        except (KeyError, TypeError, ValueError):
+            return False
 
     def _parse(self, data: bytes) -> int:
         added = 0
@@ -149,6 +197,8 @@ class EventLog:
         record = dict(record, seq=last_seq + 1, prev_hash=last_hash)
         record["hash"] = compute_hash(record)
         line = (canonical_json(record) + "\n").encode("utf-8")
+        if self._unterminated:  # complete the last event's line in the same write(2)
+            line = b"\n" + line
         fd = self._writer()
         try:
             written = os.write(fd, line)
@@ -162,6 +212,7 @@ class EventLog:
                 raise StoreReadOnly(self.path, exc.strerror or str(exc)) from exc
             raise StoreWriteFailed(self.path, exc.strerror or str(exc)) from exc
         self._offset += len(line)
+        self._unterminated = False
         self._lines += 1
         self._add(record)
         return record
@@ -188,6 +239,7 @@ class EventLog:
                 "mid-write; it was never acknowledged"
             )
             os.truncate(self.path, self._offset)
+            self._torn_seen = None
 
     def _rollback(self) -> None:
         """Cut a partly written line so a failed append (disk full) leaves the log exactly as it was."""
