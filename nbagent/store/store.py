@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from tinydb import Query
 from tinydb.table import Document, Table
 
@@ -38,7 +38,7 @@ from ..levels import Autonomy
 from ..state import RunState, RunStatus
 from .errors import NewerFormat, NotAStore, RunNotFound, StoreError, StoreReadOnly
 from .eventlog import EventLog, EventTable
-from .tables import open_tables
+from .tables import AtomicJSONStorage, open_tables
 
 STORE_SUFFIX = ".nbagent"
 FORMAT = "nbagent-store"
@@ -100,6 +100,9 @@ class Store:
         self._log = EventLog(self.events_path)
         self.events = EventTable(self._log)
         self._db = open_tables(self.tables_path, readonly)
+        self._tables_storage: AtomicJSONStorage = self._db.storage  # type: ignore[assignment]
+        self._tables_storage.rebuild = self._rebuilt_tables
+        self._tables_storage.on_damage = self._log._warn
         self.sessions = self._db.table("sessions")
         self.runs = self._db.table("runs")
         self._states: dict[str, RunState] = {}
@@ -184,6 +187,28 @@ class Store:
     def warnings(self) -> list[str]:
         return self._log.warnings
 
+    def tables_problem(self) -> str | None:
+        """Why `tables.json` cannot be used as it is on disk (then it is rebuilt from the events), or None."""
+        return self._tables_storage.problem()
+
+    def _rebuilt_tables(self) -> dict[str, dict[str, Any]]:
+        """The sessions and runs tables as the event log says they are (when tables.json is damaged)."""
+        sessions: dict[str, Any] = {}
+        runs = {run_id: self._row_from_state(self.run_state(run_id)).model_dump(mode="json")
+                for run_id in self.run_ids()}  # run_ids refreshes the log
+        for key in list(self._log.by_chain):
+            first = self._log.first(key) if key.startswith("session:") else None
+            if first is None or first.get("type") != "session_created" or not isinstance(first.get("payload"), dict):
+                continue
+            p = first["payload"]
+            try:
+                rec = SessionRecord(id=first["session_id"], name=p.get("name") or "default", notebook=p.get("notebook"),
+                                    created_at=first["ts"], defaults=p.get("defaults") or {})
+            except (ValidationError, KeyError):
+                continue
+            sessions[rec.id] = rec.model_dump(mode="json")
+        return {"sessions": sessions, "runs": runs}
+
     # ------------------------------------------------------------------ writing
 
     def append(
@@ -236,9 +261,11 @@ class Store:
     def session(self, name: str = "default", *, notebook: str | None = None) -> SessionRecord:
         """The session with this name, created if missing (one default session per notebook)."""
         with self.locked():
-            found = self.sessions.search(Query().name == name)
-            if found:
-                return SessionRecord.model_validate(sorted(found, key=lambda d: d["id"])[0])
+            for doc in sorted(self.sessions.search(Query().name == name), key=lambda d: str(d.doc_id)):
+                try:
+                    return SessionRecord.model_validate(doc)
+                except ValidationError:
+                    continue  # a damaged cached row: the event log has the session; look further
             return self.create_session(name, notebook=notebook)
 
     def get_session(self, session_id: str) -> SessionRecord:
@@ -365,7 +392,10 @@ class Store:
         state = self.run_state(run_id)
         row = self.runs.get(doc_id=state.run_id)
         if row is not None:
-            cached = RunRecord.model_validate(row)
+            try:
+                cached = RunRecord.model_validate(row)
+            except ValidationError:  # a damaged cached row: the events say what it should be
+                return self._row_from_state(state)
             if cached.last_seq == state.last_seq:
                 return cached
         return self._row_from_state(state)

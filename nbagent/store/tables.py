@@ -7,6 +7,10 @@ write goes to a temporary file in the same folder, is fsynced, and replaces the 
 
 Rows are keyed by their ULID (TinyDB's doc id is the run or session id), never by TinyDB's per-process
 counters, which two kernels would hand out twice.
+
+The file is a cache of what the event log says, so a damaged one (not JSON, or not tables of rows) is never an
+error: reads are served from tables rebuilt from the events (the `rebuild` hook the store sets), a warning says
+so, and the next table write replaces the damaged file with the rebuilt tables plus the change.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import errno
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +28,57 @@ from tinydb import TinyDB
 from tinydb.storages import Storage
 from tinydb.table import Table
 
-from .errors import StoreCorrupt, StoreReadOnly, StoreWriteFailed
+from .errors import StoreReadOnly, StoreWriteFailed
 
 
 class AtomicJSONStorage(Storage):
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self.damage: str | None = None  # why the file on disk cannot be used, while it cannot
+        self.rebuild: Callable[[], dict[str, dict[str, Any]]] | None = None  # the tables, from the events
+        self.on_damage: Callable[[str], None] | None = None  # told once per distinct damage
+        self._rebuilt: tuple[tuple[int, int], dict[str, dict[str, Any]]] | None = None
 
     def read(self) -> dict[str, dict[str, Any]] | None:
+        data, why = self._load()
+        if why is not None:
+            return self._damaged(why)
+        self.damage = None
+        return data
+
+    def problem(self) -> str | None:
+        """Why the file on disk cannot be used (without rebuilding anything), or None."""
+        return self._load()[1]
+
+    def _load(self) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
         try:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
         except FileNotFoundError:
+            return None, None
+        except ValueError as exc:  # also bad UTF-8
+            return None, f"not valid JSON ({exc})"
+        return data, _shape_problem(data)
+
+    def _damaged(self, why: str) -> dict[str, dict[str, Any]] | None:
+        """Serve tables rebuilt from the events; rebuilt once per version of the damaged file."""
+        if why != self.damage:
+            self.damage = why
+            if self.on_damage is not None:
+                self.on_damage(f"{self.path}: the runs and sessions cache is damaged ({why}); rebuilt from the "
+                               "event log" + ("" if self.readonly else ", and rewritten at the next write"))
+        if self.rebuild is None:
             return None
-        except ValueError as exc:
-            raise StoreCorrupt(self.path, f"the tables file is not valid JSON ({exc})") from exc
-        if not isinstance(data, dict):
-            raise StoreCorrupt(self.path, "the tables file is not a JSON object")
-        return data
+        try:
+            st = os.stat(self.path)
+            sig = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            sig = (0, 0)
+        if self._rebuilt is None or self._rebuilt[0] != sig:
+            self._rebuilt = (sig, self.rebuild())
+        # a copy: TinyDB modifies what read() returns (rows too) before writing it
+        return {name: {k: dict(row) for k, row in rows.items()} for name, rows in self._rebuilt[1].items()}
 
     def write(self, data: dict[str, dict[str, Any]]) -> None:
         if self.readonly:
@@ -62,6 +99,18 @@ class AtomicJSONStorage(Storage):
             with contextlib.suppress(OSError):  # the temp file may already be gone; the write error matters
                 os.unlink(tmp)
             raise _write_error(self.path, exc) from exc
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What makes parsed JSON unusable as TinyDB tables (a JSON object of tables of row objects), if anything."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object of tables"
+    for name, rows in data.items():
+        if not isinstance(rows, dict):
+            return f"table {name!r} is not an object of rows"
+        if not all(isinstance(row, dict) for row in rows.values()):
+            return f"table {name!r} has rows that are not objects"
+    return None
 
 
 def _write_error(path: Path, exc: OSError) -> Exception:
