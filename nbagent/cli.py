@@ -8,6 +8,8 @@
 PATH is a notebook, its store folder (NAME.nbagent), or a folder; omitted, the current folder. Commands only
 read: they open stores read-only, take no lock, and so also work on a read-only disk.
 Exit codes: 0 ok, 1 verify found a problem, 2 bad input (usage, not a store, no such run, newer format).
+Logs written by a newer nbagent are read as far as this version can: unknown event types are listed, shown
+generically and verified, never an error; a damaged tables.json (a cache) is rebuilt from the events.
 """
 
 from __future__ import annotations
@@ -215,21 +217,34 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    failed = False
-    for store in _open_all(args.path):
+    """One verdict line per store on stdout (details and warnings on stderr); exit 1 if any chain is unsound.
+
+    A store that cannot be opened (newer format, not a store) gets its one-line error and does not stop the
+    others from being checked; it makes the exit code 2 unless a chain is unsound.
+    """
+    code = 0
+    for path in find_stores(args.path):
+        try:
+            store = Store(path, readonly=True)
+        except StoreError as exc:
+            print(f"nbagent: error: {exc}", file=sys.stderr)  # as for every command: one line, names the store
+            code = code or 2
+            continue
         report = verify_store(store)
         for w in report.warnings:
             print(f"warning: {w}", file=sys.stderr)
         if report.ok:
+            warned = f"; {len(report.warnings)} warning(s)" if report.warnings else ""
             print(f"ok: {report.path}: {report.runs} run(s), {report.sessions} session(s), "
-                  f"{report.events} event(s); every chain intact")
+                  f"{report.events} event(s); every chain intact{warned}")
             continue
-        failed = True
+        code = 1
         first = report.problems[0]
-        print(f"FAILED: {report.path}: {first}")
+        more = f" (+{len(report.problems) - 1} more problem(s))" if len(report.problems) > 1 else ""
+        print(f"FAILED: {report.path}: {first}{more}")
         for extra in report.problems[1:]:
-            print(f"  also: {extra}")
-    return 1 if failed else 0
+            print(f"  also: {extra}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,13 @@ one. That catches an edited event (hash mismatch), a deleted or truncated middle
 reordered lines (seq going backwards). Cutting events off the *end* of a chain leaves a valid shorter chain,
 so the runs table's checkpoint (the last seq it saw at a wait, decision or end) is compared too.
 
-A torn last line is a crash, not tampering: reported as a warning, not a failure.
+A torn last line (bytes after the last newline that are not a JSON object) is a crash, not tampering: a
+warning, not a failure. A last line that is a whole JSON object but lacks its newline is an event like any
+other and is checked like one (a warning says the newline is missing; the next writer adds it).
+
+Event types this version does not know (a newer nbagent wrote them) are checked like any other: the hash covers
+the raw line, whatever its type. `tables.json` is a cache: when it is damaged the log is still checked, the
+damage is a warning, and only the end-of-run checkpoint comparison (which needs the cache) is skipped.
 """
 
 from __future__ import annotations
@@ -60,11 +66,7 @@ def verify_store(store: Store) -> Report:
     except FileNotFoundError:
         data = b""
     lines = data.split(b"\n")
-    torn = lines.pop()  # after the last newline: empty, or a torn last line
-    if torn.strip():
-        report.warnings.append(
-            f"{store.events_path}: the last line is incomplete ({len(torn)} bytes, a crash mid-write); ignored"
-        )
+    tail = lines.pop()  # after the last newline: empty, a whole event lacking its newline, or a torn line
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -82,12 +84,60 @@ def verify_store(store: Store) -> Report:
         if record["type"] not in PAYLOADS:
             report.warnings.append(f"line {number}: unknown event type {record['type']!r} (a newer nbagent?)")
         chains.setdefault(chain_key(record.get("run_id"), record["session_id"]), []).append((number, record))
+    if tail.strip():
+        _check_tail(report, store, tail, len(lines) + 1, chains)
     heads = {key: _check_chain(report, key, entries) for key, entries in chains.items()}
-    _check_checkpoints(store, report, heads)
+    damage = store.tables_problem()
+    if damage is None:
+        _check_checkpoints(store, report, heads)
+    else:
+        report.warnings.append(
+            f"{store.tables_path}: the runs and sessions cache is damaged ({damage}); the event log was checked "
+            "without it, so events cut off the end of a run cannot be detected. A write to this notebook's log "
+            "rebuilds it from the events"
+        )
     report.runs = sum(1 for k in chains if not k.startswith("session:"))
     report.sessions = sum(1 for k in chains if k.startswith("session:"))
     report.problems.sort(key=lambda p: (p.line is None, p.line or 0))
     return report
+
+
+def _check_tail(report: Report, store: Store, tail: bytes, number: int,
+                chains: dict[str, list[tuple[int, dict[str, Any]]]]) -> None:
+    """The same rule as the readers: a tail that parses and chains on is an event, anything else is torn."""
+    try:
+        record: dict[str, Any] | None = load_record(tail)
+    except ValueError:
+        record = None
+    if record is not None and all(k in record for k in REQUIRED):
+        key = chain_key(record.get("run_id"), record["session_id"])
+        last = chains[key][-1][1] if key in chains else {"seq": 0, "hash": None}
+        if _chains_on(record, last):
+            report.events += 1
+            chains.setdefault(key, []).append((number, record))
+            report.warnings.append(
+                f"{store.events_path}: line {number} (the last) has no final newline; a whole event that chains "
+                "on, kept (the next writer adds the newline)"
+            )
+            return
+    if record is not None:
+        report.warnings.append(
+            f"{store.events_path}: line {number} (the last, no final newline) is a JSON object that does not chain "
+            "on, so not an event (a torn or foreign line); ignored, and the next writer removes it"
+        )
+        return
+    report.warnings.append(
+        f"{store.events_path}: the last line is incomplete ({len(tail)} bytes, a crash mid-write); ignored, and "
+        "the next writer removes it"
+    )
+
+
+def _chains_on(record: dict[str, Any], last: dict[str, Any]) -> bool:
+    try:
+        return (record["seq"] == last["seq"] + 1 and record.get("prev_hash") == last["hash"]
+                and compute_hash(record) == record["hash"])
+    except (TypeError, ValueError):
+        return False
 
 
 def _check_chain(report: Report, key: str, entries: list[tuple[int, dict[str, Any]]]) -> tuple[int, str | None]:
@@ -121,7 +171,9 @@ def _check_chain(report: Report, key: str, entries: list[tuple[int, dict[str, An
 def _check_checkpoints(store: Store, report: Report, heads: dict[str, tuple[int, str | None]]) -> None:
     for row in store.runs.all():
         run_id = str(row.doc_id)
-        expected = int(row.get("last_seq") or 0)
+        expected = row.get("last_seq") or 0
+        if not isinstance(expected, int):
+            continue  # a damaged cached row checks nothing
         have, last_hash = heads.get(run_id, (0, None))
         if have < expected:
             report.problems.append(Problem(
