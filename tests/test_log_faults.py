@@ -346,3 +346,21 @@ def test_verify_a_folder_gives_one_line_per_store(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert result.returncode == 1 and len(lines) == len(VERDICTS)
     assert [line.split(":")[0] for line in lines] == ["ok" if c == 0 else "FAILED" for _, c in VERDICTS]
+
+
+def test_agent_runs_on_after_a_newer_nbagent_wrote_to_the_notebook(tmp_path: Path) -> None:
+    """The runtime's own path (previous runs listed, the conversation continued) is not stopped by unknown types."""
+    from agents import agent, run, turns
+
+    a = agent(tmp_path, turns("first answer", "second answer"))
+    first = run(a, "first")
+    a.store.close()
+    store_path = tmp_path / "nb.nbagent"
+    future = append_foreign(store_path, first.run_id, "memory_compacted", {"kept": 3})
+    b = agent(tmp_path, turns("second answer"))
+    second = run(b, "second")
+    assert b.store.get_run(second.run_id).status == RunStatus.COMPLETED
+    assert b.store.get_run(second.run_id).previous_run_id == first.run_id
+    b.store.close()
+    assert future in records(store_path)
+    assert verdict(tmp_path, store_path)[0] == 0
