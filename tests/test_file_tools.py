@@ -76,6 +76,24 @@ def test_search_plain_regex_case_and_limits(ft: FileTools) -> None:
         ft.search_content("(", regex=True)
 
 
+def test_plain_search_is_literal_and_case_folds_unicode(ft: FileTools, tmp_path: Path) -> None:
+    """Plain text is matched literally (RE2's literal mode), so regex syntax in it means nothing special."""
+    (tmp_path / "odd.txt").write_text("cost (a+b)*2 [usd]\r\nCafé CRÈME\nend\\Z\n")
+    assert [m["line"] for m in ft.search_content("(a+b)*2 [", glob="odd.txt")["matches"]] == [1]
+    assert ft.search_content("a.b", glob="odd.txt")["matches"] == []
+    assert ft.search_content("café crème", glob="odd.txt")["matches"] == [
+        {"path": "odd.txt", "line": 2, "text": "Café CRÈME"}]
+    assert ft.search_content("café crème", glob="odd.txt", case_sensitive=True)["matches"] == []
+    assert ft.search_content("usd]", glob="odd.txt")["matches"][0]["text"] == "cost (a+b)*2 [usd]"  # no \r
+    assert [m["line"] for m in ft.search_content("end\\Z", glob="odd.txt")["matches"]] == [3]
+    assert [m["line"] for m in ft.search_content(r"^caf\pL", regex=True, glob="odd.txt")["matches"]] == [2]
+    assert ft.search_content(r"^caf\w", regex=True, glob="odd.txt")["matches"] == []  # RE2's \w is ASCII (docs)
+    assert ft.search_content(r"(?i)^CAF", regex=True, case_sensitive=True, glob="odd.txt")["matches"][0]["line"] == 2
+    assert ft.search_content("with a BOM", glob="bom.txt")["matches"] == [
+        {"path": "bom.txt", "line": 1, "text": "with a BOM"}]
+    assert ft.search_content("crème", glob="latin1.txt")["matches"][0]["path"] == "latin1.txt"  # decoded first
+
+
 def test_metadata(ft: FileTools) -> None:
     meta = ft.get_file_metadata("data/sales.csv")
     assert meta["size"] == 39 and meta["lines"] == 4 and meta["kind"] == "text" and len(meta["sha256"]) == 64
