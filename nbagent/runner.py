@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ class RunSummary(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return self.status in ("completed", "completed_with_errors", "superseded")
+        # a superseded run counts only if it had finished its work (an answer) before it was forked away
+        return self.status in ("completed", "completed_with_errors") or (
+            self.status == "superseded" and self.answer is not None)
 
     def line(self) -> str:
         from .timeline import clip, money
@@ -103,13 +106,14 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     nbformat.validator.normalize(nb)  # fills in missing cell ids (nbformat >= 4.5)
     for cell in nb.cells:
         if not cell.get("id"):
-            import uuid
-
             cell["id"] = uuid.uuid4().hex[:8]
     store_path = store_path_for(nb_path)
     before = set(Store(store_path, readonly=True).run_ids()) if (store_path / "meta.json").exists() else set()
+    # runs carry this execution's id: another process running the same notebook at the same time makes runs
+    # of its own, which this summary must not count (nor their failures hide this one's)
+    execution = uuid.uuid4().hex
     kernel_env = {**os.environ, **(env or {}), "JPY_SESSION_NAME": str(nb_path), "NBAGENT_APPROVE": approve,
-                  "NBAGENT_HEADLESS": "1"}
+                  "NBAGENT_HEADLESS": "1", "NBAGENT_EXECUTION": execution}
     if model:
         kernel_env["NBAGENT_MODEL"] = model
     import tempfile
@@ -135,7 +139,7 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
         import shutil
 
         shutil.rmtree(sockets, ignore_errors=True)
-    _insert_agent_cells(nb, store_path, before)
+    _insert_agent_cells(nb, store_path, before, execution)
     from .secrets import Redactor, env_secrets
 
     redactor = Redactor(env_secrets(kernel_env))
@@ -148,7 +152,7 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
             if run_id in before:
                 continue
             s = store.run_state(run_id)
-            if s.parent_run_id is not None:
+            if s.parent_run_id is not None or s.options.get("execution", execution) != execution:
                 continue
             error = s.error or (f"waiting for {s.pending.kind}" if s.pending else None)
             runs.append(RunSummary(run_id=run_id, cell_id=s.cell_id, status=s.status.value, steps=len(s.steps),
@@ -187,7 +191,7 @@ def main_run(args: Any) -> int:
     return 0 if result.ok else 1
 
 
-def _insert_agent_cells(nb: Any, store_path: Path, before: set[str]) -> None:
+def _insert_agent_cells(nb: Any, store_path: Path, before: set[str], execution: str) -> None:
     """Cells the agent inserted during this execution, placed as JupyterLab places them: below the agent's cell."""
     import nbformat
 
@@ -198,7 +202,7 @@ def _insert_agent_cells(nb: Any, store_path: Path, before: set[str]) -> None:
         return
     store = Store(store_path, readonly=True)
     for run_id in store.run_ids():
-        if run_id in before:
+        if run_id in before or store.run_state(run_id).options.get("execution", execution) != execution:
             continue
         for cell in inserted_cells(store.run_events(run_id)):
             # as the lab extension does: below the agent's cell, after the cells this run inserted before

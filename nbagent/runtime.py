@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+from filelock import Timeout as FileLockTimeout
 from pydantic import BaseModel, Field, SecretStr
 
 from .approval import assign_call_ids, call_digest, call_risk, clearance, needs_decision
@@ -259,20 +260,25 @@ class Agent:
         options = {**(options or {}), **({"tools": tools} if tools is not None else {})}
         run = self.store.create_run(
             self.session.id, self.redactor.text(prompt), model=self.model, autonomy=self.autonomy, cell_id=cell_id,
-            previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options,
+            previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options, lease=True,
         )
-        self.bus.event(self.store.run_events(run.id)[0])
-        if fork_of is not None:
-            for old in self.successors(fork_of):
-                self._record(old, RunSuperseded(by_run_id=run.id))
-        history = self.conversation(previous_run_id) if previous_run_id else []
-        ctx = _Ctx(run.id, run.id if _turn is None else self._root_of(run.id), _depth, _turn or [0])
-        tool_names = [t["function"]["name"] for t in self._schemas(run.id)]
-        self._record(run.id, ContextAssembled(
-            messages=context or [], tools=tool_names, from_run_id=previous_run_id,
-            system=self.system_prompt, history_messages=len(history),
-        ))
-        return await self._drive(ctx)
+        try:  # the lease taken with the run is held until it has been driven
+            self.bus.event(self.store.run_events(run.id)[0])
+            if fork_of is not None:
+                for old in self.successors(fork_of):
+                    if self.store.in_progress(old):
+                        continue  # another kernel is running it now: the two runs complete side by side, as siblings
+                    self._record(old, RunSuperseded(by_run_id=run.id))
+            history = self.conversation(previous_run_id) if previous_run_id else []
+            ctx = _Ctx(run.id, run.id if _turn is None else self._root_of(run.id), _depth, _turn or [0])
+            tool_names = [t["function"]["name"] for t in self._schemas(run.id)]
+            self._record(run.id, ContextAssembled(
+                messages=context or [], tools=tool_names, from_run_id=previous_run_id,
+                system=self.system_prompt, history_messages=len(history),
+            ))
+            return await self._drive(ctx)
+        finally:
+            self.store.release_lease(run.id)
 
     async def resume(self, run_id: str, verdict: Verdict | None = None, answer: Answer | str | None = None
                      ) -> RunResult:
@@ -283,6 +289,9 @@ class Agent:
             raise RunStateError(f"run {run_id} was superseded by {state.superseded_by}; it cannot be resumed")
         if state.status in (RunStatus.COMPLETED, RunStatus.COMPLETED_WITH_ERRORS, RunStatus.FAILED):
             raise RunStateError(f"run {run_id} has already ended ({state.status.value}); nothing to resume")
+        if self.store.in_progress(run_id):
+            raise RunStateError(f"run {run_id} is being run by another process (another kernel or `nbagent run` of "
+                                "this notebook); wait for it to end, then look at it with `nbagent show`")
         was = state.status  # (the store's state object is live: read it before it changes)
         if verdict is not None or answer is not None:
             self.answer_pending(run_id, verdict=verdict, answer=answer)
@@ -368,6 +377,19 @@ class Agent:
     # ------------------------------------------------------------------ the loop
 
     async def _drive(self, ctx: _Ctx) -> RunResult:
+        lease = self.store.lease(ctx.run_id)
+        try:
+            lease.acquire()
+        except FileLockTimeout:
+            raise RunStateError(f"run {ctx.run_id} is being run by another process (another kernel or `nbagent "
+                                "run` of this notebook); wait for it to end, then look at it with `nbagent show`"
+                                ) from None
+        try:
+            return await self._drive_leased(ctx)
+        finally:
+            self.store.release_lease(ctx.run_id, lease)
+
+    async def _drive_leased(self, ctx: _Ctx) -> RunResult:
         run_id = ctx.run_id
         try:
             while True:

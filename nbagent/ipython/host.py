@@ -262,6 +262,8 @@ class NotebookHost:
             else:
                 raise UsageError("%%agent --replay: this cell has no recorded run; name one: --replay RUN")
         options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
+        if os.environ.get("NBAGENT_EXECUTION"):  # `nbagent run` counts only the runs its own kernel made
+            options["execution"] = os.environ["NBAGENT_EXECUTION"]
         if cfg["script"]:
             options["script"] = str(self._path(cfg["script"]))
         agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay,

@@ -96,6 +96,7 @@ class Store:
         else:
             self._create_or_check()
         self._tlock = threading.RLock()
+        self._leases: dict[str, FileLock] = {}  # leases taken by create_run, held by this process
         self._flock = FileLock(str(path / "lock"), thread_local=False, timeout=LOCK_TIMEOUT_S)
         self._log = EventLog(self.events_path)
         self.events = EventTable(self._log)
@@ -242,6 +243,39 @@ class Store:
                 self._checkpoint(run_id)
             return event
 
+    def lease(self, run_id: str) -> FileLock:
+        """The lock a process holds while it drives a run (acquire with timeout 0): a second process driving the
+        same run, or a fork superseding it, can tell that it is in progress somewhere. The OS drops it when the
+        process dies, so a crashed run is never left "in progress". One lock object per run in a process, so
+        acquiring it again here nests instead of blocking."""
+        held = self._leases.get(run_id)
+        if held is not None:
+            return held
+        folder = self.path / "leases"
+        folder.mkdir(exist_ok=True)
+        return FileLock(str(folder / f"{run_id}.lock"), thread_local=False, timeout=0)
+
+    def release_lease(self, run_id: str, lock: FileLock | None = None) -> None:
+        """Release one hold of a run's lease (nested holds count), forgetting it once it is free."""
+        lock = lock or self._leases.get(run_id)
+        if lock is None:
+            return
+        lock.release()
+        if not lock.is_locked:
+            self._leases.pop(run_id, None)
+
+    def in_progress(self, run_id: str) -> bool:
+        """True while another driver holds the run's lease (another process, or another store object)."""
+        if self.readonly or run_id in self._leases:
+            return False
+        lock = self.lease(run_id)
+        try:
+            lock.acquire()
+        except Timeout:
+            return True
+        lock.release()
+        return False
+
     def sync(self) -> None:
         """Flush appended events to disk (fsync); the runtime calls this at step boundaries."""
         with self.locked():
@@ -285,8 +319,15 @@ class Store:
         previous_run_id: str | None = None,
         parent_run_id: str | None = None,
         options: dict[str, Any] | None = None,
+        lease: bool = False,
     ) -> RunRecord:
+        """A new run; with `lease=True` its lease is taken before the run exists in the log, so no other process
+        can ever see it unleased (a fork would otherwise supersede it in that gap): release it with
+        `store.lease(run_id).release()` once the run is driven, or let `Agent` do that."""
         run_id = new_id()
+        if lease:
+            self._leases[run_id] = held = self.lease(run_id)
+            held.acquire()
         started = RunStarted(
             prompt=prompt, model=model, autonomy=Autonomy(autonomy), cell_id=cell_id,
             previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options or {},
