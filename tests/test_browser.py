@@ -220,6 +220,17 @@ def command(page: Page, name: str, args: dict[str, Any] | None = None) -> None:
     page.evaluate("([name, args]) => { void window.jupyterapp.commands.execute(name, args); }", [name, args or {}])
 
 
+def shot_dark(page: Page, element: Any, name: str) -> None:
+    """A screenshot of `element` in JupyterLab Dark, then back to the light theme."""
+    command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+    page.wait_for_timeout(500)
+    element.scroll_into_view_if_needed()
+    shot(page, name)
+    command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
+
+
 def save(page: Page, notebook: Path) -> None:
     """Ctrl+S in command mode, then wait for the record to be on disk."""
     page.locator(f"{ACTIVE} .jp-Cell .jp-InputPrompt").first.click()
@@ -406,12 +417,7 @@ def test_approve_in_the_browser_then_reload_without_kernel(page: Page, lab: Lab)
     assert not lab.api("GET", "/api/kernels"), "a kernel was started after the reload"
 
     # the same record in the dark theme
-    command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
-    page.wait_for_function("() => document.body.dataset.jpThemeName === 'JupyterLab Dark'", timeout=30_000)
-    page.wait_for_timeout(500)
-    record.scroll_into_view_if_needed()
-    shot(page, "4-approve-reloaded-dark-theme")
-    command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})
+    shot_dark(page, record, "4-approve-reloaded-dark-theme")
     assert not lab.api("GET", "/api/kernels")
 
 
@@ -465,13 +471,7 @@ def test_approve_then_approve_a_high_risk_delete(page: Page, lab: Lab) -> None:
     expect(delete_button).to_have_class(re.compile(r"\bnbv-approve-danger\b"))
     assert page.locator(LIVE).get_by_role("button", name="Approve", exact=True).count() == 0
     shot(page, "a2-plan-2-delete-high-risk")
-    command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
-    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
-    page.wait_for_timeout(300)
-    second.scroll_into_view_if_needed()
-    shot(page, "a2-plan-2-delete-high-risk-dark")
-    command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})
-    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
+    shot_dark(page, second, "a2-plan-2-delete-high-risk-dark")
     delete_button.click()
 
     record = finished_record(page)
