@@ -18,9 +18,12 @@ Deny by default. A path is allowed only if every check passes, and each denial n
 5. the file itself: a regular file (not a FIFO, device, socket or directory) for reads, writes and deletes;
    no other hard links (a hard link inside the folder can name a file outside it); size limits.
 
-Checks run before the tool does anything (so a denial is an `authorization_denied` event), and again on the
-opened file descriptor (`open_read`: `O_NOFOLLOW`, then `fstat` compared with the checked inode), so a path
-swapped for a symlink between the check and the use is caught too.
+Checks run before the tool does anything (so a denial is an `authorization_denied` event). Then every use goes
+through `nbagent.beneath`: the checked path (symlinks already resolved) is reached from a descriptor of the root
+without following any link (`openat2` with `RESOLVE_BENEATH`, or folder by folder with `O_NOFOLLOW`), the file is
+opened, written, renamed or deleted relative to its folder's descriptor, and the opened file is compared with the
+checked inode. A folder swapped for a link to somewhere outside, at any moment, makes the call fail ("changed");
+it never makes it read or change anything outside.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import IO, Literal
 import pathspec
 from pydantic import BaseModel, ConfigDict, Field
 
+from .beneath import Beneath, Redirected
 from .tools.base import ToolError
 
 Operation = Literal["read", "list", "write", "create", "delete"]
@@ -128,6 +132,7 @@ class ScopeGuard:
                 raise ValueError(f"the scope's root {root} is outside the notebook's folder {base}; set "
                                  "allow_outside_base=True to allow that explicitly")
         self.root = root
+        self.fs = Beneath(root)
         patterns = (DEFAULT_EXCLUDES if scope.default_excludes else []) + list(scope.exclude)
         self._exclude = pathspec.PathSpec.from_lines("gitignore", patterns)
         self._include = pathspec.PathSpec.from_lines("gitignore", scope.include)
@@ -140,13 +145,11 @@ class ScopeGuard:
             raise ScopeDenied("operation", f"{op} is switched off in this scope", str(path))
         text, real, rel = self.contain(path)
         try:
-            st = os.stat(real)
-        except FileNotFoundError:
-            st = None
+            st = self.fs.lstat(rel)  # through descriptors: what is there now, links not followed
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise ScopeDenied("symlink_loop", f"{text!r} is a symbolic link loop", text) from None
-            raise ScopeDenied("unreadable", f"{text!r} cannot be examined ({exc.strerror})", text) from None
+            raise self._unreachable(exc, text, real) from None
+        if st is not None and stat.S_ISLNK(st.st_mode):  # the realpath left a link: a loop, or it changed since
+            raise self._unreachable(Redirected(errno.ELOOP, "a symbolic link", rel), text, real)
         resolved = Resolved(real=Path(real), rel=rel, exists=st is not None,
                             kind=_kind(st) if st is not None else "missing", size=st.st_size if st else 0,
                             inode=(st.st_dev, st.st_ino) if st else None)
@@ -252,6 +255,23 @@ class ScopeGuard:
             raise ScopeDenied("too_large", f"{text!r} is {st.st_size:,} bytes, over the {limit:,}-byte limit for "
                                            "a whole-file read; read a line range instead", text)
 
+    def _unreachable(self, exc: OSError, text: str, real: str) -> ScopeDenied:
+        """Why a checked path could not be reached through descriptors: a loop, a file used as a folder, or (the
+        realpath said there was no link on the way, and now there is one) the folder changed meanwhile."""
+        try:
+            os.stat(real)  # only to name the reason: nothing is read, and the answer grants no access
+            why = 0
+        except OSError as again:
+            why = again.errno
+        if why == errno.ELOOP:
+            return ScopeDenied("symlink_loop", f"{text!r} is a symbolic link loop", text)
+        if why == errno.ENOTDIR:
+            return ScopeDenied("unreadable", f"{text!r} cannot be examined (a name on the way is not a folder)", text)
+        if isinstance(exc, Redirected):
+            return ScopeDenied("changed", f"{text!r} changed while it was being checked (a folder on the way was "
+                                          "replaced by a link or moved); nothing was done; try again", text)
+        return ScopeDenied("unreadable", f"{text!r} cannot be examined ({exc.strerror})", text)
+
     def check_write_size(self, content: str, text: str) -> None:
         size = len(content.encode("utf-8"))
         if size > self.scope.max_write_bytes:
@@ -261,12 +281,12 @@ class ScopeGuard:
     # ------------------------------------------------------------------ safe use
 
     def open_read(self, r: Resolved) -> IO[bytes]:
-        """Open a checked file, re-checking on the descriptor: no symlink, same inode, regular, one link."""
+        """Open a checked file through descriptors (see `nbagent.beneath`), re-checking the opened file: same inode,
+        regular, one link."""
         try:
-            fd = os.open(r.real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = self.fs.open(r.rel, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
-            raise ScopeDenied("changed", f"{r.rel!r} could not be opened safely ({exc.strerror}); it may have "
-                                         "been replaced", r.rel) from None
+            raise self.changed(r, exc) from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != r.inode or (
                 st.st_nlink > 1 and not self.scope.allow_hard_links):
@@ -278,3 +298,28 @@ class ScopeGuard:
         """Right before a write or delete: the path still names the file that was checked (same inode, a single
         link, not a symlink), or ScopeDenied."""
         self.open_read(r).close()
+
+    @staticmethod
+    def changed(r: Resolved, exc: OSError) -> ScopeDenied:
+        """The error for a checked path that could not be used as checked."""
+        return ScopeDenied("changed", f"{r.rel!r} could not be used safely ({exc.strerror or exc}); it or a folder "
+                                      "on the way was replaced or moved meanwhile, and nothing was done; try again",
+                           r.rel)
+
+    def write(self, r: Resolved, data: bytes, *, create: bool) -> int:
+        """Write a checked file atomically through descriptors: `create` makes missing folders and refuses an
+        existing name; otherwise the file must still be the one checked."""
+        try:
+            return self.fs.write(r.rel, data, exclusive=create, expect=None if create else r.inode,
+                                 create_parents=create)
+        except FileExistsError:
+            raise ToolError(f"{r.rel!r} was created by someone else meanwhile; nothing written") from None
+        except OSError as exc:
+            raise self.changed(r, exc) from None
+
+    def delete(self, r: Resolved) -> None:
+        """Delete a checked file through its folder's descriptor, if it is still the file checked."""
+        try:
+            self.fs.unlink(r.rel, expect=r.inode)
+        except OSError as exc:
+            raise self.changed(r, exc) from None

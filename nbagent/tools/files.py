@@ -5,19 +5,20 @@
 Reads: list_files, read_file, search_content, get_file_metadata (READ_ONLY). Writes: create_file
 (WRITE_LOW_RISK, refuses an existing path), write_file over an existing file and delete_file
 (WRITE_HIGH_RISK). Every tool checks its path before it runs (a denial is an `authorization_denied` event)
-and again when it opens the file. Writes are atomic (a temporary file in the same folder, then a rename) and
-their previews are unified diffs, shown in the approval card.
+and again when it opens the file. Every read, write and delete reaches its file through descriptors of the folders
+on the way, never through a link (`nbagent.beneath`), so a folder swapped mid-call makes the call fail, not escape.
+Writes are atomic (a temporary file in the same folder, then a rename) and their previews are unified diffs, shown in
+the approval card.
 """
 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import difflib
 import fnmatch
 import hashlib
 import os
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,30 +158,6 @@ def _diff(old: str, new: str, rel: str, *, new_file: bool = False, deleted: bool
     return text or "(no change)\n"
 
 
-def _atomic_write(target: Path, content: str, *, exclusive: bool) -> int:
-    """Write through a temporary file in the same folder; `exclusive` refuses to replace an existing file."""
-    data = content.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".nbagent-tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if exclusive:
-            try:
-                os.link(tmp, target)  # atomic "create if absent": fails if the name appeared meanwhile
-            except FileExistsError:
-                raise ToolError(f"{target.name!r} was created by someone else meanwhile; nothing written") from None
-        else:
-            with contextlib.suppress(OSError):
-                os.chmod(tmp, os.stat(target).st_mode & 0o7777)
-            os.replace(tmp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    return len(data)
-
-
 def _partial(start_line: Any, end_line: Any, start_byte: Any) -> bool:
     """Whether a read_file call reads part of a file (no whole-file size limit: the read itself is bounded)."""
     return start_byte is not None or end_line is not None or (isinstance(start_line, int) and start_line > 1)
@@ -238,17 +215,17 @@ class FileTools:
         entries: list[dict[str, Any]] = []
         left_out = 0
         truncated = False
-        todo: list[tuple[Path, int]] = [(top.real, 1)]
+        todo: list[tuple[str, int]] = [(top.rel, 1)]
         while todo and not truncated:
             folder, level = todo.pop(0)
             try:
-                items = sorted(os.scandir(folder), key=lambda e: e.name)
+                items = sorted(self.guard.fs.scandir(folder), key=lambda e: e.name)
             except OSError:
                 continue
             for item in items:
                 if item.name.startswith(".") and not include_hidden:
                     continue
-                rel = Path(os.path.relpath(item.path, self.guard.root)).as_posix()
+                rel = item.name if folder == "." else f"{folder}/{item.name}"
                 try:
                     is_dir = item.is_dir(follow_symlinks=True)
                     r = self.guard.check(rel, "list" if is_dir else "read", max_bytes=0)
@@ -258,7 +235,7 @@ class FileTools:
                 if r.kind == "dir":
                     entries.append({"path": rel + "/", "type": "folder"})
                     if level < depth:
-                        todo.append((r.real, level + 1))
+                        todo.append((r.rel, level + 1))
                 elif fnmatch.fnmatch(item.name, pattern):
                     entries.append({"path": rel, "type": "file", "size": r.size})
                 if len(entries) >= MAX_LIST_ENTRIES:
@@ -470,16 +447,15 @@ class FileTools:
         top = self.guard.check(path, "list")
         s = _Search(rx=rx, limit=min(max_matches, MAX_SEARCH_MATCHES), left=MAX_SEARCH_BYTES)
         names = 0
-        for folder, dirs, files in os.walk(top.real):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for name in sorted(files):
+        for folder, files in self._walk(top.rel):
+            for name in files:
                 names += 1
                 if names > MAX_SEARCH_NAMES:
                     return s.reply(f"stopped after looking at {MAX_SEARCH_NAMES:,} file names; narrow the path or "
                                    "the glob")
                 if not fnmatch.fnmatch(name, glob):
                     continue
-                rel = Path(os.path.relpath(os.path.join(folder, name), self.guard.root)).as_posix()
+                rel = name if folder == "." else f"{folder}/{name}"
                 try:
                     r = self.guard.check(rel, "read", max_bytes=0)
                 except (ToolError, OSError):
@@ -497,6 +473,26 @@ class FileTools:
                     return s.reply(f"stopped after reading {MAX_SEARCH_BYTES:,} bytes (the limit of one search); "
                                    "narrow the path or the glob")
         return s.reply("")
+
+    def _walk(self, top: str) -> Iterator[tuple[str, list[str]]]:
+        """(folder, its file names) for `top` and the folders below it, through descriptors, in name order, like
+        `os.walk`: hidden folders and links to folders are not entered."""
+        todo = [top]
+        while todo:
+            folder = todo.pop()
+            try:
+                items = self.guard.fs.scandir(folder)
+            except OSError:
+                continue
+            dirs, files = [], []
+            for item in items:
+                try:
+                    (dirs if item.is_dir(follow_symlinks=False) else files).append(item.name)
+                except OSError:
+                    continue
+            yield folder, sorted(files)
+            todo.extend(name if folder == "." else f"{folder}/{name}"
+                        for name in sorted((d for d in dirs if not d.startswith(".")), reverse=True))
 
     def _search_file(self, r: Resolved, s: _Search) -> None:
         """Search one file line by line: at most MAX_LINE_BYTES of a line are held or searched, and at most
@@ -579,10 +575,7 @@ class FileTools:
         """
         r = self.guard.check(path, "create")
         self.guard.check_write_size(content, path)
-        parent = r.real.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        self.guard.check(Path(os.path.relpath(parent, self.guard.root)).as_posix(), "list")  # still inside
-        size = _atomic_write(r.real, content, exclusive=True)
+        size = self.guard.write(r, content.encode("utf-8"), create=True)
         return {"created": r.rel, "bytes": size}
 
     def write_file(self, path: str, content: str) -> dict[str, Any]:
@@ -595,7 +588,7 @@ class FileTools:
         r = self.guard.check(path, "write", max_bytes=0)
         self.guard.check_write_size(content, path)
         self.guard.recheck(r)
-        size = _atomic_write(r.real, content, exclusive=False)
+        size = self.guard.write(r, content.encode("utf-8"), create=False)
         return {"written": r.rel, "bytes": size}
 
     def delete_file(self, path: str) -> dict[str, Any]:
@@ -605,8 +598,7 @@ class FileTools:
             path: the file, relative to the notebook's folder
         """
         r = self.guard.check(path, "delete", max_bytes=0)
-        self.guard.recheck(r)
-        os.unlink(r.real)
+        self.guard.delete(r)
         return {"deleted": r.rel, "bytes": r.size}
 
     # ------------------------------------------------------------------ previews (the approval card)
