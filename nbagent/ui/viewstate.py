@@ -7,7 +7,7 @@ dict, so they cannot disagree. It is derived from events only (plain Python: no 
 Shape (version 1):
 
     {"version": 1, "run_id", "session_id", "status", "model", "autonomy", "prompt", "cell_id", "log_path",
-     "previous_run_id", "parent_run_id", "superseded_by", "started_at", "ended_at",
+     "previous_run_id", "parent_run_id", "superseded_by", "started_at", "ended_at", "revision",
      "steps": [{"id", "kind": "model"|"tool"|"denied"|"thinking"|"question"|"child"|"error"|"info",
                 "title", "detail", "status": "running"|"ok"|"failed"|"denied"|"waiting"|"info",
                 "call_id", "tool", "arguments", "risk", "risk_reason", "target", "preview", "result_preview",
@@ -150,6 +150,9 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         "model": state.model, "autonomy": state.autonomy.value, "prompt": state.prompt, "cell_id": state.cell_id,
         "log_path": log_path, "previous_run_id": state.previous_run_id, "parent_run_id": state.parent_run_id,
         "superseded_by": state.superseded_by, "started_at": state.started_at, "ended_at": state.ended_at,
+        # how far into the log this view goes: of two views of one run, the higher revision is the newer (the lab
+        # extension uses it to bring every record of a run in the notebook up to date)
+        "revision": len(events),
         "steps": steps, "plans": plans, "pending": pending,
         "decisions": [d.model_dump(mode="json") for d in state.decisions],
         "answer": state.answer, "error": state.error, "errors": list(state.errors),
