@@ -116,6 +116,12 @@ class RunResult(BaseModel):
         return self.status in (RunStatus.COMPLETED, RunStatus.COMPLETED_WITH_ERRORS)
 
 
+# Scope refusals that state a fact about the folder, not a policy: the call fails as an error (a denial is reserved
+# for what the person or the configuration forbids: outside, excluded, a switched-off operation, a size limit...)
+FILE_FACTS = frozenset({"scope.missing", "scope.exists", "scope.not_a_file", "scope.not_a_folder", "scope.changed",
+                        "scope.unreadable", "scope.symlink_loop"})
+
+
 class _Ctx:
     """Per-run working data that is *not* state: caches and handles, all rebuildable from the events."""
 
@@ -608,8 +614,11 @@ class Agent:
         args = call.arguments or {}
         risk, risk_reason = call_risk(tool, args)
         denial = self.authorizer.check_tool(call.name, args, shell_like=tool.shell_like)
+        fact: Denial | None = None  # the folder says no (a missing file...): an error, unless policy refuses first
         if denial is None:
             denial = self._check_paths(tool, args)
+            if denial is not None and denial.rule in FILE_FACTS:
+                fact, denial = denial, None
         if denial is None and call.name not in CONTROL_TOOLS:
             denial = self.authorizer.check_step(self._tree_totals(ctx.root_id).tool_steps)
             if denial is not None:
@@ -619,6 +628,10 @@ class Agent:
             denial = Denial(rule=gate.rule or "approval.missing", reason=gate.reason)
         if denial is not None:
             self._deny(run_id, call.id, call.name, denial, tool.target(args), parent)
+            return
+        if fact is not None:  # nothing ran: a failed call the model sees, listed with errors, not with denials
+            self._record(run_id, ToolCallFailed(call_id=call.id, tool=call.name, error=fact.reason,
+                                                error_type=fact.rule), parent=parent)
             return
         if call.name in CONTROL_TOOLS:
             await self._control(ctx, call, args, parent)

@@ -175,3 +175,30 @@ def test_every_attempt_is_an_event_with_target_decision_reason_and_duration(ft: 
     denied = next(e for e in events if e.type == "authorization_denied").payload
     assert denied.target == "../etc/passwd" and denied.reason
     assert denied.rule in ("path_traversal", "scope.outside")
+
+
+def test_a_missing_file_is_an_error_not_a_denial(ft: FileTools, tmp_path: Path) -> None:
+    """Denial is for policy (outside, excluded, not approved); what the folder says (missing, exists, a folder
+    where a file is needed) fails the call as an error the model sees, and nothing runs."""
+    (tmp_path / "there.txt").write_text("x\n")
+    script = {"turns": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "nope.txt"}},
+                                        {"name": "create_file", "arguments": {"path": "there.txt", "content": "y"}},
+                                        {"name": "read_file", "arguments": {"path": "data"}},
+                                        {"name": "read_file", "arguments": {"path": ".env"}}]},
+                        {"content": "ok"}]}
+    agent = Agent(script=script, tools=ft.tools(), store=tmp_path / "nb.ipynb", autonomy="L2",
+                  decider=PolicyDecider("all"))
+    result = asyncio.run(agent.run("read"))
+    events = agent.store.run_events(result.run_id)
+    failed = {e.payload.call_id: e.payload for e in events if e.type == "tool_call_failed"}
+    denied = {e.payload.call_id: e.payload for e in events if e.type == "authorization_denied"}
+    assert {c: f.error_type for c, f in failed.items()} == {
+        "nb1_0": "scope.missing", "nb1_1": "scope.exists", "nb1_2": "scope.not_a_file"}
+    assert "does not exist" in failed["nb1_0"].error
+    assert list(denied) == ["nb1_3"] and denied["nb1_3"].rule == "scope.excluded"
+    assert not any(e.type == "tool_call_started" for e in events)  # nothing ran
+    state = agent.store.run_state(result.run_id)
+    assert state.steps["nb1_0"].status == "failed" and state.steps["nb1_3"].status == "denied"
+    assert (tmp_path / "there.txt").read_text() == "x\n"
+    messages = [m["content"] for m in state.turns if m.get("role") == "tool"]
+    assert messages[0].startswith("Error:") and messages[3].startswith("Denied by policy:")

@@ -255,8 +255,10 @@ def test_through_the_agent_loop_nothing_outside_reaches_the_log(tmp_path: Path) 
         result = asyncio.run(a.run("read d/f.txt again and again"))
     assert result.answer == "done" and sw.swaps > 0
     events = a.store.run_events(result.run_id)
-    # every call ran (maybe refused by the tool: "changed") or was denied at the check (the swap was seen first)
-    assert sum(e.type in ("tool_call_started", "authorization_denied") for e in events) == 300
+    # every call ran, or failed at the check ("changed": the swap was seen first), or was denied (outside)
+    calls = {e.payload.call_id for e in events if e.type in ("tool_call_started", "authorization_denied",
+                                                              "tool_call_failed")}
+    assert len(calls) == 300
     log = b"".join(p.read_bytes() for p in (root / "nb.nbagent").rglob("*") if p.is_file())
     assert b"OUTSIDE-SECRET" not in log
     assert _snapshot(outside) == before
