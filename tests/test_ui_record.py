@@ -102,11 +102,13 @@ def test_html_shows_the_whole_run(full: dict[str, Any]) -> None:
     # the answer, rendered
     assert "<strong>North</strong>" in out and "<em>10</em>" in out and "<li>North</li>" in out
     assert '<th>region</th>' in out and 'style="text-align:right"' in out and "<code>report.md</code>" in out
-    assert '<a href="https://example.com/a?b=1&amp;c=2" rel="noopener noreferrer nofollow">the docs</a>' in out
+    assert '<a href="https://example.com/a?b=1&amp;c=2" rel="noopener noreferrer">the docs</a>' in out
     assert 'href="javascript' not in out
     # totals and log
     t = full["totals"]
-    assert f"{t['steps']} steps" in out and f"{t['model_calls']} model calls" in out
+    assert t["tool_calls"] == t["steps"] == 6
+    assert f"{t['tool_calls']} tool calls · {t['model_calls']} model calls" in out
+    assert f"Timeline · {len(full['steps'])} entries" in out and "Steps (" not in out
     assert f"{t['tokens']:,} tokens" in out
     assert full["log_path"] in out
 
@@ -128,15 +130,23 @@ def test_untrusted_text_is_escaped_everywhere(full: dict[str, Any]) -> None:
         assert bad not in out
 
 
-def test_markdown_subset_is_safe() -> None:
+def test_markdown_renders_normal_markdown() -> None:
     out = markdown_html("# T\n\n1. a\n2. **b**\n\n```python\nx = '<tag>'\n```\n\n> quote <em>\n\n"
-                        "[x](javascript:alert(1)) [y](https://ok.example) _it_ snake_case_name ~~gone~~")
-    assert "<h3>T</h3>" in out and "<ol><li>a</li><li><strong>b</strong></li></ol>" in out
-    assert '<pre><code class="language-python">x = &#x27;&lt;tag&gt;&#x27;</code></pre>' in out
-    assert "<blockquote><p>quote &lt;em&gt;</p></blockquote>" in out
-    assert "javascript" in out and 'href="javascript' not in out and '<a href="https://ok.example"' in out
-    assert "<em>it</em>" in out and "snake_case_name" in out and "<del>gone</del>" in out
-    assert markdown_html("***a*** *b **c** d*") == "<p><strong><em>a</em></strong> <em>b <strong>c</strong> d</em></p>"
+                        "[y](https://ok.example) _it_ snake_case_name ~~gone~~ `a<b`\n\n- [m](mailto:a@b.example)")
+    flat = out.replace("\n", "")
+    assert "<h3>T</h3>" in out and "<ol><li>a</li><li><strong>b</strong></li></ol>" in flat
+    assert "<pre><code class=\"language-python\">x = '&lt;tag&gt;'</code></pre>" in flat
+    assert "<blockquote><p>quote &lt;em&gt;</p></blockquote>" in flat
+    assert '<a href="https://ok.example" rel="noopener noreferrer">y</a>' in out
+    assert '<ul><li><a href="mailto:a@b.example" rel="noopener noreferrer">m</a></li></ul>' in flat
+    assert "<em>it</em>" in out and "snake_case_name" in out and "<s>gone</s>" in out
+    assert "<code>a&lt;b</code>" in out
+    assert markdown_html("***a*** *b **c** d*") == "<p><em><strong>a</strong></em> <em>b <strong>c</strong> d</em></p>"
+    assert markdown_html("###### deep") == "<h6>deep</h6>"  # headings go below the record's own, never past h6
+    table = markdown_html("| a | b |\n|:-:|--:|\n| 1 | *2* |").replace("\n", "")
+    assert ('<table><thead><tr><th style="text-align:center">a</th><th style="text-align:right">b</th></tr></thead>'
+            '<tbody><tr><td style="text-align:center">1</td><td style="text-align:right"><em>2</em></td></tr>'
+            "</tbody></table>") == table
 
 
 def test_superseded_pending_and_long_runs(full: dict[str, Any], waiting: dict[str, Any]) -> None:
@@ -155,8 +165,9 @@ def test_superseded_pending_and_long_runs(full: dict[str, Any], waiting: dict[st
 
     long = dict(full, steps=[dict(full["steps"][0], id=str(i)) for i in range(45)])
     out = render_html(long)
-    assert "29 more steps" in out and '<ol class="nbr-steps" start="38">' in out
-    assert "29 more steps" in render_text(long)
+    assert "29 more entries" in out and '<ol class="nbr-steps" start="38">' in out
+    assert "Timeline · 45 entries" in out
+    assert "29 more entries" in render_text(long) and "timeline · 45 entries:" in render_text(long)
 
     big = copy.deepcopy(full)
     big["plans"][1]["steps"][0]["preview"] = "--- /dev/null\n+++ b/x\n" + "".join(f"+{i}\n" for i in range(40))
@@ -177,7 +188,7 @@ def test_text_markdown_and_bundle(full: dict[str, Any]) -> None:
     assert text.splitlines()[-2].startswith("totals: ") and text.endswith(f"log: {full['log_path']}")
 
     md = render_markdown(full)
-    assert md.startswith(f"## nbagent run `{full['run_id']}`") and f"### Steps ({len(full['steps'])})" in md
+    assert md.startswith(f"## nbagent run `{full['run_id']}`") and f"### Timeline · {len(full['steps'])} entries" in md
     assert "```diff\n--- /dev/null\n+++ b/report.md" in md and "#### Top regions" in md
     assert "<script>" not in md.split("```")[-1]  # outside code, the answer's HTML is neutralised
     assert "**Log:** `" in md and "reason: keep the raw data" in md

@@ -6,8 +6,8 @@ script, no external assets; plain semantic HTML still reads well where styles ar
 shows; `RunRecord(view)` is the same as a displayable object.
 
 Every string that came from the model, a tool or a person is untrusted: it is escaped before it is placed in
-HTML, and the answer's Markdown is turned into HTML by a small renderer here that escapes first and only then
-adds a fixed set of tags (links: http and https only). Plain Python: no IPython or widget import.
+HTML, and the answer's Markdown is rendered by markdown-it with raw HTML off, then sanitised by nh3 against a
+short allow-list (links: http, https and mailto only). Plain Python: no IPython or widget import.
 """
 
 from __future__ import annotations
@@ -62,15 +62,26 @@ def fmt_ms(ms: Any) -> str:
     return f"{h} h {m} min"
 
 
-def fmt_cost(cost: Any) -> str:
+NOMINAL_NOTE = "nominal: an offline model's made-up prices, so cost tracking can be tried; no money was spent"
+
+
+def fmt_cost(cost: Any, nominal: bool = False) -> str:
+    """A dollar amount; `nominal` (an offline model) says so beside it, so it never reads as money spent."""
     if cost is None:
         return "cost unknown"
     cost = float(cost)
     if cost == 0:
-        return "$0"
-    if cost < 0.01:
-        return f"${cost:.2g}" if cost >= 0.0001 else f"${cost:.1e}"
-    return f"${cost:,.2f}"
+        text = "$0"
+    elif cost < 0.01:
+        text = f"${cost:.2g}" if cost >= 0.0001 else f"${cost:.1e}"
+    else:
+        text = f"${cost:,.2f}"
+    return f"{text} nominal" if nominal else text
+
+
+def plural(n: Any, one: str, many: str) -> str:
+    n = int(n or 0)
+    return f"{n} {one if n == 1 else many}"
 
 
 def fmt_tokens(n: Any) -> str:
@@ -120,30 +131,61 @@ def _args_are_long(arguments: Any) -> bool:
     ) if isinstance(arguments, dict) else len(_json(arguments)) > 120
 
 
-def tree_line(tree: dict[str, Any] | None) -> str:
+def tree_line(tree: dict[str, Any] | None, nominal: bool = False) -> str:
     """What a run and its sub-agents spent together (what budgets count), and each run's share."""
     if not tree or len(tree.get("runs") or {}) < 2:
         return ""
     runs = tree["runs"]
-    shares = ", ".join(f"{rid[-6:]}: {r.get('model_calls', 0)} call{'s' if r.get('model_calls') != 1 else ''}"
-                       f" {fmt_cost(r.get('cost'))}" for rid, r in runs.items())
-    return (f"with {len(runs) - 1} sub-agent{'s' if len(runs) != 2 else ''}: {tree.get('model_calls', 0)} model calls"
+    shares = ", ".join(f"{rid[-6:]}: {plural(r.get('model_calls'), 'call', 'calls')}"
+                       f" {fmt_cost(r.get('cost'), nominal)}" for rid, r in runs.items())
+    return (f"with {plural(len(runs) - 1, 'sub-agent', 'sub-agents')}: "
+            f"{plural(tree.get('model_calls'), 'model call', 'model calls')}"
             f" · {fmt_tokens(tree.get('tokens'))} tokens · "
-            f"{fmt_cost(tree.get('cost') if tree.get('cost_known', True) else None)} · "
-            f"{tree.get('tool_steps', 0)} tool steps (by run: {shares})")
+            f"{fmt_cost(tree.get('cost') if tree.get('cost_known', True) else None, nominal)} · "
+            f"{plural(tree.get('tool_steps'), 'tool call', 'tool calls')} (by run: {shares})")
 
 
-def totals_line(totals: dict[str, Any]) -> str:
+def tool_calls(totals: dict[str, Any]) -> int:
+    """A run's tool calls; views written before `tool_calls` had it as `steps`."""
     t = totals or {}
-    parts = [f"{t.get('steps', 0)} step{'s' if t.get('steps', 0) != 1 else ''}",
-             f"{t.get('model_calls', 0)} model call{'s' if t.get('model_calls', 0) != 1 else ''}",
+    return int(t.get("tool_calls", t.get("steps")) or 0)
+
+
+def totals_line(totals: dict[str, Any], nominal: bool = False) -> str:
+    """"5 tool calls · 4 model calls · 895 tokens (738 in, 157 out) · $0.0011 · 3.8 s": tool calls, never "steps",
+    so the count is not read against the timeline's entries."""
+    t = totals or {}
+    parts = [plural(tool_calls(t), "tool call", "tool calls"),
+             plural(t.get("model_calls"), "model call", "model calls"),
              f"{fmt_tokens(t.get('tokens'))} tokens"
              + (f" ({fmt_tokens(t.get('prompt_tokens'))} in, {fmt_tokens(t.get('completion_tokens'))} out)"
                 if t.get("prompt_tokens") or t.get("completion_tokens") else ""),
-             fmt_cost(t.get("cost"))]
+             fmt_cost(t.get("cost"), nominal)]
     if t.get("wall_ms") is not None:
         parts.append(fmt_ms(t.get("wall_ms")))
     return " · ".join(parts)
+
+
+def timeline_label(view: dict[str, Any]) -> str:
+    return f"Timeline · {plural(len(view.get('steps') or []), 'entry', 'entries')}"
+
+
+def cell_label(view: dict[str, Any]) -> str:
+    return str(view.get("cell_label") or view.get("cell_id") or "")
+
+
+def outcome_warning(view: dict[str, Any]) -> str:
+    """For a run that ended with failed or denied tool calls: say so before its answer, which is the model's own
+    account and may claim what did not happen."""
+    if view.get("status") != "completed_with_errors":
+        return ""
+    t = view.get("totals") or {}
+    failed, denied = int(t.get("failed") or 0), int(t.get("denied") or 0)
+    what = [x for x in (plural(failed, "tool call failed", "tool calls failed") if failed else "",
+                        plural(denied, "tool call was denied", "tool calls were denied") if denied else "") if x]
+    head = " and ".join(what) if what else "the run recorded errors"
+    return (f"{head[:1].upper()}{head[1:]}: the answer is the model's own account and may describe what did not "
+            "happen; check Errors")
 
 
 def pending_hint(view: dict[str, Any]) -> str:
@@ -233,7 +275,8 @@ def step_summary(step: dict[str, Any]) -> str:
     """One line for a step, plain text."""
     kind = step.get("kind")
     if kind == "model":
-        bits = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost")), fmt_ms(step.get("latency_ms"))]
+        bits = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost"), step.get("cost_nominal")),
+                fmt_ms(step.get("latency_ms"))]
         if step.get("retries"):
             bits.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
         return f"model {step.get('title', '')}: {step.get('detail', '')} · " + " · ".join(b for b in bits if b)
@@ -295,203 +338,88 @@ def _step_window(steps: Steps) -> tuple[Steps, Steps, Steps]:
 
 # ------------------------------------------------------------------------------------------------- Markdown → HTML
 
-_INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
-_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^\s()<>\"']+)\)")
-_AUTOLINK = re.compile(r"(?<![\"'=\w/])(https?://[^\s<>\"'()\[\]]+[^\s<>\"'()\[\].,;:!?])")
-_BOLD_ITALIC = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
-_BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
-_ITALIC_STAR = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
-_ITALIC_UND = re.compile(r"(?<![\w_])_(?=[^\s_])(.+?)(?<=[^\s_])_(?![\w_])")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})\s*([\w+.#-]*)")
-_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-_UL = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-_OL = re.compile(r"^(\s*)(\d{1,9})[.)]\s+(.*)$")
-_HR = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
+# The model's Markdown goes through markdown-it (CommonMark, raw HTML off: any tag in the text comes out as text),
+# then through nh3 (the Ammonia sanitiser) with a short allow-list, so a gap in either alone lets no markup through.
+LINK_SCHEMES = frozenset({"http", "https", "mailto"})
+LINK_REL = "noopener noreferrer"
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_CODE_CLASS = re.compile(r"language-[\w+.#-]{1,40}")
+_MD_TAGS = {"p", "br", "hr", "h3", "h4", "h5", "h6", "strong", "em", "s", "del", "code", "pre", "blockquote", "ul",
+            "ol", "li", "table", "thead", "tbody", "tr", "th", "td", "a"}
+_MD_ATTRS = {"a": {"href"}, "ol": {"start"}, "code": {"class"}, "th": {"style"}, "td": {"style"}}
 
 
-def _inline(text: str) -> str:
-    """Inline Markdown of already-escaped text."""
-    codes: list[str] = []
-
-    def keep(html_: str) -> str:
-        codes.append(html_)
-        return f"\x00{len(codes) - 1}\x00"
-
-    text = _INLINE_CODE.sub(lambda m: keep(f"<code>{m.group(2).strip()}</code>"), text)
-    text = _LINK.sub(lambda m: keep(f'<a href="{m.group(2)}" rel="noopener noreferrer nofollow">'
-                                    f"{_inline_marks(m.group(1))}</a>"), text)
-    text = _AUTOLINK.sub(lambda m: keep(f'<a href="{m.group(1)}" rel="noopener noreferrer nofollow">{m.group(1)}</a>'),
-                         text)
-    text = _inline_marks(text)
-    return re.sub(r"\x00(\d+)\x00", lambda m: codes[int(m.group(1))], text)
+def link_allowed(url: str) -> bool:
+    """Only absolute http, https and mailto links are followed; anything else (javascript:, data:, a path that the
+    notebook server would resolve) is shown as text."""
+    m = _SCHEME.match(url)
+    return m is not None and m.group(1).lower() in LINK_SCHEMES
 
 
-def _inline_marks(text: str) -> str:
-    # emphasis before strong (a single-star run never matches inside a double one), so tags nest properly
-    text = _BOLD_ITALIC.sub(r"<strong><em>\1</em></strong>", text)
-    text = _ITALIC_STAR.sub(r"<em>\1</em>", text)
-    text = _ITALIC_UND.sub(r"<em>\1</em>", text)
-    text = _BOLD.sub(r"<strong>\2</strong>", text)
-    return _STRIKE.sub(r"<del>\1</del>", text)
+def _attribute_filter(tag: str, attr: str, value: str) -> str | None:
+    if tag == "code" and attr == "class":
+        return value if _CODE_CLASS.fullmatch(value) else None
+    if tag == "a" and attr == "href":
+        return value if link_allowed(value) else None
+    return value
 
 
-def _split_row(line: str) -> list[str]:
-    line = line.strip()
-    if line.startswith("|"):
-        line = line[1:]
-    if line.endswith("|") and not line.endswith("\\|"):
-        line = line[:-1]
-    return [c.strip() for c in re.split(r"(?<!\\)\|", line)]
+def _markdown_it() -> Any:
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
+    md.validateLink = lambda url: True  # links are judged below, so a refused one keeps its text, not its syntax
+
+    def judge_links(state: Any) -> None:
+        for block in state.tokens:
+            if block.type in ("heading_open", "heading_close"):
+                block.tag = f"h{min(6, int(block.tag[1]) + 2)}"  # the answer sits under the record's own headings
+            refused = False  # CommonMark links never nest: a link_close closes the last link_open
+            for token in block.children or []:
+                if token.type == "link_open":
+                    refused = not link_allowed(str(token.attrGet("href") or ""))
+                    token.meta["refused"] = refused
+                elif token.type == "link_close":
+                    token.meta["refused"] = refused
+                elif token.type == "image":  # no external assets in the record: an image is a link to it
+                    token.meta["refused"] = not link_allowed(str(token.attrGet("src") or ""))
+
+    md.core.ruler.push("nbagent_links", judge_links)
+
+    def link_open(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        return "" if tokens[idx].meta.get("refused") else self.renderToken(tokens, idx, options, env)
+
+    def link_close(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        return "" if tokens[idx].meta.get("refused") else self.renderToken(tokens, idx, options, env)
+
+    def image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        token = tokens[idx]
+        alt = html.escape(self.renderInlineAsText(token.children or [], options, env) or "image")
+        if token.meta.get("refused"):
+            return alt
+        return f'<a href="{html.escape(str(token.attrGet("src")), quote=True)}">image: {alt}</a>'
+
+    md.add_render_rule("link_open", link_open)
+    md.add_render_rule("link_close", link_close)
+    md.add_render_rule("image", image)
+    return md
 
 
-def markdown_html(source: str, *, heading_offset: int = 2) -> str:
-    """A small, safe Markdown subset as HTML: paragraphs, headings, lists, fenced and inline code, quotes, tables,
-    rules, bold, italic, strikethrough, and http(s) links. All HTML in the source is escaped first."""
-    text = html.escape(str(source or "").replace("\x00", "").replace("\r\n", "\n"), quote=True)
-    lines = text.split("\n")
-    out: list[str] = []
-    para: list[str] = []
-    i = 0
-
-    def flush_para() -> None:
-        if para:
-            out.append("<p>" + "<br>\n".join(_inline(p) for p in _soft(para)) + "</p>")
-            para.clear()
-
-    while i < len(lines):
-        line = lines[i]
-        fence = _FENCE.match(line)
-        if fence:
-            flush_para()
-            marker = fence.group(1)
-            lang = fence.group(2)
-            body: list[str] = []
-            i += 1
-            while i < len(lines) and not lines[i].strip().startswith(marker):
-                body.append(lines[i])
-                i += 1
-            i += 1
-            cls = f' class="language-{lang}"' if lang else ""
-            out.append(f"<pre><code{cls}>" + "\n".join(body) + "</code></pre>")
-            continue
-        if not line.strip():
-            flush_para()
-            i += 1
-            continue
-        heading = _HEADING.match(line)
-        if heading:
-            flush_para()
-            level = min(6, len(heading.group(1)) + heading_offset)
-            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
-            i += 1
-            continue
-        if _HR.match(line) and not para:
-            out.append("<hr>")
-            i += 1
-            continue
-        if line.lstrip().startswith("&gt;"):
-            flush_para()
-            quoted: list[str] = []
-            while i < len(lines) and lines[i].lstrip().startswith("&gt;"):
-                quoted.append(re.sub(r"^\s*&gt;\s?", "", lines[i]))
-                i += 1
-            out.append("<blockquote>" + markdown_html_escaped("\n".join(quoted), heading_offset) + "</blockquote>")
-            continue
-        if "|" in line and i + 1 < len(lines) and _TABLE_SEP.match(lines[i + 1]):
-            flush_para()
-            header = _split_row(line)
-            aligns = [("right" if c.endswith(":") and not c.startswith(":") else
-                       "center" if c.startswith(":") and c.endswith(":") else "")
-                      for c in _split_row(lines[i + 1])]
-            i += 2
-            rows: list[list[str]] = []
-            while i < len(lines) and "|" in lines[i] and lines[i].strip():
-                rows.append(_split_row(lines[i]))
-                i += 1
-
-            def cell(tag: str, value: str, col: int, aligns: list[str] = aligns) -> str:
-                align = aligns[col] if col < len(aligns) else ""
-                style = f' style="text-align:{align}"' if align else ""
-                return f"<{tag}{style}>{_inline(value)}</{tag}>"
-
-            table = "<table><thead><tr>" + "".join(cell("th", h, c) for c, h in enumerate(header)) + "</tr></thead>"
-            table += "<tbody>" + "".join(
-                "<tr>" + "".join(cell("td", (r + [""] * len(header))[c], c) for c in range(len(header))) + "</tr>"
-                for r in rows) + "</tbody></table>"
-            out.append(table)
-            continue
-        if _UL.match(line) or _OL.match(line):
-            flush_para()
-            i = _list(lines, i, out)
-            continue
-        para.append(line)
-        i += 1
-    flush_para()
-    return "\n".join(out)
+_MD: Any = None
 
 
-def markdown_html_escaped(escaped: str, heading_offset: int) -> str:
-    """`markdown_html` of text that is already escaped (nested blocks)."""
-    return markdown_html(html.unescape(escaped), heading_offset=heading_offset)
+def markdown_html(source: str) -> str:
+    """Untrusted Markdown (the model's answer) as safe HTML: CommonMark with tables and strikethrough, headings
+    from h3 down, raw HTML shown as text, links only to http(s) and mailto (rel="noopener noreferrer")."""
+    import nh3
 
-
-def _soft(lines: list[str]) -> list[str]:
-    """Paragraph lines: a line ending in two spaces or a backslash breaks; others join with a space."""
-    merged: list[str] = []
-    cur = ""
-    for line in lines:
-        hard = line.endswith("  ") or line.endswith("\\")
-        piece = line.rstrip("\\").strip()
-        cur = f"{cur} {piece}" if cur else piece
-        if hard:
-            merged.append(cur)
-            cur = ""
-    if cur:
-        merged.append(cur)
-    return merged
-
-
-def _list(lines: list[str], i: int, out: list[str]) -> int:
-    """A (possibly nested, by indentation) list starting at line i; returns the next line index."""
-    first = _UL.match(lines[i]) or _OL.match(lines[i])
-    assert first is not None
-    base = len(first.group(1))
-    ordered = _OL.match(lines[i]) is not None and _UL.match(lines[i]) is None
-    start = int(first.group(2)) if ordered else 1
-    items: list[list[str]] = []  # each item: its lines (first line's text, then continuation/nested lines)
-    while i < len(lines):
-        line = lines[i]
-        m = (_OL.match(line) if ordered else _UL.match(line))
-        if m and len(m.group(1)) <= base + 1:
-            items.append([m.group(3) if ordered else m.group(2)])
-            i += 1
-            continue
-        if not line.strip():
-            nxt = lines[i + 1] if i + 1 < len(lines) else ""
-            nm = _OL.match(nxt) if ordered else _UL.match(nxt)
-            if (nm and len(nm.group(1)) <= base + 1) or (nxt.startswith(" " * (base + 2)) and nxt.strip()):
-                i += 1
-                continue
-            break
-        if items and len(line) - len(line.lstrip()) > base:
-            items[-1].append(line[base + 2:] if line.startswith(" " * (base + 2)) else line.strip())
-            i += 1
-            continue
-        break
-    tag = "ol" if ordered else "ul"
-    attr = f' start="{start}"' if ordered and start != 1 else ""
-    parts = []
-    for item in items:
-        head, rest = item[0], item[1:]
-        inner = _inline(head)
-        if rest:
-            nested = markdown_html_escaped("\n".join(rest), 2)
-            inner += "\n" + re.sub(r"^<p>(.*)</p>$", r"\1", nested, flags=re.S) if nested else ""
-        parts.append(f"<li>{inner}</li>")
-    out.append(f"<{tag}{attr}>" + "".join(parts) + f"</{tag}>")
-    return i
+    global _MD
+    if _MD is None:
+        _MD = _markdown_it()
+    rendered = _MD.render(str(source or "").replace("\x00", ""))
+    return nh3.clean(rendered, tags=_MD_TAGS, attributes=_MD_ATTRS, attribute_filter=_attribute_filter,
+                     clean_content_tags={"script", "style"}, link_rel=LINK_REL, url_schemes=set(LINK_SCHEMES),
+                     url_relative="deny", filter_style_properties={"text-align"}).strip()
 
 
 # ------------------------------------------------------------------------------------------------------- HTML
@@ -669,7 +597,8 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
     head = f'{icon} <span class="nbr-kind">{_esc(label)}</span> '
     body = ""
     if kind == "model":
-        facts = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost")), fmt_ms(step.get("latency_ms"))]
+        facts = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost"), step.get("cost_nominal")),
+                 fmt_ms(step.get("latency_ms"))]
         if step.get("retries"):
             facts.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
         head += (f'<code>{_esc(step.get("title"))}</code> → {_esc(step.get("detail"))} '
@@ -732,12 +661,12 @@ def _steps_html(view: dict[str, Any]) -> str:
         return ""
     by_request = {d.get("request_id"): d for d in view.get("decisions") or [] if d.get("request_id")}
     head, middle, tail = _step_window(steps)
-    out = [f'<h4 class="nbr-section">Steps ({len(steps)})</h4>', '<ol class="nbr-steps">']
+    out = [f'<h4 class="nbr-section">{_esc(timeline_label(view))}</h4>', '<ol class="nbr-steps">']
     out += [_step_html(s, by_request) for s in head]
     out.append("</ol>")
     if middle:
         inner = f'<ol class="nbr-steps" start="{len(head) + 1}">' + "".join(_step_html(s, by_request) for s in middle)
-        out.append(_collapsible(f"… {len(middle)} more steps", inner + "</ol>"))
+        out.append(_collapsible(f"… {plural(len(middle), 'more entry', 'more entries')}", inner + "</ol>"))
         out.append(f'<ol class="nbr-steps" start="{len(steps) - len(tail) + 1}">')
         out += [_step_html(s, by_request) for s in tail]
         out.append("</ol>")
@@ -821,8 +750,8 @@ def render_html(view: dict[str, Any]) -> str:
     out.append(f'<h4 class="nbr-title">{_badge(label, tone)} <span>nbagent run</span></h4>')
     meta = [f"model <code>{_esc(v.get('model'))}</code>", f"autonomy <code>{_esc(v.get('autonomy'))}</code>",
             f"run <code>{_esc(run_id)}</code>"]
-    if v.get("cell_id"):
-        meta.append(f"cell <code>{_esc(v['cell_id'])}</code>")
+    if v.get("cell_id"):  # the short label; the whole id on hover
+        meta.append(f'cell <code title="{_esc(v["cell_id"])}">{_esc(cell_label(v))}</code>')
     if v.get("previous_run_id"):
         meta.append(f"continues <code>{_esc(short_id(v['previous_run_id']))}</code>")
     if v.get("parent_run_id"):
@@ -838,6 +767,8 @@ def render_html(view: dict[str, Any]) -> str:
     elif status == "interrupted":
         out.append(f'<div class="nbr-banner nbr-warn"><strong>■ interrupted</strong>'
                    f'<span class="nbr-hint">in a new cell: {_esc(pending_hint(v))}</span></div>')
+    if outcome_warning(v):
+        out.append(f'<div class="nbr-banner nbr-warn"><strong>⚠ {_esc(outcome_warning(v))}</strong></div>')
     out.append(_steps_html(v))
     plans = v.get("plans") or []
     if plans:
@@ -852,9 +783,12 @@ def render_html(view: dict[str, Any]) -> str:
     if errors:
         out.append('<h4 class="nbr-section">Errors</h4><ul class="nbr-errors">'
                    + "".join(f"<li>{_esc(e)}</li>" for e in errors) + "</ul>")
-    foot = [f"<span><strong>Totals</strong> {_esc(totals_line(v.get('totals') or {}))}</span>"]
+    nominal = bool(v.get("cost_nominal"))
+    foot = [f"<span><strong>Totals</strong> {_esc(totals_line(v.get('totals') or {}, nominal))}</span>"]
     if tree_line(v.get("tree")):
-        foot.append(f"<span><strong>Run tree</strong> {_esc(tree_line(v.get('tree')))}</span>")
+        foot.append(f"<span><strong>Run tree</strong> {_esc(tree_line(v.get('tree'), nominal))}</span>")
+    if nominal:
+        foot.append(f'<span class="nbr-nominal">{_esc(NOMINAL_NOTE)}</span>')
     if v.get("log_path"):
         foot.append(f"<span><strong>Log</strong> <code>{_esc(v['log_path'])}</code></span>")
     out.append('<div class="nbr-foot">' + "".join(foot) + "</div></div>")
@@ -872,7 +806,7 @@ def render_text(view: dict[str, Any]) -> str:
     v = view or {}
     status = str(v.get("status") or "running")
     lines = [f"nbagent run {v.get('run_id', '')} · {STATUS_ICON.get(status, '')} {status} · model {v.get('model')}"
-             f" · autonomy {v.get('autonomy')}" + (f" · cell {v['cell_id']}" if v.get("cell_id") else "")]
+             f" · autonomy {v.get('autonomy')}" + (f" · cell {cell_label(v)}" if v.get("cell_id") else "")]
     if v.get("superseded_by"):
         lines.append(f"superseded by run {v['superseded_by']} (an earlier cell was re-run)")
     if v.get("prompt"):
@@ -881,13 +815,15 @@ def render_text(view: dict[str, Any]) -> str:
         lines.append(f"{pending_text(v)}: in a new cell, {pending_hint(v)}")
     elif status == "interrupted":
         lines.append(f"interrupted: in a new cell, {pending_hint(v)}")
+    if outcome_warning(v):
+        lines.append(f"⚠ {outcome_warning(v)}")
     steps = v.get("steps") or []
     if steps:
-        lines.append(f"steps ({len(steps)}):")
+        lines.append(f"{timeline_label(v).lower()}:")
         head, middle, tail = _step_window(steps)
         lines += [f"  {n:>2}. {step_summary(s)}" for n, s in enumerate(head, 1)]
         if middle:
-            lines.append(f"      … {len(middle)} more steps …")
+            lines.append(f"      … {plural(len(middle), 'more entry', 'more entries')} …")
             lines += [f"  {n:>2}. {step_summary(s)}" for n, s in enumerate(tail, len(steps) - len(tail) + 1)]
     plans = v.get("plans") or []
     if plans:
@@ -908,9 +844,10 @@ def render_text(view: dict[str, Any]) -> str:
         errors.insert(0, v["error"])
     for e in errors:
         lines.append(f"error: {_clip(e, 300)}")
-    lines.append("totals: " + totals_line(v.get("totals") or {}))
+    nominal = bool(v.get("cost_nominal"))
+    lines.append("totals: " + totals_line(v.get("totals") or {}, nominal) + (f" ({NOMINAL_NOTE})" if nominal else ""))
     if tree_line(v.get("tree")):
-        lines.append("run tree: " + tree_line(v.get("tree")))
+        lines.append("run tree: " + tree_line(v.get("tree"), nominal))
     if v.get("log_path"):
         lines.append(f"log: {v['log_path']}")
     return "\n".join(lines)
@@ -936,6 +873,10 @@ def _md_text(text: Any) -> str:
     """Untrusted text placed in Markdown prose: no HTML, no accidental emphasis or links."""
     s = html.escape(" ".join(str(text or "").split()), quote=False)
     return re.sub(r"([\\`*_\[\]#|])", r"\\\1", s)
+
+
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})\s*([\w+.#-]*)")
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
 def _md_answer(answer: str) -> str:
@@ -966,7 +907,7 @@ def render_markdown(view: dict[str, Any]) -> str:
     out = [f"## nbagent run `{v.get('run_id', '')}` — {STATUS_ICON.get(status, '')} {status.replace('_', ' ')}", ""]
     meta = [f"**model** {_code(v.get('model') or '')}", f"**autonomy** {v.get('autonomy')}"]
     if v.get("cell_id"):
-        meta.append(f"**cell** {_code(v['cell_id'])}")
+        meta.append(f"**cell** {_code(cell_label(v))}")
     if v.get("previous_run_id"):
         meta.append(f"**continues** {_code(v['previous_run_id'])}")
     if v.get("started_at"):
@@ -978,9 +919,11 @@ def render_markdown(view: dict[str, Any]) -> str:
         out += ["> " + "\n> ".join(_md_text(line) for line in str(v["prompt"]).split("\n")), ""]
     if v.get("pending"):
         out += [f"**{_md_text(pending_text(v))}** — in a new cell: {_code(pending_hint(v))}", ""]
+    if outcome_warning(v):
+        out += [f"**⚠ {_md_text(outcome_warning(v))}**", ""]
     steps = v.get("steps") or []
     if steps:
-        out += [f"### Steps ({len(steps)})", ""]
+        out += [f"### {timeline_label(v)}", ""]
         for n, s in enumerate(steps, 1):
             kind = s.get("kind")
             if kind == "tool":
@@ -1025,9 +968,12 @@ def render_markdown(view: dict[str, Any]) -> str:
         errors.insert(0, v["error"])
     if errors:
         out += ["### Errors", ""] + [f"- {_md_text(e)}" for e in errors] + [""]
-    out.append(f"**Totals:** {totals_line(v.get('totals') or {})}  ")
+    nominal = bool(v.get("cost_nominal"))
+    out.append(f"**Totals:** {totals_line(v.get('totals') or {}, nominal)}  ")
     if tree_line(v.get("tree")):
-        out.append(f"**Run tree:** {tree_line(v.get('tree'))}  ")
+        out.append(f"**Run tree:** {tree_line(v.get('tree'), nominal)}  ")
+    if nominal:
+        out.append(f"*{NOMINAL_NOTE}*  ")
     if v.get("log_path"):
         out.append(f"**Log:** {_code(v['log_path'])}")
     return "\n".join(out).rstrip() + "\n"

@@ -6,21 +6,37 @@ dict, so they cannot disagree. It is derived from events only (plain Python: no 
 
 Shape (version 1):
 
-    {"version": 1, "run_id", "session_id", "status", "model", "autonomy", "prompt", "cell_id", "log_path",
-     "previous_run_id", "parent_run_id", "superseded_by", "started_at", "ended_at", "revision",
+    {"version": 1, "run_id", "session_id", "status", "model", "autonomy", "prompt", "cell_id", "cell_label",
+     "log_path", "previous_run_id", "parent_run_id", "superseded_by", "started_at", "ended_at", "revision",
+     "cost_nominal",
      "steps": [{"id", "kind": "model"|"tool"|"denied"|"thinking"|"question"|"child"|"error"|"info",
                 "title", "detail", "status": "running"|"ok"|"failed"|"denied"|"waiting"|"info",
                 "call_id", "tool", "arguments", "risk", "risk_reason", "target", "preview", "result_preview",
-                "tokens", "cost", "latency_ms", "duration_ms", "retries", "ts", "depth"}],
+                "error_type", "rule", "tokens", "cost", "cost_nominal", "latency_ms", "duration_ms", "retries", "ts",
+                "depth"}],
      "plans": [{"plan_id", "purpose", "steps": [PlanStep], "max_risk", "auto_executing", "status"}],
      "pending": null | {"kind": "approval"|"human_input", "request_id", "plan_id", "question"},
      "decisions": [{"kind", "by", "text", "ts", "plan_id", "request_id"}],
      "answer": str | null, "error": str | null, "errors": [str],
-     "totals": {"steps", "model_calls", "tokens", "prompt_tokens", "completion_tokens", "cost", "wall_ms"}}
+     "totals": {"tool_calls", "steps", "model_calls", "tokens", "prompt_tokens", "completion_tokens", "cost",
+                "wall_ms", "failed", "denied"}}
+
+`steps` is the timeline (every entry: model calls, tool calls, denials, questions...); `totals.tool_calls` counts
+the run's tool calls (`totals.steps` is the same number, kept for views written before the name). Label them
+"Timeline · N entries" and "N tool calls" so the two never read as one thing counted twice.
+`cell_label` is the cell id as short as it can be while no other cell of the same log shares it.
+`cost_nominal` is true for the offline models (`nbagent/scripted`, `nbagent/function`, `nbagent/replay`): their
+prices are made up so that cost tracking runs end to end; no money was spent.
+A tool call refused because of a fact about the folder (a missing file...) is a failed tool call, not a denial:
+logs written before the runtime recorded it so (as `authorization_denied` with a `scope.missing`... rule) are
+shown the new way.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +46,41 @@ from ..timeline import clip
 
 VERSION = 1
 MIME = "application/vnd.nbagent.run+json"
+
+# Rules of the scope check that state a fact about the folder, not a policy. The runtime records these as failed tool
+# calls (its FILE_FACTS); older logs hold them as denials, which the view turns into errors the same way.
+FILE_FACT_RULES = frozenset({"scope.missing", "scope.exists", "scope.not_a_file", "scope.not_a_folder",
+                             "scope.changed", "scope.unreadable", "scope.symlink_loop"})
+# Offline models are named `nbagent/<name>` (the `nbagent` litellm provider); their prices are nominal.
+OFFLINE_MODEL_PREFIX = "nbagent/"
+UUID_CELL = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+SHORT_CELL = 16  # a cell id this long or shorter is shown whole
+MIN_UUID_PREFIX = 8
+
+
+def is_nominal(model: str | None) -> bool:
+    """Whether a model's prices are nominal (an offline model: no money spent)."""
+    return bool(model) and str(model).startswith(OFFLINE_MODEL_PREFIX)
+
+
+def cell_labels(cell_ids: Iterable[str | None]) -> dict[str, str]:
+    """The shortest form of each cell id that no other id of the set shares: whole when short, a prefix of at
+    least 8 characters for a UUID (as Jupyter's), at least SHORT_CELL for other long ids."""
+    ids = sorted({c for c in cell_ids if c})
+    out: dict[str, str] = {}
+    for c in ids:
+        if len(c) <= SHORT_CELL:
+            out[c] = c
+            continue
+        n = MIN_UUID_PREFIX if UUID_CELL.fullmatch(c) else SHORT_CELL
+        while n < len(c) and any(o != c and o.startswith(c[:n]) for o in ids):
+            n += 1
+        out[c] = c[:n]
+    return out
+
+
+def is_file_fact(rule: str | None) -> bool:
+    return rule in FILE_FACT_RULES
 
 
 def _ms_between(a: str | None, b: str | None) -> float | None:
@@ -44,11 +95,12 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
     if e.type == "llm_called":
         message = ((p.response.get("choices") or [{}])[0].get("message") or {})
         calls = message.get("tool_calls") or []
-        what = f"{len(calls)} tool call(s)" if calls else "answer"
+        what = (f"{len(calls)} tool call{'s' if len(calls) != 1 else ''}") if calls else "answer"
         return {**base, "kind": "model", "title": f"{p.model}", "detail": what, "status": "ok",
                 "tokens": p.usage.total_tokens or p.usage.prompt_tokens + p.usage.completion_tokens,
                 "prompt_tokens": p.usage.prompt_tokens, "completion_tokens": p.usage.completion_tokens,
-                "cost": p.cost, "latency_ms": p.latency_ms, "retries": p.retry_count}
+                "cost": p.cost, "cost_nominal": is_nominal(p.model), "latency_ms": p.latency_ms,
+                "retries": p.retry_count}
     if e.type == "thinking":
         return {**base, "kind": "thinking", "title": "thinking", "detail": p.text, "status": "info"}
     if e.type == "tool_call_started":
@@ -58,6 +110,9 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
                 "arguments": p.arguments, "risk": str(p.risk), "target": p.target, "status": "running",
                 "detail": p.reason, "risk_reason": getattr(p, "risk_reason", None)}
     if e.type == "authorization_denied":
+        if is_file_fact(p.rule):  # an older log's "denial" of a missing file...: an error, as the runtime now says
+            return {**base, "kind": "tool", "title": p.tool, "tool": p.tool, "call_id": p.call_id, "arguments": {},
+                    "target": p.target, "status": "failed", "detail": p.reason, "error_type": p.rule}
         return {**base, "kind": "denied", "title": p.tool, "tool": p.tool, "call_id": p.call_id,
                 "target": p.target, "status": "denied", "detail": p.reason, "rule": p.rule}
     if e.type == "human_input_requested":
@@ -90,28 +145,54 @@ def run_view(store: Any, run_id: str) -> dict[str, Any]:
         from ..replay import run_tree
 
         tree = TreeUsage.of(store.run_state(r) for r in run_tree(store, run_id)).model_dump(mode="json")
-    return view_state(state, store.run_events(run_id), log_path=str(store.path), tree=tree)
+    labels = cell_labels(r.cell_id for r in store.list_runs())
+    return view_state(state, store.run_events(run_id), log_path=str(store.path), tree=tree,
+                      cell_label=labels.get(state.cell_id or ""))
+
+
+def _asked(p: Any) -> dict[str, dict[str, Any]]:
+    """The arguments the model gave each tool call of a reply, by nbagent's call id (for a call that failed before
+    it started, whose own events carry none)."""
+    message = ((p.response.get("choices") or [{}])[0].get("message") or {})
+    out: dict[str, dict[str, Any]] = {}
+    for call_id, call in zip(p.call_ids or [], message.get("tool_calls") or [], strict=False):
+        raw = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            continue
+        if isinstance(args, dict):
+            out[call_id] = args
+    return out
 
 
 def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
-               tree: dict[str, Any] | None = None) -> dict[str, Any]:
+               tree: dict[str, Any] | None = None, cell_label: str | None = None) -> dict[str, Any]:
     """Everything a view shows about a run, from its events; `tree`: what it and its sub-agents spent
-    (`policy.TreeUsage`), which is what budgets are checked against."""
+    (`policy.TreeUsage`), which is what budgets are checked against; `cell_label`: the cell id as `run_view`
+    shortens it among the log's cells (default: the whole id)."""
     steps: list[dict[str, Any]] = []
     by_call: dict[str, dict[str, Any]] = {}
     depth: dict[str, int] = {}
+    asked: dict[str, dict[str, Any]] = {}
+    facts: set[str] = set()  # an older log's fact "denials", as the errors list words them
     for e in events:
         d = depth.get(e.parent_event_id or "", -1) + 1 if e.parent_event_id else 0
         depth[e.id] = d
         p: Any = e.payload
+        if e.type == "llm_called":
+            asked.update(_asked(p))
+        if e.type == "authorization_denied" and is_file_fact(p.rule):
+            facts.add(f"{p.tool}: denied: {p.reason}")
         if e.type in ("tool_call_completed", "tool_call_failed"):
             step = by_call.get(p.call_id)
-            if step is None:  # failed before it started (a malformed call): a step of its own
+            if step is None:  # refused before it started (a malformed call, a missing file): a step of its own
                 step = {"id": e.id, "ts": e.ts, "depth": d, "kind": "tool", "title": p.tool, "tool": p.tool,
-                        "call_id": p.call_id, "arguments": {}, "detail": ""}
+                        "call_id": p.call_id, "arguments": asked.get(p.call_id, {}), "detail": ""}
                 steps.append(step)
                 by_call[p.call_id] = step
-            step["duration_ms"] = p.duration_ms
+            # a call that never started took no time: no "0.00 ms" for it
+            step["duration_ms"] = p.duration_ms if step.get("status") == "running" or p.duration_ms else None
             step["retries"] = p.retry_count
             if e.type == "tool_call_completed":
                 step["status"] = "ok"
@@ -119,6 +200,8 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
             else:
                 step["status"] = "failed"
                 step["detail"] = p.error
+                if getattr(p, "error_type", None):
+                    step["error_type"] = p.error_type
             continue
         if e.type == "human_input_received":
             for s in reversed(steps):
@@ -131,6 +214,8 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         step = _step(e, d)
         if step is None:
             continue
+        if step.get("kind") == "tool" and not step.get("arguments") and step.get("call_id") in asked:
+            step["arguments"] = asked[step["call_id"]]
         if step.get("call_id") and step["kind"] == "tool":
             by_call[step["call_id"]] = step
         steps.append(step)
@@ -144,10 +229,13 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
     if state.pending is not None:
         pending = {"kind": state.pending.kind, "request_id": state.pending.request_id,
                    "plan_id": state.pending.plan_id, "question": state.pending.question}
+    errors = [_error_text(x, facts) for x in state.errors]
+    tool_steps = [s for s in steps if s["kind"] in ("tool", "denied")]
     return {
         "version": VERSION,
         "run_id": state.run_id, "session_id": state.session_id, "status": state.status.value,
         "model": state.model, "autonomy": state.autonomy.value, "prompt": state.prompt, "cell_id": state.cell_id,
+        "cell_label": cell_label or state.cell_id, "cost_nominal": is_nominal(state.model),
         "log_path": log_path, "previous_run_id": state.previous_run_id, "parent_run_id": state.parent_run_id,
         "superseded_by": state.superseded_by, "started_at": state.started_at, "ended_at": state.ended_at,
         # how far into the log this view goes: of two views of one run, the higher revision is the newer (the lab
@@ -155,13 +243,21 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         "revision": len(events),
         "steps": steps, "plans": plans, "pending": pending,
         "decisions": [d.model_dump(mode="json") for d in state.decisions],
-        "answer": state.answer, "error": state.error, "errors": list(state.errors),
+        "answer": state.answer, "error": state.error, "errors": errors,
         "children": list(state.children),
         "totals": {
-            "steps": len(state.steps), "model_calls": state.model_calls, "tokens": state.tokens,
+            "tool_calls": len(state.steps), "steps": len(state.steps),
+            "failed": sum(1 for s in tool_steps if s.get("status") == "failed"),
+            "denied": sum(1 for s in tool_steps if s.get("status") == "denied"),
+            "model_calls": state.model_calls, "tokens": state.tokens,
             "prompt_tokens": state.usage.prompt_tokens, "completion_tokens": state.usage.completion_tokens,
             "cost": state.cost if state.cost_known else None,
             "wall_ms": _ms_between(state.started_at, state.ended_at or (events[-1].ts if events else None)),
         },
         "tree": tree,
     }
+
+
+def _error_text(error: str, facts: set[str]) -> str:
+    """An errors-list line; an older log's fact "denial" loses the word "denied" (it was no policy's doing)."""
+    return error.replace(": denied: ", ": ", 1) if error in facts else error
