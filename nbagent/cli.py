@@ -5,7 +5,8 @@
     nbagent verify [PATH]         check every chain; non-zero exit on tampering
     nbagent run NOTEBOOK          execute a notebook headlessly (the main job for CI)
 
-PATH is a notebook, its store folder (NAME.nbagent), or a folder; omitted, the current folder. Commands only
+PATH is a notebook, its store folder (NAME.nbagent), or a folder, searched with its subfolders (not .git,
+node_modules, virtual environments or other hidden and tool folders); omitted, the current folder. Commands only
 read: they open stores read-only, take no lock, and so also work on a read-only disk.
 Exit codes: 0 ok, 1 verify found a problem, 2 bad input (usage, not a store, no such run, newer format).
 Logs written by a newer nbagent are read as far as this version can: unknown event types are listed, shown
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +27,10 @@ from .events import EventBase
 from .state import RunState
 from .store import RunRecord, Store, StoreError
 from .store.locate import find_stores
+from .store.store import STORE_SUFFIX
 from .timeline import clip, describe, money
+from .ui.record import NOMINAL_NOTE
+from .ui.viewstate import cell_labels, is_nominal
 from .verify import verify_store
 
 
@@ -33,13 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nbagent",
         description="nbagent: a Jupyter-native LLM agent. These commands read and check the agent's logs.",
-        epilog="PATH is a notebook (.ipynb), its store folder (NAME.nbagent), or a folder; default: current folder.",
+        epilog="PATH is a notebook (.ipynb), its store folder (NAME.nbagent), or a folder (searched with its "
+               "subfolders); default: current folder.",
     )
     parser.add_argument("--version", action="version", version=f"nbagent {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("runs", help="list runs: id, session, cell, status, model, steps, tokens, cost, started",
-                       description="List the runs recorded in the logs under PATH, oldest first.")
+    p = sub.add_parser("runs", help="list runs: id, session, cell, status, model, tool calls, tokens, cost, started",
+                       description="List the runs recorded in the logs under PATH (its subfolders too), oldest "
+                                   "first.")
     p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
     p.add_argument("--json", action="store_true", help="print JSON (one object per run) instead of a table")
     p.set_defaults(func=cmd_runs)
@@ -64,9 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("verify", help="check the hash chain and seq of every run",
-                       description="Check every run's chain: seq gap-free and in order, each hash correct and "
-                                   "linked. Exits 1 and names the first bad event if the log was edited, cut or "
-                                   "reordered.")
+                       description="Check every run's chain in every log under PATH (its subfolders too): seq "
+                                   "gap-free and in order, each hash correct and linked. Exits 1 and names the first "
+                                   "bad event if the log was edited, cut or reordered.")
     p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
     p.set_defaults(func=cmd_verify)
     return parser
@@ -83,8 +90,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+# Folders never searched for logs: version control, dependencies, environments and caches (big, and not the user's
+# notebooks). Hidden folders are skipped too; a store itself is not searched inside.
+SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "env", "build", "dist",
+                       "test-artifacts"})
+MAX_DEPTH = 8
+MAX_DIRS = 20_000
+
+
+def _is_store(folder: Path) -> bool:
+    return folder.suffix == STORE_SUFFIX or (folder / "meta.json").exists() or (folder / "events.jsonl").exists()
+
+
+def stores_below(folder: Path, *, max_depth: int = MAX_DEPTH, max_dirs: int = MAX_DIRS) -> tuple[list[Path], bool]:
+    """The stores in `folder` and its subfolders, sorted; True when the search stopped at a bound."""
+    found: list[Path] = []
+    cut = False
+    base = len(folder.parts)
+    for seen, (here, dirs, _files) in enumerate(os.walk(folder), start=1):  # never follows links to folders
+        root = Path(here)
+        keep = []
+        for d in sorted(dirs):
+            if d.endswith(STORE_SUFFIX) and not d.startswith("."):
+                found.append(root / d)
+            elif not d.startswith(".") and d not in SKIP_DIRS and not d.endswith(".egg-info"):
+                keep.append(d)
+        if len(root.parts) - base >= max_depth:
+            cut = cut or bool(keep)
+            keep = []
+        if seen >= max_dirs:
+            cut = True
+            keep = []
+            dirs[:] = []
+            break
+        dirs[:] = keep
+    return sorted(p for p in found if p.is_dir()), cut
+
+
+def locate(path: str | None) -> list[Path]:
+    """The stores PATH means: a notebook's or a store's own, or every store in a folder and below it."""
+    folder = Path.cwd() if path is None else Path(path)
+    if path is not None and (not folder.is_dir() or _is_store(folder)):
+        return find_stores(path)
+    if _is_store(folder):
+        return [folder]
+    stores, cut = stores_below(folder)
+    if cut:
+        print(f"warning: {folder}: stopped searching after {MAX_DIRS:,} folders or {MAX_DEPTH} levels; pass a "
+              "narrower folder, a notebook or a store", file=sys.stderr)
+    if not stores:
+        raise StoreError(f"{folder}: no agent logs here or below (no *{STORE_SUFFIX} folders; .git, node_modules, "
+                         "virtual environments and hidden folders are not searched); pass a notebook or a store")
+    return stores
+
+
 def _open_all(path: str | None) -> list[Store]:
-    return [Store(p, readonly=True) for p in find_stores(path)]
+    return [Store(p, readonly=True) for p in locate(path)]
 
 
 def _warn(store: Store) -> None:
@@ -117,30 +178,41 @@ def table(rows: list[list[str]], right: set[int]) -> str:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     stores = _open_all(args.path)
+    here = (Path.cwd() if args.path is None else Path(args.path)).resolve()
+    # a log found by searching (several, or one in a subfolder) is named above its table
+    headers = len(stores) > 1 or any(s.path.resolve().parent != here for s in stores if here.is_dir())
+    nominal = False
     for store in stores:
         runs = store.list_runs()
         _warn(store)
+        cells = cell_labels(r.cell_id for r in runs)
         if args.json:
             for r in runs:
-                print(json.dumps({"store": str(store.path), **r.model_dump(mode="json")}, ensure_ascii=False))
+                print(json.dumps({"store": str(store.path), **r.model_dump(mode="json"), "tool_calls": r.steps,
+                                  "cell_label": cells.get(r.cell_id or ""), "cost_nominal": is_nominal(r.model)},
+                                 ensure_ascii=False))
             continue
-        if len(stores) > 1:
+        if headers:
             print(f"== {store.path}")
         if not runs:
             print(f"no runs yet in {store.path}")
             continue
         names = {s["id"]: s["name"] for s in store.sessions.all()}
         short = short_ids([r.id for r in runs])
-        rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "STEPS", "TOKENS", "COST", "STARTED"]]
-        rows += [_run_row(r, short[r.id], names) for r in runs]
+        rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "TOOL CALLS", "TOKENS", "COST", "STARTED"]]
+        rows += [_run_row(r, short[r.id], names, cells) for r in runs]
         print(table(rows, right={5, 6, 7}))
+        nominal = nominal or any(is_nominal(r.model) for r in runs)
+    if nominal and not args.json:
+        print(f"\n{NOMINAL_NOTE} (models named nbagent/...)")
     return 0
 
 
-def _run_row(r: RunRecord, short: str, names: dict[str, str]) -> list[str]:
+def _run_row(r: RunRecord, short: str, names: dict[str, str], cells: dict[str, str]) -> list[str]:
+    cost = money(r.cost) + (" nominal" if r.cost is not None and is_nominal(r.model) else "")
     return [
-        short, names.get(r.session_id, r.session_id[:10]), (r.cell_id or "-")[:12], r.status.value,
-        r.model or "-", str(r.steps), str(r.tokens), money(r.cost), r.created_at[:19].replace("T", " "),
+        short, names.get(r.session_id, r.session_id[:10]), cells.get(r.cell_id or "", "-"), r.status.value,
+        r.model or "-", str(r.steps), str(r.tokens), cost, r.created_at[:19].replace("T", " "),
     ]
 
 
@@ -188,9 +260,12 @@ def render_timeline(state: RunState, events: list[EventBase], log_path: Path) ->
         offset = (e.time - t0).total_seconds() if t0 else 0.0
         rows.append(f"{e.seq:>5}  {e.ts[11:23]}  +{offset:>7.3f}s  {'  ' * d}{e.type:<22} {describe(e)}")
     cost = money(state.cost) if state.cost_known else "unknown"
+    nominal = state.cost_known and is_nominal(state.model)
+    calls, models = len(state.steps), state.model_calls
     tail = [
         "",
-        f"  {len(state.steps)} step(s) · {state.model_calls} model call(s) · {state.tokens} tokens · cost {cost}",
+        f"  {calls} tool call{'s' if calls != 1 else ''} · {models} model call{'s' if models != 1 else ''} · "
+        f"{state.tokens} tokens · cost {cost}" + (f" nominal ({NOMINAL_NOTE})" if nominal else ""),
     ]
     if state.answer:
         tail.append(f"  answer: {clip(state.answer, 100)}")
@@ -223,7 +298,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     others from being checked; it makes the exit code 2 unless a chain is unsound.
     """
     code = 0
-    for path in find_stores(args.path):
+    for path in locate(args.path):
         try:
             store = Store(path, readonly=True)
         except StoreError as exc:

@@ -70,7 +70,8 @@ def test_runs_table(project, capsys) -> None:
     code, out, _ = run_cli(capsys, "runs")
     assert code == 0
     header, row = out.strip().splitlines()
-    assert header.split() == ["RUN", "SESSION", "CELL", "STATUS", "MODEL", "STEPS", "TOKENS", "COST", "STARTED"]
+    assert header.split() == ["RUN", "SESSION", "CELL", "STATUS", "MODEL", "TOOL", "CALLS", "TOKENS", "COST",
+                              "STARTED"]
     assert row.split()[:8] == [run[:12], "default", "cell-1", "completed", "scripted/test", "1", "362", "$0.0020"]
 
 
@@ -89,7 +90,7 @@ def test_show_timeline_indents_by_cause(project, capsys) -> None:
     completed = next(line for line in out.splitlines() if "tool_call_completed" in line)
     assert completed.index("tool_call") > started.index("tool_call")
     assert 'read_file(path="sales.csv") [READ_ONLY]' in out
-    assert "1 step(s) · 2 model call(s) · 362 tokens" in out and "answer: North, East and West." in out
+    assert "1 tool call · 2 model calls · 362 tokens" in out and "answer: North, East and West." in out
 
 
 def test_show_json_is_the_log_as_written(project, capsys) -> None:
