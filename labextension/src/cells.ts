@@ -10,6 +10,8 @@
  * dependency on @jupyterlab/notebook: JupyterLab provides the objects at run time.
  */
 
+import records from './records';
+
 export const COMM_TARGET = 'nbagent.cells';
 
 export interface ICellRequest {
@@ -44,7 +46,7 @@ interface INotebookLike {
   content?: { model?: { sharedModel?: ISharedNotebook } | null };
 }
 
-interface IApp {
+export interface IApp {
   shell: {
     widgets(area?: string): Iterable<unknown>;
     currentChanged?: ISignal<unknown>;
@@ -132,4 +134,4 @@ const plugin = {
   }
 };
 
-export default plugin;
+export default [plugin, records];

@@ -65,5 +65,8 @@ export const approveLabel: (plan: IPlan) => string = shared.approveLabel;
 /** What a plan does, in nbagent's words (never the model's): "delete data.txt", "2 steps: create a.md, run code". */
 export const planSummary: (plan: IPlan) => string = shared.planSummary;
 
-/** The approval question: "Allow the agent to delete data.txt?" */
+/** The approval question, from the plan: "Delete data.txt?", "Run these 3 actions?" */
 export const approvalQuestion: (plan: IPlan) => string = shared.approvalQuestion;
+
+/** The confirm button of a denial: "Deny: delete data.txt", "Deny these 3 actions". */
+export const denyLabel: (plan: IPlan) => string = shared.denyLabel;

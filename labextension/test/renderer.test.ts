@@ -4,7 +4,7 @@ import { join } from 'path';
 import { describe, expect, it } from 'vitest';
 
 import extension, { MIME_TYPE, RECORD_CLASS, RunRecordRenderer, rendererFactory } from '../src/index';
-import { approvalQuestion, approveLabel, planSummary } from '../src/view';
+import { approvalQuestion, approveLabel, denyLabel, planSummary } from '../src/view';
 import type { IRunView } from '../src/view';
 
 // Run views made by the Python pipeline: the committed ones, or fresh ones when the pytest suite runs this
@@ -65,7 +65,7 @@ describe('a finished run', () => {
     expect(root.querySelector('.nbv-k-question')!.textContent).toContain('answer: EUR');
     // totals, the run id and the log
     const foot = root.querySelector('.nbv-foot')!.textContent!;
-    expect(foot).toContain(`${view.totals!.steps} steps`);
+    expect(foot).toContain(`${view.totals!.tool_calls ?? view.totals!.steps} tool calls`); // not "steps": see the timeline's entries
     expect(foot).toContain(`${(view.totals!.tokens as number).toLocaleString('en-US')} tokens`);
     expect(root.querySelector('.nbv-run-id')!.textContent).toBe(view.run_id);
     expect(root.querySelector('.nbv-log')!.textContent).toBe(view.log_path);
@@ -84,9 +84,11 @@ describe('a finished run', () => {
     expect(heads.some(t => t.includes('approved'))).toBe(true);
     expect(heads.some(t => t.includes('denied'))).toBe(true);
     const decisions = texts(root, '.nbv-decisions li');
-    expect(decisions.some(t => /^refined by user at .+ — feedback: list all three regions$/.test(t))).toBe(true);
-    expect(decisions.some(t => /^approved by user at /.test(t))).toBe(true);
-    expect(decisions.some(t => /^denied by user at .+ — reason: keep the raw data$/.test(t))).toBe(true);
+    // each decision once, who and when ("approved by you · 14:02"), never a raw plan id
+    expect(decisions.some(t => /^refined by you · .+ — feedback: list all three regions$/.test(t))).toBe(true);
+    expect(decisions.some(t => /^approved by you · /.test(t))).toBe(true);
+    expect(decisions.some(t => /^denied by you · .+ — reason: keep the raw data$/.test(t))).toBe(true);
+    expect(root.textContent).not.toMatch(/approved by user|runs without asking/);
     // diffs of the file writes, open (short), lines marked
     const diff = root.querySelector('details .nbv-diff')!;
     expect((diff.closest('details') as HTMLDetailsElement).open).toBe(true);
@@ -153,9 +155,14 @@ describe('what an approval says', () => {
     expect(approveLabel({ steps: [step('send_mail', null, HIGH)] })).toBe('Run send_mail');
     const three = { steps: [step('create_file', 'a.md', 'WRITE_LOW_RISK'), step('delete_file', 'b.md', HIGH),
       step('read_file', 'c.md', 'READ_ONLY')] };
-    expect(approveLabel(three)).toBe('Approve 3 steps (1 delete)');
-    expect(planSummary(three)).toBe('3 steps: create a.md, delete b.md, run read_file');
-    expect(approvalQuestion({ steps: [step('delete_file', 'data.txt', HIGH)] })).toBe('Allow the agent to delete data.txt?');
+    expect(approveLabel(three)).toBe('Approve 3 actions (1 delete)');
+    expect(planSummary(three)).toBe('3 actions: create a.md, delete b.md, read c.md');
+    expect(approvalQuestion({ steps: [step('delete_file', 'data.txt', HIGH)] })).toBe('Delete data.txt?');
+    const two = { steps: [step('delete_file', 'old.txt', HIGH), step('write_file', 'report.md', HIGH)] };
+    expect(approvalQuestion(two)).toBe('Delete old.txt and overwrite report.md?');
+    expect(approvalQuestion(three)).toBe('Run these 3 actions?');
+    expect(denyLabel(three)).toBe('Deny these 3 actions');
+    expect(denyLabel({ steps: [step('delete_file', 'data.txt', HIGH)] })).toBe('Deny: delete data.txt');
   });
 
   it('never takes the question from the model, whose purpose is shown as a quote', async () => {
@@ -223,7 +230,7 @@ describe('the live view', () => {
     live.render({ model: m, el });
     const approve = [...el.querySelectorAll('button')].find(b => b.textContent === 'Overwrite notes.md')!;
     expect(approve.classList.contains('nbv-approve-danger')).toBe(true);
-    expect(el.querySelector('.nbv-plan .nbv-decide-q')!.textContent).toBe('Allow the agent to overwrite notes.md?');
+    expect(el.querySelector('.nbv-plan .nbv-decide-q')!.textContent).toBe('Overwrite notes.md?');
     approve.click();
     approve.dispatchEvent(new MouseEvent('click')); // a double click
     const decisions = m.log.filter(x => x[0] === 'send' && (x[1] as any).event === 'decision');
@@ -306,7 +313,7 @@ describe('long and superseded runs', () => {
     await renderer.renderModel(model('not a record'));
     expect(renderer.node.querySelector('.jp-nbagent-RunRecord-error')!.textContent).toContain('could not be shown');
     const empty = await render({});
-    expect(empty.querySelector('.nbv-static .nbv-foot')!.textContent).toContain('0 steps');
+    expect(empty.querySelector('.nbv-static .nbv-foot')!.textContent).toContain('0 tool calls');
   });
 });
 

@@ -64,8 +64,9 @@ function fmtMs(ms) {
   return `${Math.floor(m / 60)} h ${m % 60} min`;
 }
 
-function fmtCost(c) {
+function fmtCost(c, nominal) {
   if (c === undefined || c === null) return "cost unknown";
+  if (nominal) return `${fmtCost(c)} nominal`;
   c = Number(c);
   if (c === 0) return "$0";
   if (c < 0.0001) return `$${c.toExponential(1)}`;
@@ -74,6 +75,23 @@ function fmtCost(c) {
 }
 
 const fmtTokens = (n) => Number(n || 0).toLocaleString("en-US");
+
+// "14:02" (the full date and time go in a title)
+function fmtTime(ts) {
+  const d = new Date(ts || "");
+  if (Number.isNaN(d.getTime())) return "";
+  return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+// who decided, for a person reading their own notebook: the click in this notebook was "you"
+const byWhom = (by) => (!by || by === "user" ? "you" : by);
+
+const NOMINAL_TITLE = "The offline scripted model has no real price: its costs are nominal, for testing budgets.";
+
+function costEl(c, nominal) {
+  return nominal && c !== undefined && c !== null
+    ? h("span", { class: "nbv-nominal", title: NOMINAL_TITLE, text: fmtCost(c, true) }) : fmtCost(c);
+}
 
 function fmtTs(ts) {
   if (!ts) return "";
@@ -97,9 +115,23 @@ function json(v) {
   }
 }
 
-function formatArgs(args, width = 60) {
+// a tool call's arguments in the order the model sent them: a saved notebook stores JSON with sorted keys, so
+// the view may carry that order as `arg_keys` (nbagent/ui/record.py shows the dict in its own order)
+function argEntries(args, keys) {
+  const entries = Object.entries(args);
+  if (!Array.isArray(keys) || !keys.length) return entries;
+  const rank = new Map(keys.map((k, i) => [String(k), i]));
+  return entries.sort(([a], [b]) => (rank.has(a) ? rank.get(a) : 1e9) - (rank.has(b) ? rank.get(b) : 1e9));
+}
+
+function formatArgs(args, width = 60, keys = null) {
   if (!args || typeof args !== "object" || Array.isArray(args)) return clip(json(args), width);
-  return Object.entries(args).map(([k, v]) => `${k}=${clip(json(v), width)}`).join(", ");
+  return argEntries(args, keys).map(([k, v]) => `${k}=${clip(json(v), width)}`).join(", ");
+}
+
+function argsJson(args, keys) {
+  if (!args || typeof args !== "object" || Array.isArray(args)) return JSON.stringify(args, null, 2);
+  return JSON.stringify(Object.fromEntries(argEntries(args, keys)), null, 2);
 }
 
 function argsAreLong(args) {
@@ -107,25 +139,31 @@ function argsAreLong(args) {
   return json(args).length > 120 || Object.values(args).some((v) => typeof v === "string" && (v.includes("\n") || v.length > 60));
 }
 
+// arguments the one-line form cuts ("…"): their whole text goes behind "all arguments"
+const argsClipped = (args, width) => !!args && typeof args === "object" && !Array.isArray(args)
+  && Object.values(args).some((v) => json(v).length > width);
+
 const isLong = (t) => t.length > LONG_CHARS || t.split("\n").length > LONG_LINES;
 
-function totalsLine(t) {
+// "2 tool calls · 3 model calls · …": tool calls, not "steps", so it never reads against the timeline's entries
+function totalsLine(t, nominal) {
   t = t || {};
-  const parts = [plural(t.steps || 0, "step", "steps"), plural(t.model_calls || 0, "model call", "model calls"),
+  const tools = t.tool_calls ?? t.steps ?? 0;
+  const parts = [plural(tools, "tool call", "tool calls"), plural(t.model_calls || 0, "model call", "model calls"),
     `${fmtTokens(t.tokens)} tokens` + (t.prompt_tokens || t.completion_tokens
-      ? ` (${fmtTokens(t.prompt_tokens)} in, ${fmtTokens(t.completion_tokens)} out)` : ""),
-    fmtCost(t.cost)];
-  if (t.wall_ms !== undefined && t.wall_ms !== null) parts.push(fmtMs(t.wall_ms));
-  return parts.join(" · ");
+      ? ` (${fmtTokens(t.prompt_tokens)} in, ${fmtTokens(t.completion_tokens)} out)` : "")];
+  const out = [parts.join(" · "), " · ", costEl(t.cost, nominal)];
+  if (t.wall_ms !== undefined && t.wall_ms !== null) out.push(` · ${fmtMs(t.wall_ms)}`);
+  return out;
 }
 
 // what a run and its sub-agents spent together (what budgets count), and each run's share
-function treeLine(tree) {
+function treeLine(tree, nominal) {
   const runs = Object.entries((tree && tree.runs) || {});
   if (runs.length < 2) return "";
-  const shares = runs.map(([id, r]) => `${id.slice(-6)}: ${plural(r.model_calls || 0, "call", "calls")} ${fmtCost(r.cost)}`);
+  const shares = runs.map(([id, r]) => `${id.slice(-6)}: ${plural(r.model_calls || 0, "call", "calls")} ${fmtCost(r.cost, nominal)}`);
   return `with ${plural(runs.length - 1, "sub-agent", "sub-agents")}: ${plural(tree.model_calls || 0, "model call", "model calls")}` +
-    ` · ${fmtTokens(tree.tokens)} tokens · ${fmtCost(tree.cost_known === false ? null : tree.cost)}` +
+    ` · ${fmtTokens(tree.tokens)} tokens · ${fmtCost(tree.cost_known === false ? null : tree.cost, nominal)}` +
     ` · ${plural(tree.tool_steps || 0, "tool step", "tool steps")} (by run: ${shares.join(", ")})`;
 }
 
@@ -376,49 +414,67 @@ function textBlock(ctx, key, text, label, cls) {
 function stepEl(ctx, step, n, decisions) {
   const kind = step.kind || "info";
   const status = step.status || "info";
+  // icon | kind | the rest: the rest wraps within its own column, never into the gutter
+  const main = h("span", { class: "nbv-main" });
   const line = h("span", { class: "nbv-line" },
     h("span", { class: `nbv-icon nbv-${STEP_TONE[status] || "dim"}`, title: status }, STEP_ICON[status] || "·"),
-    h("span", { class: "nbv-kind" }, KIND_LABEL[kind] || kind));
+    h("span", { class: "nbv-kind" }, KIND_LABEL[kind] || kind), main);
   const body = [];
   const facts = (items) => h("span", { class: "nbv-facts" }, ` · ${items.filter(Boolean).join(" · ")}`);
   const retries = (r) => (r ? plural(r, "retry", "retries") : "");
   if (kind === "model") {
-    line.append(h("code", { text: step.title }), ` → ${step.detail || ""}`,
-      facts([`${fmtTokens(step.tokens)} tokens`, fmtCost(step.cost), fmtMs(step.latency_ms), retries(step.retries)]));
+    main.append(h("code", { text: step.title }), ` → ${step.detail || ""}`,
+      h("span", { class: "nbv-facts" }, ` · ${fmtTokens(step.tokens)} tokens · `,
+        costEl(step.cost, ctx.nominal), [fmtMs(step.latency_ms), retries(step.retries)].filter(Boolean).map((t) => ` · ${t}`).join("")));
   } else if (kind === "tool") {
-    line.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
-      h("span", { class: "nbv-args", text: `(${formatArgs(step.arguments)})` }), " ", riskBadge(step.risk) || "",
+    main.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
+      h("span", { class: "nbv-args", text: `(${formatArgs(step.arguments, 60, step.arg_keys)})` }), " ",
+      riskBadge(step.risk) || "",
       facts([status === "running" ? "running…" : status, fmtMs(step.duration_ms), retries(step.retries)]));
-    if (step.detail) body.push(h("span", { class: `nbv-why${status === "failed" ? " nbv-bad" : ""}`, text: step.detail }));
+    // the authorization reason only where it matters: a failure says what went wrong; a high-risk step that ran
+    // without asking says why. "READ_ONLY runs without asking" under every read, or the approval (shown once, on
+    // its plan card), is noise.
+    const why = String(step.detail || "");
+    if (status === "failed" && why) body.push(h("span", { class: "nbv-why nbv-bad", text: why }));
+    else if (why && step.risk === HIGH && !/^(approved|plan approved)\b/.test(why)) {
+      body.push(h("span", { class: "nbv-why", text: why.replace(/\s*\(plan [^)]*\)/, "") }));
+    }
     if (step.risk_reason) body.push(h("span", { class: "nbv-why nbv-risk-reason", text: `high risk: ${step.risk_reason}` }));
-    if (argsAreLong(step.arguments)) {
-      body.push(details(ctx, `args:${step.id}`, "arguments", h("pre", { text: JSON.stringify(step.arguments, null, 2) })));
+    if (argsClipped(step.arguments, 60) || argsAreLong(step.arguments)) {
+      body.push(details(ctx, `args:${step.id}`, "all arguments", h("pre", { text: argsJson(step.arguments, step.arg_keys) })));
     }
     if (step.result_preview) body.push(textBlock(ctx, `result:${step.id}`, step.result_preview, "result", "nbv-result"));
   } else if (kind === "denied") {
-    line.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
+    main.append(h("span", { class: "nbv-tool", text: step.tool || step.title }), " ",
       step.target ? h("code", { text: step.target }) : "",
       step.rule ? h("span", { class: "nbv-facts", text: ` (rule ${step.rule})` }) : "");
     body.push(h("span", { class: "nbv-why nbv-bad", text: step.detail || "" }));
   } else if (kind === "thinking") {
     const text = String(step.detail || "");
     if (isLong(text)) body.push(details(ctx, `think:${step.id}`, clip(text, 90), h("div", { class: "nbv-thinking", text })));
-    else line.append(h("span", { class: "nbv-thinking", text }));
+    else main.append(h("span", { class: "nbv-thinking", text }));
   } else if (kind === "question") {
-    line.append(h("strong", { text: step.detail || "" }));
+    // the question is shown once: while the live view asks it in its answer box, the step only points there
+    if (ctx.asking && ctx.asking === step.request_id && status === "waiting") {
+      main.append(h("span", { class: "nbv-facts", text: "waiting for your answer (below)" }));
+    } else main.append(h("strong", { text: step.detail || "" }));
     if (step.answer !== undefined && step.answer !== null) {
       const d = decisions.get(step.request_id);
       body.push(h("span", { class: "nbv-why" }, "answer: ", h("q", { text: step.answer }),
-        d ? ` — by ${d.by || "unknown"} at ${fmtTs(d.ts)}` : ""));
+        d ? h("span", { title: fmtTs(d.ts), text: ` — answered by ${byWhom(d.by)}${fmtTime(d.ts) ? ` · ${fmtTime(d.ts)}` : ""}` }) : ""));
     }
   } else if (kind === "child") {
-    line.append(h("code", { text: shortId(step.child_run_id) }), " ",
+    main.append(h("code", { text: shortId(step.child_run_id) }), " ",
       h("span", { class: "nbv-facts", text: clip(step.detail, 200) }));
   } else if (kind === "error") {
-    line.append(h("strong", { text: step.title || "error" }), step.retries ? facts([retries(step.retries)]) : "");
+    main.append(h("strong", { text: step.title || "error" }), step.retries ? facts([retries(step.retries)]) : "");
     body.push(textBlock(ctx, `err:${step.id}`, step.detail || "", "error", "nbv-error-text"));
+  } else if (/^plan (approved|rejected|refined)$/.test(step.title || "")) {
+    // a decision: who and when are on its plan card (shown once); the timeline marks where it happened
+    const verb = { "plan approved": "plan approved", "plan rejected": "plan denied", "plan refined": "plan sent back with feedback" }[step.title];
+    main.append(h("span", { class: "nbv-facts", text: verb }));
   } else {
-    line.append(h("span", { class: "nbv-facts", text: step.detail || step.title || "" }));
+    main.append(h("span", { class: "nbv-facts", text: step.detail || step.title || "" }));
   }
   return h("li", { class: `nbv-step nbv-k-${kind} nbv-st-${status}`, value: n }, line, body);
 }
@@ -431,7 +487,7 @@ function stepEl(ctx, step, n, decisions) {
 // a delete is never approved with the reflex of a create.
 
 const HIGH = "WRITE_HIGH_RISK";
-const FILE_VERB = { delete_file: "delete", write_file: "overwrite", create_file: "create" };
+const FILE_VERB = { delete_file: "delete", write_file: "overwrite", create_file: "create", read_file: "read" };
 const HIGH_NOUN = { delete_file: ["delete", "deletes"], write_file: ["overwrite", "overwrites"],
   run_python: ["code run", "code runs"] };
 
@@ -475,21 +531,34 @@ export function approveLabel(plan) {
     counts.set(noun, (counts.get(noun) || 0) + 1);
   }
   const high = [...counts].map(([[one, many], n]) => `${n} ${n === 1 ? one : many}`);
-  return `Approve ${steps.length} steps${high.length ? ` (${high.join(", ")})` : ""}`;
+  return `Approve ${steps.length} actions${high.length ? ` (${high.join(", ")})` : ""}`;
 }
 
-/** What the plan does, in nbagent's words: "delete data.txt"; "3 steps: create a.md, delete b.md, run code". */
+/** What the plan does, in nbagent's words: "delete data.txt"; "3 actions: create a.md, delete b.md, run code". */
 export function planSummary(plan) {
   const steps = (plan && plan.steps) || [];
   if (!steps.length) return "no steps";
   if (steps.length === 1) return stepAction(steps[0]);
   const shown = steps.slice(0, 3).map(stepAction);
-  return `${steps.length} steps: ${shown.join(", ")}${steps.length > 3 ? `, and ${steps.length - 3} more` : ""}`;
+  return `${steps.length} actions: ${shown.join(", ")}${steps.length > 3 ? `, and ${steps.length - 3} more` : ""}`;
 }
 
-/** The approval question, from the plan: "Allow the agent to delete data.txt?" */
+/**
+ * The approval question, phrased from the plan's steps (what will happen, to what), never from the model's words:
+ * "Delete data.txt?", "Delete old.txt and overwrite report.md?", "Run these 3 actions?" (the card lists them).
+ */
 export function approvalQuestion(plan) {
-  return `Allow the agent to ${planSummary(plan)}?`;
+  const steps = (plan && plan.steps) || [];
+  if (!steps.length) return "Approve this plan?";
+  if (steps.length <= 2) return `${upperFirst(steps.map(stepAction).join(" and "))}?`;
+  return `Run these ${steps.length} actions?`;
+}
+
+/** The button that confirms a denial says what it denies: "Deny: delete data.txt", "Deny these 3 actions". */
+export function denyLabel(plan) {
+  const steps = (plan && plan.steps) || [];
+  if (steps.length === 1) return `Deny: ${stepAction(steps[0])}`;
+  return steps.length ? `Deny these ${steps.length} actions` : "Deny the plan";
 }
 
 // the line that says what makes a plan high risk (its WRITE_HIGH_RISK steps, with any risk_reason); `asking`:
@@ -536,7 +605,10 @@ function planEl(ctx, plan, index, view, controls) {
         h("td", { text: k + 1 }), h("td", {}, h("span", { class: "nbv-tool", text: s.tool })),
         h("td", {}, s.target ? h("code", { text: s.target }) : ""),
         h("td", {}, riskBadge(s.risk) || "", s.risk_reason ? h("div", { class: "nbv-risk-reason", text: s.risk_reason }) : ""),
-        h("td", {}, h("span", { class: "nbv-args", text: formatArgs(s.arguments, 48) })))))));
+        h("td", { class: "nbv-args-cell" }, h("span", { class: "nbv-args", text: formatArgs(s.arguments, 48, s.arg_keys) }),
+          argsClipped(s.arguments, 48)
+            ? details(ctx, `pargs:${plan.plan_id}:${k}`, "all arguments", h("pre", { text: argsJson(s.arguments, s.arg_keys) }))
+            : ""))))));
     for (const s of steps) {
       const diff = s.diff || s.preview;
       if (!diff) continue;
@@ -560,8 +632,10 @@ function planEl(ctx, plan, index, view, controls) {
   if (decisions.length) {
     card.appendChild(h("ul", { class: "nbv-decisions" }, decisions.map((d) => {
       const label = { rejected: "reason", refined: "feedback", answered: "answer" }[d.kind] || "note";
-      return h("li", {}, h("span", { class: `nbv-${PLAN_TONE[d.kind] || "dim"}`, text: DECISION_VERB[d.kind] || d.kind }),
-        ` by ${d.by || "unknown"}${d.ts ? ` at ${fmtTs(d.ts)}` : ""}${d.text ? ` — ${label}: ${d.text}` : ""}`);
+      const when = fmtTime(d.ts);
+      return h("li", { title: d.ts ? fmtTs(d.ts) : null },
+        h("span", { class: `nbv-${PLAN_TONE[d.kind] || "dim"}`, text: DECISION_VERB[d.kind] || d.kind }),
+        ` by ${byWhom(d.by)}${when ? ` · ${when}` : ""}${d.text ? ` — ${label}: ${d.text}` : ""}`);
     })));
   } else if (plan.auto_executing) {
     card.appendChild(h("div", { class: "nbv-facts", text: "ran without asking: within the autonomy level" }));
@@ -577,14 +651,15 @@ function bannerEl(view) {
 
 function headEl(view, status) {
   const meta = [["model", view.model], ["autonomy", view.autonomy], ["run", shortId(view.run_id)]];
-  if (view.cell_id) meta.push(["cell", view.cell_id]);
+  const cell = view.cell_label || (view.cell_id ? String(view.cell_id).slice(0, 8) : "");
+  if (cell) meta.push(["cell", cell]);
   return h("div", { class: "nbv-head" },
     h("span", { class: `nbv-badge nbv-${STATUS_TONE[status] || "dim"} nbv-status` },
       status === "running" ? h("span", { class: "nbv-pulse", "aria-hidden": "true" }) : `${STATUS_ICON[status] || ""} `,
       status.replace(/_/g, " ")),
     h("span", { class: "nbv-title", text: "nbagent run" }),
     h("span", { class: "nbv-meta" }, meta.filter(([, v]) => v).map(([k, v], j) =>
-      h("span", {}, j ? " · " : "", `${k} `, h("code", { text: v, title: k === "run" ? view.run_id : null })))));
+      h("span", {}, j ? " · " : "", `${k} `, h("code", { text: v, title: k === "run" ? view.run_id : k === "cell" ? view.cell_id : null })))));
 }
 
 const promptEl = (view) => (view.prompt ? h("div", { class: "nbv-prompt", text: view.prompt }) : "");
@@ -617,7 +692,11 @@ function pendingText(view) {
     const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id) || pending.plan;
     return `waiting for approval of plan ${shortId(pending.plan_id)}${plan ? ` (${clip(planSummary(plan), 80)})` : ""}`;
   }
-  if (pending.kind === "human_input") return `waiting for an answer to: ${clip(pending.question || "", 200)}`;
+  if (pending.kind === "human_input") {
+    const k = (view.steps || []).findIndex((s) => s.kind === "question" && s.request_id === pending.request_id);
+    return k >= 0 ? `waiting for an answer to the agent's question (step ${k + 1})`
+      : `waiting for an answer to: ${clip(pending.question || "", 200)}`;
+  }
   return "waiting";
 }
 
@@ -636,6 +715,9 @@ function stepsOl(ctx, steps, start, decisions) {
   return ol;
 }
 
+// the timeline counts its entries (model replies, tool calls, decisions…), not "steps": the totals count tool calls
+const timelineLabel = (steps) => `Timeline · ${plural(steps.length, "entry", "entries")}`;
+
 const decisionsByRequest = (view) =>
   new Map((view.decisions || []).filter((d) => d.request_id).map((d) => [d.request_id, d]));
 
@@ -644,7 +726,7 @@ function staticStepsEl(ctx, view) {
   const steps = view.steps || [];
   if (!steps.length) return "";
   const decisions = decisionsByRequest(view);
-  const out = [h("div", { class: "nbv-section", text: `Steps (${steps.length})` })];
+  const out = [h("div", { class: "nbv-section", text: timelineLabel(steps) })];
   if (steps.length <= MAX_STEPS_SHOWN) {
     out.push(stepsOl(ctx, steps, 1, decisions));
   } else {
@@ -689,8 +771,8 @@ function errorsEl(view) {
 
 function footEl(view, withRunId) {
   return h("div", { class: "nbv-foot" },
-    h("span", {}, h("strong", { text: "Totals " }), totalsLine(view.totals)),
-    treeLine(view.tree) ? h("span", { class: "nbv-tree" }, h("strong", { text: "Run tree " }), treeLine(view.tree)) : "",
+    h("span", {}, h("strong", { text: "Totals " }), totalsLine(view.totals, !!view.cost_nominal)),
+    treeLine(view.tree) ? h("span", { class: "nbv-tree" }, h("strong", { text: "Run tree " }), treeLine(view.tree, !!view.cost_nominal)) : "",
     withRunId && view.run_id ? h("span", {}, h("strong", { text: "Run " }), h("code", { class: "nbv-run-id", text: view.run_id })) : "",
     view.log_path ? h("span", {}, h("strong", { text: "Log " }), h("code", { class: "nbv-log", text: view.log_path })) : "");
 }
@@ -701,7 +783,7 @@ function footEl(view, withRunId) {
  */
 export function renderView(el, view, options = {}) {
   view = view && typeof view === "object" ? view : {};
-  const ctx = { open: options.open || new Map(), static: true };
+  const ctx = { open: options.open || new Map(), static: true, nominal: !!view.cost_nominal };
   const status = String(view.status || "running");
   const root = h("div", { class: `nbagent-live nbv-static nbv-status-${status}`, "data-run-id": view.run_id || null },
     bannerEl(view), headEl(view, status), promptEl(view), staticPendingEl(view, status), staticStepsEl(ctx, view),
@@ -715,6 +797,9 @@ export function renderView(el, view, options = {}) {
 // A click is an event, sent as a custom comm message ({event: "decision", ...}, see nbagent/ui/widget.py), never
 // as a state sync: ipywidgets' page-side model holds every sync after the first until the kernel reports idle
 // for it, which it does not do while the cell awaits the decision. This view never calls `save_changes`.
+
+const FINAL = new Set(["completed", "completed_with_errors", "failed", "interrupted", "superseded"]);
+export const FINAL_EVENT = "nbagent-run-final";
 
 function render({ model, el }) {
   const ctx = { open: new Map(), static: false }; // details open state by key, kept across re-renders
@@ -763,6 +848,7 @@ function render({ model, el }) {
     const high = isHighRisk(plan);
     const note = h("span", { class: "nbv-sent", role: "status" });
     const input = h("input", { type: "text", class: "nbv-input", "aria-label": "feedback", placeholder: "" });
+    // the confirm button says what it does: "Deny: delete old.txt" / "Send feedback", never just "Send"
     const sendBtn = h("button", { class: "nbv-btn", type: "button" }, "Send");
     const cancel = h("button", { class: "nbv-btn nbv-quiet", type: "button" }, "Cancel");
     const row = h("div", { class: "nbv-text-row", hidden: true }, input, sendBtn, cancel);
@@ -782,7 +868,9 @@ function render({ model, el }) {
         ? "What should the model do differently? (Enter sends)"
         : "Reason for denying (optional; Enter sends)";
       input.setAttribute("aria-label", mode === "refine" ? "feedback for the model" : "reason for denying");
-      sendBtn.title = mode === "refine" ? "send the feedback to the model" : "deny the plan";
+      sendBtn.textContent = mode === "refine" ? "Send feedback" : denyLabel(plan);
+      sendBtn.className = `nbv-btn ${mode === "refine" ? "nbv-refine" : "nbv-deny"}`;
+      sendBtn.title = mode === "refine" ? "send the feedback to the model" : "deny the plan; nothing of it runs";
       input.focus();
     };
     input.addEventListener("keydown", (e) => {
@@ -836,7 +924,7 @@ function render({ model, el }) {
     const el = h("div", { class: "nbv-decide", role: "group", "aria-label": "question", "data-request-id": rid },
       h("div", { class: "nbv-decide-q" }, "The agent asks: ", h("strong", { text: pending.question || "" })),
       h("div", { class: "nbv-buttons" }, input, answer, note));
-    return { el, note };
+    return { el, note, focus: input };
   }
 
   // the panel of the pending request: built once per request (what is typed in it survives view updates)
@@ -871,6 +959,11 @@ function render({ model, el }) {
     parts.plans.replaceChildren(plansEl(ctx, view, controls));
     parts.decide.replaceChildren(panel && panel.kind === "human_input" ? panel.el : "");
     if (focused && focused.isConnected) focused.focus();
+    else if (panel && panel.focus && !panel.focused && panel.el.isConnected) {
+      // a question waits for typing: its box gets the focus once, when it appears
+      panel.focused = true;
+      panel.focus.focus({ preventScroll: false });
+    }
   }
 
   function drawStream() {
@@ -886,6 +979,8 @@ function render({ model, el }) {
   function draw() {
     const view = model.get("view") || {};
     const status = view.status || "running";
+    ctx.nominal = !!view.cost_nominal;
+    ctx.asking = view.pending && view.pending.kind === "human_input" ? view.pending.request_id : null;
     root.className = `nbagent-live nbv-status-${status}`;
 
     parts.banner.replaceChildren(bannerEl(view));
@@ -901,7 +996,7 @@ function render({ model, el }) {
     parts.steps.replaceChildren();
     if (steps.length) {
       const ol = stepsOl(ctx, steps, 1, decisionsByRequest(view));
-      parts.steps.append(h("div", { class: "nbv-section", text: `Steps (${steps.length})` }), ol);
+      parts.steps.append(h("div", { class: "nbv-section", text: timelineLabel(steps) }), ol);
       ol.scrollTop = atBottom ? ol.scrollHeight : prevTop;
     } else if (status === "running") {
       parts.steps.append(h("div", { class: "nbv-facts nbv-starting", text: "starting…" }));
@@ -913,6 +1008,17 @@ function render({ model, el }) {
     parts.foot.replaceChildren(footEl(view, false));
 
     drawStream();
+    announceFinal(view, status);
+  }
+
+  // A run that ended: its record replaces this view. The kernel does that by display id, which a page reload
+  // loses (the view itself comes back: ipywidgets restores it from the kernel), so the view also tells the page:
+  // the lab extension (labextension/src/records.ts) puts the record in this output in its place.
+  let announced = false;
+  function announceFinal(view, status) {
+    if (announced || !FINAL.has(status) || !view.run_id) return;
+    announced = true;
+    el.dispatchEvent(new CustomEvent(FINAL_EVENT, { bubbles: true, detail: { view } }));
   }
 
   const onView = () => draw();

@@ -1,0 +1,269 @@
+/**
+ * nbagent-labextension:records — every record of a run in an open notebook shows the run's latest state.
+ *
+ * A run interrupted in one cell and continued in a later one (`%agent approve`, `%agent resume`) leaves two
+ * records of it: the first says "interrupted · waiting for approval" while the later one is complete. The kernel
+ * updates the first by display id within its session, but a page reload loses display ids; so this plugin works
+ * from the notebook's output models alone. Whenever outputs change (and once a notebook is loaded), every output
+ * holding `application/vnd.nbagent.run+json` of run X with a lower `revision` than the newest record of X in the
+ * notebook takes the newest one's data (all its MIME types, so the text/html fallback agrees).
+ *
+ * A live view whose run ended also asks (a DOM event from nbagent/ui/run_view.js) to be replaced by its record:
+ * after a reload, the view comes back from the kernel but the kernel's final `update_display` cannot find it.
+ *
+ * The notebook objects are used through the few members needed (duck-typed), as in cells.ts.
+ */
+
+export const RUN_MIME = 'application/vnd.nbagent.run+json';
+export const FINAL_EVENT = 'nbagent-run-final';
+
+interface ISignal<T> {
+  connect(fn: (sender: unknown, args: T) => void): boolean;
+}
+
+export interface IOutputJSON {
+  output_type: string;
+  data?: Record<string, unknown>;
+  metadata?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+export interface IOutputModel {
+  toJSON(): IOutputJSON;
+}
+
+export interface IOutputList {
+  length: number;
+  get(index: number): IOutputModel;
+  set(index: number, value: IOutputJSON): void;
+  changed?: ISignal<unknown>;
+}
+
+export interface ICellModel {
+  type?: string;
+  outputs?: IOutputList;
+}
+
+export interface ICellList {
+  length: number;
+  get(index: number): ICellModel;
+  changed?: ISignal<unknown>;
+}
+
+interface IOutputAreaLike {
+  node: HTMLElement;
+  widgets?: ReadonlyArray<{ node: HTMLElement }>;
+}
+
+interface ICellWidgetLike {
+  node: HTMLElement;
+  model: ICellModel;
+  outputArea?: IOutputAreaLike;
+}
+
+interface INotebookPanelLike {
+  content?: { model?: { cells?: ICellList } | null; widgets?: ReadonlyArray<ICellWidgetLike>; modelChanged?: ISignal<unknown> };
+  context?: { ready?: Promise<unknown> };
+}
+
+export interface IApp {
+  shell: {
+    widgets(area?: string): Iterable<unknown>;
+    currentChanged?: ISignal<unknown>;
+    layoutModified?: ISignal<unknown>;
+  };
+  restored?: Promise<unknown>;
+}
+
+interface IRecordRef {
+  outputs: IOutputList;
+  index: number;
+  json: IOutputJSON;
+  runId: string;
+  revision: number;
+}
+
+function recordOf(json: IOutputJSON): { runId: string; revision: number } | null {
+  const view = json.data?.[RUN_MIME] as { run_id?: unknown; revision?: unknown } | undefined;
+  if (!view || typeof view !== 'object' || typeof view.run_id !== 'string' || !view.run_id) {
+    return null;
+  }
+  const revision = typeof view.revision === 'number' && Number.isFinite(view.revision) ? view.revision : -1;
+  return { runId: view.run_id, revision };
+}
+
+/** Every output of the notebook's cells that holds a run record. */
+export function findRecords(cells: ICellList): IRecordRef[] {
+  const found: IRecordRef[] = [];
+  for (let c = 0; c < cells.length; c++) {
+    const outputs = cells.get(c).outputs;
+    if (!outputs) {
+      continue;
+    }
+    for (let i = 0; i < outputs.length; i++) {
+      const json = outputs.get(i).toJSON();
+      const rec = recordOf(json);
+      if (rec) {
+        found.push({ outputs, index: i, json, ...rec });
+      }
+    }
+  }
+  return found;
+}
+
+/**
+ * Bring every record of a run up to the newest one (the highest revision) in these cells; returns how many
+ * outputs were replaced. A record without a revision counts as the oldest.
+ */
+export function syncRecords(cells: ICellList): number {
+  const records = findRecords(cells);
+  const newest = new Map<string, IRecordRef>();
+  for (const r of records) {
+    const best = newest.get(r.runId);
+    if (!best || r.revision > best.revision) {
+      newest.set(r.runId, r);
+    }
+  }
+  let replaced = 0;
+  for (const r of records) {
+    const best = newest.get(r.runId)!;
+    if (r.revision < best.revision) {
+      r.outputs.set(r.index, { ...r.json, data: { ...best.json.data }, metadata: { ...(best.json.metadata ?? {}) } });
+      replaced++;
+    }
+  }
+  return replaced;
+}
+
+/** The output that shows a run's record instead of its ended live view: text/plain says what it is. */
+export function recordOutput(view: Record<string, unknown>): IOutputJSON {
+  const status = String(view.status ?? '').replace(/_/g, ' ');
+  return {
+    output_type: 'display_data',
+    data: { [RUN_MIME]: view, 'text/plain': `nbagent run ${String(view.run_id ?? '')}: ${status}` },
+    metadata: {}
+  };
+}
+
+const watchedPanels = new WeakSet<object>();
+const watchedLists = new WeakSet<object>();
+
+function watch(panel: INotebookPanelLike): void {
+  const content = panel.content;
+  if (!content || watchedPanels.has(panel as object)) {
+    return;
+  }
+  watchedPanels.add(panel as object);
+  let busy = false;
+  let due = false;
+  const sync = (): void => {
+    const cells = content.model?.cells;
+    if (!cells) {
+      return;
+    }
+    if (busy) {
+      due = true;
+      return;
+    }
+    busy = true;
+    try {
+      hook(cells);
+      syncRecords(cells);
+    } finally {
+      busy = false;
+    }
+    if (due) {
+      due = false;
+      queueMicrotask(sync);
+    }
+  };
+  const hook = (cells: ICellList): void => {
+    if (!watchedLists.has(cells as object)) {
+      watchedLists.add(cells as object);
+      cells.changed?.connect(() => sync());
+    }
+    for (let c = 0; c < cells.length; c++) {
+      const outputs = cells.get(c).outputs;
+      if (outputs && !watchedLists.has(outputs as object)) {
+        watchedLists.add(outputs as object);
+        outputs.changed?.connect(() => queueMicrotask(sync));
+      }
+    }
+  };
+  content.modelChanged?.connect(() => sync());
+  void panel.context?.ready?.then(sync);
+  sync();
+}
+
+function scan(app: IApp): void {
+  for (const widget of app.shell.widgets('main')) {
+    const panel = widget as INotebookPanelLike;
+    if (panel.content && 'model' in (panel.content as object) && 'widgets' in (panel.content as object)) {
+      watch(panel);
+    }
+  }
+}
+
+/** The cell widget and output index whose DOM holds `node` (an ended live view). */
+function outputAt(app: IApp, node: Node): { outputs: IOutputList; index: number } | null {
+  for (const widget of app.shell.widgets('main')) {
+    const cells = (widget as INotebookPanelLike).content?.widgets;
+    if (!cells) {
+      continue;
+    }
+    for (const cell of cells) {
+      const area = cell.outputArea;
+      const outputs = cell.model?.outputs;
+      if (!area || !outputs || !cell.node.contains(node)) {
+        continue;
+      }
+      const children = area.widgets ?? [];
+      for (let i = 0; i < children.length && i < outputs.length; i++) {
+        if (children[i].node.contains(node)) {
+          return { outputs, index: i };
+        }
+      }
+    }
+  }
+  return null;
+}
+
+/** An ended live view's output becomes the run's record (unless the kernel already replaced it). */
+export function onFinal(app: IApp, event: Event): void {
+  const view = (event as CustomEvent<{ view?: Record<string, unknown> }>).detail?.view;
+  const target = event.target as Node | null;
+  if (!view || typeof view !== 'object' || !target) {
+    return;
+  }
+  const at = outputAt(app, target);
+  if (!at) {
+    return;
+  }
+  // let the kernel's own update_display land first (it carries the text/html fallback too); after a reload it
+  // never comes, and the output still holds the live view
+  setTimeout(() => {
+    if (at.index >= at.outputs.length) {
+      return;
+    }
+    const json = at.outputs.get(at.index).toJSON();
+    if (json.data && 'application/vnd.jupyter.widget-view+json' in json.data) {
+      at.outputs.set(at.index, recordOutput(view));
+    }
+  }, 1500);
+}
+
+const plugin = {
+  id: 'nbagent-labextension:records',
+  description: 'Keeps every record of an nbagent run in a notebook at the run\'s latest state.',
+  autoStart: true,
+  activate: (app: IApp): void => {
+    const rescan = (): void => scan(app);
+    app.shell.layoutModified?.connect(rescan);
+    app.shell.currentChanged?.connect(rescan);
+    void app.restored?.then(rescan);
+    rescan();
+    document.addEventListener(FINAL_EVENT, event => onFinal(app, event));
+  }
+};
+
+export default plugin;
