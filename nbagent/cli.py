@@ -30,7 +30,7 @@ from .store.locate import find_stores
 from .store.store import STORE_SUFFIX
 from .timeline import clip, describe, money
 from .ui.record import NOMINAL_NOTE
-from .ui.viewstate import cell_labels, is_nominal
+from .ui.viewstate import cell_labels, is_file_fact, is_nominal
 from .verify import verify_store
 
 
@@ -258,7 +258,10 @@ def render_timeline(state: RunState, events: list[EventBase], log_path: Path) ->
         d = depth.get(e.parent_event_id, -1) + 1 if e.parent_event_id else 0
         depth[e.id] = d
         offset = (e.time - t0).total_seconds() if t0 else 0.0
-        rows.append(f"{e.seq:>5}  {e.ts[11:23]}  +{offset:>7.3f}s  {'  ' * d}{e.type:<22} {describe(e)}")
+        note = ""
+        if e.type == "authorization_denied" and is_file_fact(getattr(e.payload, "rule", None)):
+            note = "  (an error, not a denial: older nbagents logged file facts so)"
+        rows.append(f"{e.seq:>5}  {e.ts[11:23]}  +{offset:>7.3f}s  {'  ' * d}{e.type:<22} {describe(e)}{note}")
     cost = money(state.cost) if state.cost_known else "unknown"
     nominal = state.cost_known and is_nominal(state.model)
     calls, models = len(state.steps), state.model_calls

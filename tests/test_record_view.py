@@ -173,6 +173,9 @@ def test_counts_agree_between_timeline_totals_and_cli(legacy: tuple[Store, str],
     assert main(["show", run]) == 0
     shown = capsys.readouterr().out
     assert "3 tool calls · 2 model calls · 30 tokens" in shown and "step(s)" not in shown
+    missing = next(ln for ln in shown.splitlines() if "authorization_denied" in ln and "nothere.csv" in ln)
+    excluded = next(ln for ln in shown.splitlines() if "authorization_denied" in ln and ".env" in ln)
+    assert "an error, not a denial" in missing and "an error" not in excluded
     assert main(["runs"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert "TOOL CALLS" in table[0] and "STEPS" not in table[0]
