@@ -162,6 +162,10 @@ def test_superseded_pending_and_long_runs(full: dict[str, Any], waiting: dict[st
     question = dict(waiting, pending={"kind": "human_input", "request_id": "r", "plan_id": None,
                                       "question": "Which year?"})
     assert "Which year?" in render_html(question) and "%agent answer" in render_html(question)
+    # a superseded run keeps its pending request in the log, but nobody can answer it: no approve hint beside it
+    stale = dict(waiting, superseded_by="01NEWRUN", status="superseded")
+    for out in (render_html(stale), render_text(stale), render_markdown(stale)):
+        assert "%agent approve" not in out and "waiting for approval" not in out and "uperseded" in out
 
     long = dict(full, steps=[dict(full["steps"][0], id=str(i)) for i in range(45)])
     out = render_html(long)

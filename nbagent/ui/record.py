@@ -200,6 +200,12 @@ def pending_hint(view: dict[str, Any]) -> str:
     return f"%agent resume {rid}"
 
 
+def answerable(view: dict[str, Any]) -> bool:
+    """A pending decision someone can still give: a superseded run keeps its pending request in the log, but its
+    record must not offer `%agent approve` beside "superseded" (as run_view.js)."""
+    return bool(view.get("pending")) and not view.get("superseded_by") and view.get("status") != "superseded"
+
+
 def pending_text(view: dict[str, Any]) -> str:
     pending = view.get("pending") or {}
     if pending.get("kind") == "approval":
@@ -676,7 +682,7 @@ def _steps_html(view: dict[str, Any]) -> str:
 def _plan_html(plan: dict[str, Any], index: int, view: dict[str, Any]) -> str:
     status = plan.get("status", "proposed")
     pending = view.get("pending") or {}
-    waiting = pending.get("kind") == "approval" and pending.get("plan_id") == plan.get("plan_id")
+    waiting = answerable(view) and pending.get("kind") == "approval" and pending.get("plan_id") == plan.get("plan_id")
     status_text = "waiting for approval" if waiting else PLAN_STATUS.get(status, status)
     effects = high_risk_effects(plan)
     out = [f'<div class="nbr-plan{" nbr-plan-high" if effects else ""}" data-plan-id="{_esc(plan.get("plan_id"))}">',
@@ -761,7 +767,7 @@ def render_html(view: dict[str, Any]) -> str:
     out.append('<p class="nbr-meta">' + " · ".join(meta) + "</p>")
     if v.get("prompt"):
         out.append(f'<blockquote class="nbr-prompt">{_esc(v["prompt"])}</blockquote>')
-    if v.get("pending"):
+    if answerable(v):
         out.append(f'<div class="nbr-banner nbr-warn"><strong>‖ {_esc(pending_text(v))}</strong>'
                    f'<span class="nbr-hint">in a new cell: {_esc(pending_hint(v))}</span></div>')
     elif status == "interrupted":
@@ -811,7 +817,7 @@ def render_text(view: dict[str, Any]) -> str:
         lines.append(f"superseded by run {v['superseded_by']} (an earlier cell was re-run)")
     if v.get("prompt"):
         lines.append("prompt: " + _clip(v["prompt"], 300))
-    if v.get("pending"):
+    if answerable(v):
         lines.append(f"{pending_text(v)}: in a new cell, {pending_hint(v)}")
     elif status == "interrupted":
         lines.append(f"interrupted: in a new cell, {pending_hint(v)}")
@@ -917,7 +923,7 @@ def render_markdown(view: dict[str, Any]) -> str:
         out += [f"> **Superseded** by run {_code(v['superseded_by'])}: an earlier cell was re-run.", ""]
     if v.get("prompt"):
         out += ["> " + "\n> ".join(_md_text(line) for line in str(v["prompt"]).split("\n")), ""]
-    if v.get("pending"):
+    if answerable(v):
         out += [f"**{_md_text(pending_text(v))}** — in a new cell: {_code(pending_hint(v))}", ""]
     if outcome_warning(v):
         out += [f"**⚠ {_md_text(outcome_warning(v))}**", ""]
