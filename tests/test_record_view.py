@@ -225,3 +225,9 @@ def test_the_header_shows_the_cell_label(tmp_path: Path) -> None:
     assert view["cell_id"] == uuid and view["cell_label"] == "3f2a9c41"
     assert f'cell <code title="{uuid}">3f2a9c41</code>' in render_html(view)
     assert "· cell 3f2a9c41" in render_text(view).splitlines()[0]
+    # another cell of the same notebook shares those 8 characters: both labels grow until they differ
+    other = "3f2a9c41-77aa-4c55-9d21-6a1e2b3c4d5e"
+    a2 = agent(tmp_path, turns("done"))
+    run2 = asyncio.run(a2.run("hi again", cell_id=other)).run_id
+    assert run_view(a2.store, run)["cell_label"] == "3f2a9c41-0"
+    assert run_view(a2.store, run2)["cell_label"] == "3f2a9c41-7"
