@@ -256,7 +256,8 @@ def test_resume_in_a_later_cell_updates_the_original_record(page: Page, lab: Lab
     first.scroll_into_view_if_needed()
     shot(page, "s2-approved-in-cell-3-record-of-cell-2-updated")
     save(page, notebook)
-    assert {r["status"] for r in records_in(notebook)} == {"completed"}
+    wait_until(lambda: [r["status"] for r in records_in(notebook)] == ["completed", "completed"], 20,
+               "the saved notebook holds both records, completed")
 
     # a file saved before the update (cell 1 still interrupted), opened with no kernel: brought up to date
     saved = json.loads(notebook.read_text())

@@ -118,6 +118,15 @@ def _is_long(text: str) -> bool:
     return len(text) > LONG_TEXT_CHARS or text.count("\n") >= LONG_TEXT_LINES
 
 
+def arguments_of(step: dict[str, Any]) -> Any:
+    """A step's arguments in the order the model sent them (`arg_keys`: the log's JSON has its keys sorted)."""
+    args, keys = step.get("arguments"), step.get("arg_keys")
+    if not isinstance(args, dict) or not isinstance(keys, list):
+        return args
+    rank = {str(k): i for i, k in enumerate(keys)}
+    return dict(sorted(args.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+
 def format_args(arguments: Any, width: int = 60) -> str:
     """`path="a.csv", depth=2`: each value as compact JSON, clipped."""
     if not isinstance(arguments, dict):
@@ -287,7 +296,7 @@ def step_summary(step: dict[str, Any]) -> str:
             bits.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
         return f"model {step.get('title', '')}: {step.get('detail', '')} · " + " · ".join(b for b in bits if b)
     if kind == "tool":
-        line = f"{step.get('tool') or step.get('title')}({format_args(step.get('arguments'), 40)})"
+        line = f"{step.get('tool') or step.get('title')}({format_args(arguments_of(step), 40)})"
         if step.get("risk"):
             line += f" [{step['risk']}]"
         line += f" {step.get('status', '')}"
@@ -433,9 +442,8 @@ def markdown_html(source: str) -> str:
 CSS = """
 .nbagent-run{--nbr-fg:var(--jp-ui-font-color1,#1f2328);--nbr-muted:var(--jp-ui-font-color2,#59636e);
 --nbr-bg:var(--jp-layout-color1,transparent);--nbr-bg2:var(--jp-layout-color2,#f6f8fa);
---nbr-border:var(--jp-border-color2,#d1d9e0);--nbr-green:var(--jp-success-color1,#1a7f37);
---nbr-amber:var(--jp-warn-color1,#9a6700);--nbr-red:var(--jp-error-color1,#cf222e);
---nbr-blue:var(--jp-brand-color1,#0969da);
+--nbr-border:var(--jp-border-color2,#d1d9e0);--nbr-green:#116329;--nbr-amber:#7d4e00;--nbr-red:#b31d28;
+--nbr-blue:#0550ae;
 --nbr-mono:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace);
 --nbr-font:var(--jp-ui-font-family,-apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif);
 color:var(--nbr-fg);background:var(--nbr-bg);font-family:var(--nbr-font);font-size:13px;line-height:1.45;
@@ -444,8 +452,9 @@ box-sizing:border-box;overflow-wrap:anywhere}
 @media (prefers-color-scheme:dark){.nbagent-run{--nbr-fg:var(--jp-ui-font-color1,#e6edf3);
 --nbr-muted:var(--jp-ui-font-color2,#9198a1);--nbr-bg:var(--jp-layout-color1,#0d1117);
 --nbr-bg2:var(--jp-layout-color2,#161b22);--nbr-border:var(--jp-border-color2,#3d444d);
---nbr-green:var(--jp-success-color1,#3fb950);--nbr-amber:var(--jp-warn-color1,#d29922);
---nbr-red:var(--jp-error-color1,#f85149);--nbr-blue:var(--jp-brand-color1,#4493f8)}}
+--nbr-green:#56d364;--nbr-amber:#e3b341;--nbr-red:#ffa198;--nbr-blue:#79c0ff}}
+body[data-jp-theme-light="false"] .nbagent-run{--nbr-green:#56d364;--nbr-amber:#e3b341;--nbr-red:#ffa198;
+--nbr-blue:#79c0ff}
 .nbagent-run *{box-sizing:border-box}
 .nbagent-run .nbr-sep{display:none}
 .nbagent-run h4,.nbagent-run h5{margin:12px 0 4px;font-size:13px;font-weight:600;color:var(--nbr-fg)}
@@ -704,7 +713,7 @@ def _plan_html(plan: dict[str, Any], index: int, view: dict[str, Any]) -> str:
             out.append(f'<tr><td>{n}</td><td><span class="nbr-tool">{_esc(s.get("tool"))}</span></td>'
                        f'<td>{"<code>" + _esc(s.get("target")) + "</code>" if s.get("target") else ""}</td>'
                        f'<td>{risk_badge(s.get("risk"))}{_risk_reason_html(s)}</td>'
-                       f'<td><span class="nbr-args">{_esc(format_args(s.get("arguments"), 48))}</span></td></tr>')
+                       f'<td><span class="nbr-args">{_esc(format_args(arguments_of(s), 48))}</span></td></tr>')
         out.append("</tbody></table>")
         for s in steps:
             diff = s.get("diff") or s.get("preview")
@@ -933,7 +942,7 @@ def render_markdown(view: dict[str, Any]) -> str:
         for n, s in enumerate(steps, 1):
             kind = s.get("kind")
             if kind == "tool":
-                line = (f"{n}. **{_md_text(s.get('tool') or s.get('title'))}** {_code(format_args(s.get('arguments')))}"
+                line = (f"{n}. **{_md_text(s.get('tool') or s.get('title'))}** {_code(format_args(arguments_of(s)))}"
                         + (f" — `{s['risk']}`" if s.get("risk") else "") + f" — {s.get('status')}"
                         + (f", {fmt_ms(s['duration_ms'])}" if s.get("duration_ms") is not None else "")
                         + (f", {s['retries']} retries" if s.get("retries") else ""))
@@ -958,7 +967,7 @@ def render_markdown(view: dict[str, Any]) -> str:
             for n, s in enumerate(p.get("steps") or [], 1):
                 reason = f" ({_md_text(s['risk_reason'])})" if s.get("risk_reason") else ""
                 out.append(f"| {n} | {_md_text(s.get('tool'))} | {_md_text(s.get('target') or '')} | "
-                           f"`{s.get('risk')}`{reason} | {_md_text(format_args(s.get('arguments'), 48))} |")
+                           f"`{s.get('risk')}`{reason} | {_md_text(format_args(arguments_of(s), 48))} |")
             out.append("")
             for s in p.get("steps") or []:
                 diff = s.get("diff") or s.get("preview")
