@@ -231,3 +231,15 @@ def test_the_header_shows_the_cell_label(tmp_path: Path) -> None:
     run2 = asyncio.run(a2.run("hi again", cell_id=other)).run_id
     assert run_view(a2.store, run)["cell_label"] == "3f2a9c41-0"
     assert run_view(a2.store, run2)["cell_label"] == "3f2a9c41-7"
+
+
+def test_arguments_keep_the_models_order_through_a_saved_notebook(tmp_path: Path) -> None:
+    """The log's JSON and a saved notebook's sort keys; the record shows a call's arguments as the model wrote them."""
+    a = agent(tmp_path, turns([call("create_file", path="z.md", content="# Z\n")], "done"),
+              tools=file_tools(tmp_path), decider=RecordedDecider([Verdict.approve()], []))
+    view = run_view(a.store, asyncio.run(a.run("write z.md")).run_id)
+    step = next(s for s in view["steps"] if s["kind"] == "tool")
+    assert step["arg_keys"] == ["path", "content"] and view["plans"][0]["steps"][0]["arg_keys"] == ["path", "content"]
+    saved = json.loads(json.dumps(view, sort_keys=True))  # nbformat writes outputs with sorted keys
+    for out in (render_text(saved), render_html(saved), render_markdown(saved)):
+        assert re.search(r'path=(&quot;|")z\.md(&quot;|"), content=', out), out

@@ -619,7 +619,7 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
         head += (f'<code>{_esc(step.get("title"))}</code> → {_esc(step.get("detail"))} '
                  f'<span class="nbr-facts">· {" · ".join(_esc(f) for f in facts if f)}</span>')
     elif kind == "tool":
-        args = step.get("arguments")
+        args = arguments_of(step)
         head += (f'<span class="nbr-tool">{_esc(step.get("tool") or step.get("title"))}</span>'
                  f'<span class="nbr-args">({_esc(format_args(args))})</span> {risk_badge(step.get("risk"))}')
         facts = [status]

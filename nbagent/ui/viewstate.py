@@ -12,8 +12,8 @@ Shape (version 1):
      "steps": [{"id", "kind": "model"|"tool"|"denied"|"thinking"|"question"|"child"|"error"|"info",
                 "title", "detail", "status": "running"|"ok"|"failed"|"denied"|"waiting"|"info",
                 "call_id", "tool", "arguments", "risk", "risk_reason", "target", "preview", "result_preview",
-                "error_type", "rule", "tokens", "cost", "cost_nominal", "latency_ms", "duration_ms", "retries", "ts",
-                "depth"}],
+                "arg_keys", "error_type", "rule", "tokens", "cost", "cost_nominal", "latency_ms", "duration_ms",
+                "retries", "ts", "depth"}],
      "plans": [{"plan_id", "purpose", "steps": [PlanStep], "max_risk", "auto_executing", "status"}],
      "pending": null | {"kind": "approval"|"human_input", "request_id", "plan_id", "question"},
      "decisions": [{"kind", "by", "text", "ts", "plan_id", "request_id"}],
@@ -24,6 +24,8 @@ Shape (version 1):
 `steps` is the timeline (every entry: model calls, tool calls, denials, questions...); `totals.tool_calls` counts
 the run's tool calls (`totals.steps` is the same number, kept for views written before the name). Label them
 "Timeline · N entries" and "N tool calls" so the two never read as one thing counted twice.
+`arg_keys` (tool and plan steps) is the order in which the model wrote a call's arguments, from its raw reply: the
+log's JSON (and a saved notebook's) has its keys sorted, so views order `arguments` by it.
 `cell_label` is the cell id as short as it can be while no other cell of the same log shares it.
 `cost_nominal` is true for the offline models (`nbagent/scripted`, `nbagent/function`, `nbagent/replay`): their
 prices are made up so that cost tracking runs end to end; no money was spent.
@@ -191,7 +193,8 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
             step = by_call.get(p.call_id)
             if step is None:  # refused before it started (a malformed call, a missing file): a step of its own
                 step = {"id": e.id, "ts": e.ts, "depth": d, "kind": "tool", "title": p.tool, "tool": p.tool,
-                        "call_id": p.call_id, "arguments": asked.get(p.call_id, {}), "detail": ""}
+                        "call_id": p.call_id, "arguments": asked.get(p.call_id, {}), "detail": "",
+                        "arg_keys": list(asked.get(p.call_id, {}))}
                 steps.append(step)
                 by_call[p.call_id] = step
             # a call that never started took no time: no "0.00 ms" for it
@@ -217,15 +220,17 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         step = _step(e, d)
         if step is None:
             continue
-        if step.get("kind") == "tool" and not step.get("arguments") and step.get("call_id") in asked:
-            step["arguments"] = asked[step["call_id"]]
+        if step.get("kind") == "tool" and step.get("call_id") in asked:
+            if not step.get("arguments"):
+                step["arguments"] = asked[step["call_id"]]
+            step["arg_keys"] = list(asked[step["call_id"]])
         if step.get("call_id") and step["kind"] == "tool":
             by_call[step["call_id"]] = step
         steps.append(step)
     plans = [
         {"plan_id": plan.plan_id, "purpose": plan.purpose, "max_risk": str(plan.max_risk),
          "auto_executing": plan.auto_executing, "status": plan.status,
-         "steps": [s.model_dump(mode="json") for s in plan.steps]}
+         "steps": [_with_order(s.model_dump(mode="json"), asked) for s in plan.steps]}
         for plan in state.plans.values()
     ]
     pending = None
@@ -259,6 +264,12 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         },
         "tree": tree,
     }
+
+
+def _with_order(step: dict[str, Any], asked: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    if step.get("call_id") in asked:
+        step["arg_keys"] = list(asked[step["call_id"]])
+    return step
 
 
 def _error_text(error: str, facts: set[str]) -> str:
