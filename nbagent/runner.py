@@ -5,8 +5,11 @@ nbclient underneath, plus what a plain nbclient run lacks:
   and a re-run forks exactly as it would in JupyterLab;
 - the notebook's path (`JPY_SESSION_NAME`), so the log lands beside the notebook;
 - approvals by policy (`NBAGENT_APPROVE`): nobody is there to click;
-- a one-line summary per run, and a non-zero exit when a cell fails or a run fails, is interrupted or is left
-  waiting.
+- a one-line summary per run, and a non-zero exit when a cell fails (an unknown `{name}` in a request too), a
+  run fails, is interrupted or is left waiting, or a run's tools failed or were denied (`completed_with_errors`;
+  `allow_tool_errors` accepts those);
+- one record per run: a run continued in a later cell (`%agent approve`, `%agent resume`) has its earlier
+  records replaced by the final one, so the notebook never shows a run in two states.
 """
 
 from __future__ import annotations
@@ -29,19 +32,34 @@ class RunSummary(BaseModel):
     cost: float | None
     answer: str | None
     error: str | None
+    tool_errors: list[str] = Field(default_factory=list)
+    cell_label: str | None = None  # the shortest form of cell_id no other run of the notebook shares
 
     @property
-    def ok(self) -> bool:
+    def finished(self) -> bool:
+        """The run reached its end (an answer), whether or not its tools all succeeded."""
         # a superseded run counts only if it had finished its work (an answer) before it was forked away
         return self.status in ("completed", "completed_with_errors") or (
             self.status == "superseded" and self.answer is not None)
 
+    @property
+    def ok(self) -> bool:
+        """Finished with every tool call done: a run whose tools failed or were denied is not a success, whatever
+        its answer claims (a scripted answer cannot know that create_file found the file already there)."""
+        return self.finished and self.status != "completed_with_errors"
+
     def line(self) -> str:
         from .timeline import clip, money
 
-        tail = self.answer if self.ok else (self.error or "no answer")
-        return (f"run {self.run_id[:12]}  cell {(self.cell_id or '-')[:12]:<12} {self.status:<21} "
-                f"{self.steps} step(s) · {self.tokens} tokens · {money(self.cost)} · {clip(tail or '', 70)}")
+        if self.status == "completed_with_errors":
+            n = len(self.tool_errors)
+            first = self.tool_errors[0] if self.tool_errors else "see the run's record"
+            tail = f"{n or 'some'} tool error(s): {clip(first, 60)}" + (
+                f" · answer: {self.answer}" if self.answer else "")
+        else:
+            tail = (self.answer if self.finished else (self.error or "no answer")) or ""
+        return (f"run {self.run_id[:12]}  cell {self.cell_label or self.cell_id or '-':<12} {self.status:<21} "
+                f"{self.steps} step(s) · {self.tokens} tokens · {money(self.cost)} · {clip(tail, 110)}")
 
 
 class NotebookResult(BaseModel):
@@ -52,7 +70,31 @@ class NotebookResult(BaseModel):
 
     @property
     def ok(self) -> bool:
+        """Every cell ran and every run finished with all its tools done."""
         return self.cell_error is None and all(r.ok for r in self.runs)
+
+    @property
+    def with_tool_errors(self) -> list[RunSummary]:
+        return [r for r in self.runs if r.finished and not r.ok]
+
+    def passed(self, allow_tool_errors: bool = False) -> bool:
+        """What the exit status says: `ok`, or, with `allow_tool_errors`, runs whose tools failed count too."""
+        if allow_tool_errors:
+            return self.cell_error is None and all(r.finished for r in self.runs)
+        return self.ok
+
+    def verdict(self, allow_tool_errors: bool = False) -> str:
+        n = len(self.runs)
+        written = f"executed notebook written to {self.output}"
+        if self.ok:
+            return f"ok: {n} run(s); {written}"
+        errors = self.with_tool_errors
+        if self.passed(allow_tool_errors):
+            return f"ok, with tool errors allowed: {n} run(s), {len(errors)} completed_with_errors; {written}"
+        if self.cell_error is None and all(r.finished for r in self.runs):
+            return (f"FAILED: {n} run(s), {len(errors)} completed_with_errors (a tool call failed or was denied; "
+                    f"--allow-tool-errors accepts that); {written}")
+        return f"FAILED: {n} run(s); {written}"
 
 
 def _client_class() -> Any:
@@ -140,6 +182,7 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
 
         shutil.rmtree(sockets, ignore_errors=True)
     _insert_agent_cells(nb, store_path, before, execution)
+    latest_records(nb)
     from .secrets import Redactor, env_secrets
 
     redactor = Redactor(env_secrets(kernel_env))
@@ -158,9 +201,53 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
             runs.append(RunSummary(run_id=run_id, cell_id=s.cell_id, status=s.status.value, steps=len(s.steps),
                                    tokens=s.tokens, cost=s.cost if s.cost_known else None,
                                    answer=redactor.text(s.answer) if s.answer else s.answer,
-                                   error=redactor.text(error) if error else error))
+                                   error=redactor.text(error) if error else error,
+                                   tool_errors=[redactor.text(e) for e in s.errors]))
+    for r, label in zip(runs, _cell_labels([r.cell_id for r in runs]), strict=True):
+        r.cell_label = label
     return NotebookResult(notebook=str(nb_path), output=str(out_path), runs=runs,
                           cell_error=redactor.text(cell_error) if cell_error else None)
+
+
+def _cell_labels(cell_ids: list[str | None]) -> list[str | None]:
+    """Cell ids as `nbagent runs` shows them: the shortest form no other cell shares (never a prefix that two
+    cells have in common, as quickstart-03 and quickstart-05 share quickstart-0)."""
+    try:
+        from .ui.viewstate import cell_labels  # type: ignore[attr-defined]
+    except ImportError:
+        return list(cell_ids)
+    labels = cell_labels(cell_ids)
+    return [labels.get(c, c) if c else None for c in cell_ids]
+
+
+def latest_records(nb: Any) -> int:
+    """Every output holding a record of a run shows the run's newest record in the notebook (the highest
+    `revision`: how far into the log it goes). A run continued in a later cell (`%agent approve`, `resume`)
+    leaves its first cell saying "interrupted · waiting" otherwise; the kernel updates that output through its
+    display id, and this is the same rule for what the kernel could not reach (an earlier kernel's outputs).
+    Returns how many outputs were replaced."""
+    import copy
+
+    from .ui.viewstate import MIME
+
+    shown: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    newest: dict[str, dict[str, Any]] = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            view = (out.get("data") or {}).get(MIME)
+            if not isinstance(view, dict) or not view.get("run_id"):
+                continue
+            shown.append((out, view))
+            best = newest.get(view["run_id"])
+            if best is None or int(view.get("revision") or 0) > int(best[MIME].get("revision") or 0):
+                newest[view["run_id"]] = out["data"]
+    replaced = 0
+    for out, view in shown:
+        latest = newest[view["run_id"]]
+        if latest is not out["data"] and int(latest[MIME].get("revision") or 0) > int(view.get("revision") or 0):
+            out["data"] = copy.deepcopy(latest)
+            replaced += 1
+    return replaced
 
 
 def _redact_notebook(nb: Any, redactor: Any) -> None:
@@ -180,15 +267,17 @@ def _redact_notebook(nb: Any, redactor: Any) -> None:
 
 
 def main_run(args: Any) -> int:
+    """Exit status: 0 when every cell ran and every run finished with all its tools done; 1 otherwise. A run
+    whose tools failed or were denied (`completed_with_errors`) is a failure unless `args.allow_tool_errors`."""
+    allow = bool(getattr(args, "allow_tool_errors", False))
     result = run_notebook(args.notebook, output=args.output, approve=args.approve, model=args.model,
                           timeout=args.timeout)
     for r in result.runs:
         print(r.line())
     if result.cell_error:
         print(f"a cell failed: {result.cell_error}", file=sys.stderr)
-    verdict = "ok" if result.ok else "FAILED"
-    print(f"{verdict}: {len(result.runs)} run(s); executed notebook written to {result.output}")
-    return 0 if result.ok else 1
+    print(result.verdict(allow))
+    return 0 if result.passed(allow) else 1
 
 
 def _insert_agent_cells(nb: Any, store_path: Path, before: set[str], execution: str) -> None:

@@ -25,9 +25,22 @@ def store(k: Kernel) -> Store:
     return Store(k.folder / "test.nbagent", readonly=True)
 
 
+def notes(cell: object) -> list[str]:
+    """The "↪ continues run ..." lines shown above the record of a run continued in a later cell."""
+    return [o["data"]["text/plain"] for o in cell.outputs  # type: ignore[attr-defined]
+            if "data" in o and "nbagent-continues" in o["data"].get("text/html", "")]
+
+
+def error(cell: object) -> str:
+    """The cell's error output (`ename: evalue`), or ""."""
+    return "\n".join(o["error"] for o in cell.outputs if "error" in o)  # type: ignore[attr-defined]
+
+
 def assert_static_record(cell: object) -> dict:
-    """The cell's output is the static record only: html + run json, no live-widget-only output."""
-    outputs = [o for o in cell.outputs if "data" in o]  # type: ignore[attr-defined]
+    """The cell's output is the static record only (besides a continuation note): html + run json, no
+    live-widget-only output."""
+    outputs = [o for o in cell.outputs if "data" in o  # type: ignore[attr-defined]
+               and "nbagent-continues" not in o["data"].get("text/html", "")]
     assert len(outputs) == 1, outputs
     data = outputs[0]["data"]
     assert WIDGET_MIME not in data and {"text/plain", "text/html", RUN_MIME} <= set(data)
@@ -137,6 +150,41 @@ def test_interrupt_while_waiting_then_approve_in_a_later_cell(kernel: Kernel) ->
     assert later.ok and (kernel.folder / "report.md").exists()
     final = assert_static_record(later)
     assert final["run_id"] == record["run_id"] and final["status"] == "completed"
+    # one run, one state: the first cell's record now says what the later one says, not "interrupted · waiting"
+    updated = assert_static_record(cell)
+    assert updated == final and updated["pending"] is None and updated["decisions"][0]["kind"] == "approved"
+    assert "interrupted" not in next(o["data"]["text/plain"] for o in cell.outputs if "data" in o).split("\n")[0]
+    # and the later cell says it continues that run, started in cell c1 (its record there is kept up to date)
+    (note,) = notes(later)
+    assert note.startswith(f"↪ continues run {record['run_id']} from cell [") and "id c1" in note
+    assert "updated to match" in note
+
+
+def test_resume_in_a_later_cell_then_an_approval_there_updates_every_record(kernel: Kernel) -> None:
+    """Interrupted twice, continued in two later cells: all three outputs end showing the final state."""
+    script(kernel.folder / "s.json", create("a.md"), create("b.md", "bye\n"), answer("Wrote both."))
+    first = kernel.submit("%%agent --script s.json\nwrite two files", cell_id="c1")
+    _, asked = kernel.wait_for_pending("approval")
+    kernel.km.interrupt_kernel()
+    kernel.wait(first, timeout=30)
+    run_id = assert_static_record(first)["run_id"]
+    second = kernel.submit("%agent approve", cell_id="c2")  # writes a.md, then asks about b.md
+    _, asked_again = kernel.wait_for_pending("approval", exclude={asked["request_id"]})
+    kernel.km.interrupt_kernel()  # nobody answers here either
+    kernel.wait(second, timeout=30)
+    assert (kernel.folder / "a.md").exists() and assert_static_record(first)["status"] == "interrupted"
+    assert assert_static_record(first)["decisions"][0]["kind"] == "approved"  # updated when c2 stopped
+    third = kernel.submit(f"%agent resume {run_id}", cell_id="c3")
+    comm, pending = kernel.wait_for_pending("approval", exclude={asked["request_id"]})
+    assert pending["request_id"] == asked_again["request_id"]
+    assert run_id in notes(third)[0] and "id c1" in notes(third)[0]  # shown before the run view, while it runs
+    kernel.click(comm, pending["request_id"], "approve")
+    kernel.wait(third)
+    assert (kernel.folder / "b.md").exists()
+    views = [assert_static_record(c) for c in (first, second, third)]
+    assert all(v == views[2] for v in views) and views[2]["status"] == "completed"
+    assert [d["kind"] for d in views[0]["decisions"]] == ["approved", "approved"]
+    del second
 
 
 def test_kernel_restart_then_resume(kernel: Kernel) -> None:
@@ -153,6 +201,9 @@ def test_kernel_restart_then_resume(kernel: Kernel) -> None:
     kernel.wait(resumed)
     assert (kernel.folder / "report.md").exists()
     assert assert_static_record(resumed)["status"] == "completed"
+    # the first cell's output belongs to the kernel that died: this cell says where the run started instead
+    (note,) = notes(resumed)
+    assert f"continues run {run_id}, started in cell id c1" in note and "this record is the latest" in note
     del cell
 
 
@@ -196,19 +247,22 @@ def test_line_magics(kernel: Kernel) -> None:
     table = next(o["data"] for o in log.outputs if "data" in o)
     assert "text/html" in table and "run_started" in table["text/plain"]  # a pandas DataFrame
     bad = kernel.run("%agent approve", cell_id="c9")
-    assert "no run is waiting" in bad.stderr
+    assert not bad.ok and "no run is waiting" in error(bad)
     assert "usage: %%agent" in kernel.run("%%agent --help\n", cell_id="c10").stdout
 
 
 def test_bad_options_are_clear_errors(kernel: Kernel) -> None:
+    """An nbagent error fails the cell (Run All and `nbagent run` stop there) with one line, no traceback."""
     cell = kernel.run("%%agent --autonomy L9\nx", cell_id="c1")
-    assert "argument -a/--autonomy: invalid choice: 'L9'" in cell.stderr
+    assert not cell.ok and "UsageError: %%agent: argument -a/--autonomy: invalid choice: 'L9'" in error(cell)
+    (shown,) = cell.reply["content"]["traceback"]  # type: ignore[index]
+    assert shown.startswith("\x1b[0;31mUsageError\x1b[0m: %%agent: argument") and "Traceback" not in shown
     cell = kernel.run("%%agent\n", cell_id="c2")
-    assert "the cell has no request" in cell.stderr
+    assert not cell.ok and "the cell has no request" in error(cell)
     cell = kernel.run("%%agent\nwho are you", cell_id="c3")
-    assert "no model" in cell.stderr and "--script" in cell.stderr
+    assert "no model" in error(cell) and "--script" in error(cell)
     cell = kernel.run("%%agent --script missing.json\nx", cell_id="c4")
-    assert "missing.json: script file not found" in cell.stderr
+    assert "missing.json: script file not found" in error(cell)
 
 
 def test_load_is_fast_and_imports_no_litellm(tmp_path: Path) -> None:

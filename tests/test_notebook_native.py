@@ -42,7 +42,11 @@ def test_variables_in_the_request_reach_the_model_summarised(kernel: Kernel) -> 
 def test_unknown_variable_is_an_error_before_any_model_call(kernel: Kernel) -> None:
     script(kernel.folder / "s.json", {"content": "never"})
     cell = kernel.run("%%agent --script s.json\nSummarise {nonexistent}", cell_id="c1")
-    assert "{nonexistent} is not a variable of this notebook" in cell.stderr and "{{nonexistent}}" in cell.stderr
+    # the cell fails (so Run All stops here), naming the variable and what to do, in one line
+    assert not cell.ok and cell.reply["content"]["ename"] == "UnknownVariable"  # type: ignore[index]
+    (error,) = [o["error"] for o in cell.outputs if "error" in o]
+    assert "{nonexistent} is not a variable of this notebook; define it first" in error and "{{nonexistent}}" in error
+    assert len(cell.reply["content"]["traceback"]) == 1  # type: ignore[index]
     assert not (kernel.folder / "test.nbagent").exists() or not Store(kernel.folder / "test.nbagent").run_ids()
 
 
@@ -60,7 +64,8 @@ def test_agent_fix_after_a_zero_division_error(kernel: Kernel) -> None:
 
 
 def test_agent_fix_without_an_error_says_so(kernel: Kernel) -> None:
-    assert "no cell has failed" in kernel.run("%agent fix", cell_id="c1").stderr
+    cell = kernel.run("%agent fix", cell_id="c1")
+    assert not cell.ok and "no cell has failed" in cell.reply["content"]["evalue"]  # type: ignore[index]
 
 
 def test_model_detection_order() -> None:

@@ -1,6 +1,7 @@
 """IPython glue: `%load_ext nbagent` registers `%%agent` and `%agent` (see host.py and transform.py).
 
-Loading is cheap: no litellm, widget or runtime import happens until the first `%%agent` cell runs.
+Loading is cheap: no litellm or widget import happens in the loading cell. Once it has ended, a background
+thread imports what the first run needs while the kernel is idle (warmup.py; `NBAGENT_WARMUP=0` turns it off).
 """
 
 from __future__ import annotations

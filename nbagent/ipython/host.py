@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..deciders import Decider, InteractiveDecider, PolicyDecider, RecordedDecider, Verdict
 from ..models.base import ModelScriptError
@@ -54,19 +54,64 @@ async def run_line(line: str) -> Any:
 
 _EXPECTED = (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError)
 
+LOADING = "nbagent: loading the model library (first run in this kernel)…"
+
+
+class _Status:
+    """A one-line status shown in the cell before the run view (replaced by it through the same display id)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        import html
+
+        return {"text/plain": self.text, "text/html": f"<p><em>{html.escape(self.text)}</em></p>"}
+
+
+async def _warmed_up() -> str | None:
+    """Wait for the background warm-up (see warmup.py) before this cell imports anything; while it runs, say so.
+    Returns the display id of that status line, for the run view to take over, or None when nothing waited."""
+    from . import warmup
+
+    if not warmup.running():
+        return None
+    import uuid
+
+    from IPython.display import display
+
+    display_id = f"nbagent-{uuid.uuid4().hex}"
+    display(_Status(LOADING), display_id=display_id)
+    await warmup.wait()
+    return display_id
+
 
 async def _shown(start: Callable[[], Awaitable[Any]]) -> Any:
-    """Run a cell's work; what it says in the cell, an expected error printed or any other raised, is redacted."""
+    """Run a cell's work. An nbagent error (bad options, an unknown `{name}`, no run waiting...) fails the cell
+    with one clear line and no traceback, so Run All and `nbagent run` stop there; whatever the cell shows is
+    redacted."""
+    status = await _warmed_up()
+    if _host is not None:
+        _host.status_display = status
     try:
         return await start()
     except _EXPECTED as exc:
-        print(redact(str(exc)).rstrip(), file=sys.stderr)
-        return None
+        text = redact(str(exc)).rstrip()
+        shown = scrub(exc)
+        name = type(exc).__name__
+        shown._render_traceback_ = lambda: [f"\x1b[0;31m{name}\x1b[0m: {text}"]  # type: ignore[attr-defined]
+        raise shown from None
     except Exception as exc:
         shown = scrub(exc)
         if shown is exc:
             raise
         raise shown from None
+    finally:
+        if _host is not None and _host.status_display is not None:  # no run view took the status line's place
+            from IPython.display import update_display
+
+            update_display({"text/plain": ""}, raw=True, display_id=_host.status_display)
+            _host.status_display = None
 
 
 def redact(text: str) -> str:
@@ -126,6 +171,35 @@ class KernelDecider(InteractiveDecider):
         return await super()._wait(request_id, request)
 
 
+class Shown(NamedTuple):
+    """One output holding a run: its display id, the cell it is in, and that cell's execution count."""
+
+    display_id: str
+    cell_id: str | None
+    count: int | None
+
+
+def _cell_label(cell_id: str | None, count: int | None) -> str:
+    """How a person finds a cell: its execution count as JupyterLab shows it ([3]), and the start of its id."""
+    parts = [f"[{count}]"] if count else []
+    if cell_id:
+        parts.append(f"id {cell_id[:8]}")
+    return "cell " + " · ".join(parts) if parts else "an earlier cell"
+
+
+class ContinuationNote:
+    """Shown above the record of a run continued in a later cell, so it does not read as a second run."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        import html
+
+        return {"text/plain": self.text,
+                "text/html": f'<p class="nbagent-continues"><strong>↪</strong> {html.escape(self.text[2:])}</p>'}
+
+
 class NotebookHost:
     def __init__(self, shell: Any) -> None:
         self.shell = shell
@@ -137,7 +211,10 @@ class NotebookHost:
         self.frontend_seen = False  # a run view reported being rendered: a person can click
         self.unanswerable: Any = None  # the request a headless kernel could not get answered
         self._store: Store | None = None
-        self.display_ids: dict[str, str] = {}  # run id -> display id of its output, for superseded updates
+        # run id -> every output this kernel showed it in (display id, cell, execution count), oldest first: a run
+        # continued in a later cell, or superseded, has each of its records brought up to date through these
+        self.display_ids: dict[str, list[Shown]] = {}
+        self.status_display: str | None = None  # the "loading…" line a run view may take over (see _shown)
         self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
         self.current_cell: str | None = None  # the cell and run being driven (for insert_code_cell)
         self.current_run: str | None = None
@@ -309,8 +386,14 @@ class NotebookHost:
 
     async def drive(self, agent: RuntimeAgent, start: Callable[[], Awaitable[RunResult]],
                     run_id: str | None = None) -> RunResult | None:
-        """Show a live view, run, and leave the static record in the output whatever happens."""
-        live = LiveDisplay(agent, self, run_id)
+        """Show a live view, run, and leave the static record in the output whatever happens. A run continued
+        here (`run_id` given) gets a line saying where it started, and its earlier records are updated."""
+        if run_id is not None:
+            from IPython.display import display
+
+            display(ContinuationNote(self.continuation_text(run_id)))
+        status, self.status_display = self.status_display, None
+        live = LiveDisplay(agent, self, run_id, display_id=status)
         self.current_cell, self.current_run = self.cell_id(), run_id
 
         def follow(kind: str, data: Any) -> None:
@@ -331,7 +414,7 @@ class NotebookHost:
             live.finish()
         run_id = live.run_id
         if run_id is not None:
-            self.display_ids[run_id] = live.display_id
+            self._update_earlier(run_id, live)
             self._refresh_superseded(agent)
         if interrupted:
             print(f"Interrupted. The run ({run_id}) is saved and can continue: %agent resume {run_id} "
@@ -343,18 +426,52 @@ class NotebookHost:
             raise HeadlessDecisionError(HEADLESS_MESSAGE.format(run_id=run_id, what=what))
         return result
 
+    def _execution_count(self) -> int | None:
+        count = getattr(self.shell, "execution_count", None)
+        return count if isinstance(count, int) else None
+
+    def continuation_text(self, run_id: str) -> str:
+        """Where a run continued in this cell started, and whether its record there is kept up to date."""
+        state = self.store.run_state(run_id)
+        here = self.cell_id()
+        earlier = [s for s in self.display_ids.get(run_id, []) if s.cell_id != here or here is None]
+        if earlier:
+            first = next((s for s in earlier if s.cell_id == state.cell_id), earlier[0])
+            where = _cell_label(first.cell_id, first.count)
+            return (f"↪ continues run {run_id} from {where}; that cell's record is updated to match this one "
+                    "when the run stops.")
+        if state.cell_id and state.cell_id != here:
+            return (f"↪ continues run {run_id}, started in {_cell_label(state.cell_id, None)} (an earlier kernel "
+                    "showed it, so its record there may show an older state; this record is the latest).")
+        return f"↪ continues run {run_id}."
+
+    def _update_earlier(self, run_id: str, live: LiveDisplay) -> None:
+        """Every earlier output of this run shows its state now (same display ids), then this one is remembered."""
+        from IPython.display import update_display
+
+        from ..ui.record import RunRecord
+
+        shown = self.display_ids.setdefault(run_id, [])
+        if shown and live.final_view is not None:
+            record = RunRecord(live.final_view)
+            for earlier in shown:
+                if earlier.display_id != live.display_id:
+                    update_display(record, display_id=earlier.display_id)
+        shown.append(Shown(live.display_id, self.cell_id(), self._execution_count()))
+
     def _refresh_superseded(self, agent: RuntimeAgent) -> None:
-        """Runs forked away get their static record re-rendered with the superseded banner, in place."""
+        """Runs forked away get their static records re-rendered with the superseded banner, in place."""
         from IPython.display import update_display
 
         from ..ui.record import RunRecord
         from ..ui.viewstate import run_view
 
-        for run_id, display_id in list(self.display_ids.items()):
+        for run_id, shown in list(self.display_ids.items()):
             state = self.store.run_state(run_id)
             if state.status == RunStatus.SUPERSEDED:
-                view = run_view(self.store, run_id)
-                update_display(RunRecord(view), display_id=display_id)
+                record = RunRecord(run_view(self.store, run_id))
+                for s in shown:
+                    update_display(record, display_id=s.display_id)
                 del self.display_ids[run_id]
 
     # ------------------------------------------------------------------ %agent
@@ -393,7 +510,13 @@ class NotebookHost:
         names = {s["id"]: s["name"] for s in self.store.sessions.all()}
         short = short_ids([r.id for r in runs])
         rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "STEPS", "TOKENS", "COST", "STARTED"]]
-        rows += [_run_row(r, short[r.id], names) for r in runs]
+        try:  # the CLI's CELL column: the shortest unique form of each cell id (`nbagent runs` shows the same)
+            from ..ui.viewstate import cell_labels  # type: ignore[attr-defined]
+        except ImportError:
+            rows += [_run_row(r, short[r.id], names) for r in runs]  # type: ignore[call-arg]
+        else:
+            cells = cell_labels(r.cell_id for r in runs)
+            rows += [_run_row(r, short[r.id], names, cells) for r in runs]  # type: ignore[call-arg]
         print(table(rows, right={5, 6, 7}))
 
     async def cmd_show(self, args: Any) -> None:

@@ -26,13 +26,20 @@ REBUILD_S = 0.1
 
 
 class LiveDisplay:
-    def __init__(self, agent: Agent, host: NotebookHost, run_id: str | None = None) -> None:
-        from IPython.display import display
+    """`display_id`: an output already in the cell to take over (the "loading the model library…" line), else a
+    new one."""
+
+    def __init__(self, agent: Agent, host: NotebookHost, run_id: str | None = None,
+                 display_id: str | None = None) -> None:
+        from IPython.display import display, update_display
 
         self.agent = agent
         self.host = host
         self.run_id: str | None = run_id  # known for a resumed run; a new one announces itself
-        self.display_id = f"nbagent-{uuid.uuid4().hex}"
+        self.display_id = display_id or f"nbagent-{uuid.uuid4().hex}"
+        show = (lambda obj: update_display(obj, display_id=self.display_id)) if display_id else \
+            (lambda obj: display(obj, display_id=self.display_id))
+        self.final_view: dict[str, Any] | None = None  # the view the static record was made from
         self._scheduled = False
         self.widget: Any = None
         try:
@@ -40,13 +47,13 @@ class LiveDisplay:
 
             self.widget = RunView(decider=host.decider if agent.decider is host.decider else None)
             self.widget.on_rendered = host.frontend_rendered
-            display(self.widget, display_id=self.display_id)
+            show(self.widget)
             if run_id is not None:
                 self.widget.push(self.view())
         except Exception as exc:  # no widget support here: the record alone will do
             log.debug("no live view: %s", exc)
             self.widget = None
-            display(_Placeholder(), display_id=self.display_id)
+            show(_Placeholder())
 
     def on_bus(self, kind: str, data: Any) -> None:
         if kind == "event":
@@ -103,7 +110,7 @@ class LiveDisplay:
 
         if self.run_id is None:
             return
-        view = self.view()
+        view = self.final_view = self.view()
         if self.widget is not None:
             try:
                 self.widget.push(view)

@@ -45,6 +45,9 @@ def register(ip: Any) -> None:
     if transform not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.insert(0, transform)
     install(ip)
+    from . import warmup
+
+    warmup.install(ip)  # imports the first run's modules once this cell has ended (see warmup.py)
 
 
 def unregister(ip: Any) -> None:
