@@ -385,7 +385,7 @@ def test_approve_in_the_browser_then_reload_without_kernel(page: Page, lab: Lab)
     card = waiting_card(page, 1, "Create report.md")
     expect(card).to_contain_text("create_file")
     expect(card.locator(".nbv-add").first).to_contain_text("+# Sales report")
-    expect(card.locator(".nbv-decide-q")).to_have_text("Allow the agent to create report.md?")
+    expect(card.locator(".nbv-decide-q")).to_have_text("Create report.md?")
     expect(card.locator(".nbv-purpose q")).to_have_text("I'll write the report.")  # the model's words, quoted
     expect(card.locator(".nbv-danger")).to_have_count(0)  # a create is not high risk
     shot(page, "1-approve-plan-card")
@@ -394,7 +394,7 @@ def test_approve_in_the_browser_then_reload_without_kernel(page: Page, lab: Lab)
     # the run goes on: its steps complete and the live view gives way to the static record
     record = finished_record(page)
     expect(record.locator(".nbv-step.nbv-k-tool.nbv-st-ok")).to_contain_text("create_file")
-    expect(record.locator(".nbv-decisions")).to_contain_text("approved by user")
+    expect(record.locator(".nbv-decisions")).to_contain_text("approved by you")
     expect(record.locator(".nbv-answer strong")).to_have_text("report.md")
     assert (notebook.parent / "report.md").read_text() == REPORT
 
@@ -430,10 +430,10 @@ def test_deny_with_a_reason_in_the_browser(page: Page, lab: Lab) -> None:
     expect(reason).to_be_visible()
     reason.fill("not today")
     shot(page, "5-deny-reason")
-    button(page, "Send").click()
+    button(page, "Deny: create report.md").click()
 
     record = finished_record(page)
-    expect(record.locator(".nbv-decisions")).to_contain_text("denied by user")
+    expect(record.locator(".nbv-decisions")).to_contain_text("denied by you")
     expect(record.locator(".nbv-decisions")).to_contain_text("reason: not today")
     assert not (notebook.parent / "report.md").exists()
 
@@ -465,7 +465,7 @@ def test_approve_then_approve_a_high_risk_delete(page: Page, lab: Lab) -> None:
     expect(second).to_have_class(re.compile(r"\bnbv-plan-high\b"))
     expect(second.locator(".nbv-danger")).to_contain_text("High risk")
     expect(second.locator(".nbv-danger")).to_contain_text("deletes old.txt")
-    expect(second.locator(".nbv-decide-q")).to_have_text("Allow the agent to delete old.txt?")
+    expect(second.locator(".nbv-decide-q")).to_have_text("Delete old.txt?")
     expect(second.locator(".nbv-purpose q")).to_have_text("That file is not needed any more.")
     delete_button = button(page, "Delete old.txt")  # the button names the action, not "Approve"
     expect(delete_button).to_have_class(re.compile(r"\bnbv-approve-danger\b"))
@@ -496,7 +496,7 @@ def test_refine_then_approve(page: Page, lab: Lab) -> None:
     expect(feedback).to_have_attribute("placeholder", re.compile("What should the model do differently"))
     feedback.fill("call it summary.md")
     shot(page, "b1-refine-feedback")
-    button(page, "Send").click()
+    button(page, "Send feedback").click()
 
     second = waiting_card(page, 2, "Create summary.md")
     expect(second.locator(".nbv-purpose q")).to_have_text("Renamed as you asked.")
@@ -552,7 +552,7 @@ def test_approved_denied_with_a_reason_approved(page: Page, lab: Lab) -> None:
     button(page, "Deny").click()
     page.get_by_role("textbox", name="reason for denying").fill("keep.txt is the raw data")
     shot(page, "d1-deny-the-delete")
-    button(page, "Send").click()
+    button(page, "Deny: delete keep.txt").click()
 
     waiting_card(page, 3, "Create c.md")
     button(page, "Create c.md").click()
@@ -596,7 +596,7 @@ def test_double_click_and_a_click_on_an_older_card_change_nothing(page: Page, la
     second_request = request_id(second)
     assert second_request != first_request
     old = page.locator(f"{LIVE} .nbv-plan").first
-    expect(old).to_contain_text("approved by user")
+    expect(old).to_contain_text("approved by you")
     expect(old.get_by_role("button")).to_have_count(0)  # a decided card has nothing left to click
     old.locator(".nbv-plan-title").click()
     old.locator(".nbv-decisions").dblclick()

@@ -182,7 +182,8 @@ def test_several_decisions_phrased_from_the_plan(page: Page, lab: Lab) -> None: 
     expect(record.locator(".nbv-k-question")).to_contain_text("answered by you")
     n = record.locator("li.nbv-step").count()
     expect(record.locator(".nbv-section").first).to_have_text(f"Timeline · {n} entries")
-    expect(record.locator(".nbv-foot")).to_contain_text("7 tool calls · 5 model calls")  # the 2 denied count: asked for, not run
+    # the 2 denied calls count as tool calls: asked for, not run
+    expect(record.locator(".nbv-foot")).to_contain_text("7 tool calls · 5 model calls")
     # the risk badge of a long call sits beside its arguments, in the step's own column, not under the icon
     tool = record.locator(".nbv-step.nbv-k-tool", has_text="a.md").first
     badge_x = tool.locator(".nbv-risk").bounding_box()["x"]
