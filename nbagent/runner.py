@@ -172,7 +172,10 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     try:
         client.execute(env=kernel_env, cwd=str(nb_path.parent))
     except CellExecutionError as exc:
-        cell_error = str(exc).strip().splitlines()[-1] if str(exc).strip() else "a cell failed"
+        import re
+
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the traceback's terminal colours
+        cell_error = text.splitlines()[-1] if text else "a cell failed"
     except DeadKernelError as exc:
         cell_error = f"the kernel died: {exc}"
     finally:

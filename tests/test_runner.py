@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from nbagent.store import Store
 
@@ -88,3 +89,103 @@ def test_denied_by_default_headless_policy(tmp_path: Path) -> None:
 def test_missing_notebook_is_a_clear_error(tmp_path: Path) -> None:
     result = nbagent("run", "nope.ipynb", cwd=tmp_path)
     assert result.returncode == 2 and "nope.ipynb: no such notebook" in result.stderr
+
+
+def test_unknown_variable_fails_the_cell_and_the_run(tmp_path: Path) -> None:
+    script(tmp_path, "s.json", {"content": "never asked"})
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script s.json\nSummarise {nosuchvar}",
+                               "print('not reached')"])
+    result = nbagent("run", str(path), cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "a cell failed: UnknownVariable: %%agent: {nosuchvar} is not a variable of this notebook" in result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("FAILED: 0 run(s)")
+    executed = nbformat.read(path, as_version=4)
+    assert executed.cells[2].outputs == []  # execution stopped at the failing cell
+
+
+def tool_error_notebook(folder: Path) -> Path:
+    """Two runs; the second's create_file finds report.md already there, and its scripted answer claims it wrote
+    the file anyway (what README's quickstart did when run twice in one folder)."""
+    (folder / "report.md").write_text("an older report\n")
+    script(folder, "read.json", {"content": "Nothing to read."})
+    script(folder, "write.json", {"tool_calls": [{"name": "create_file",
+                                                  "arguments": {"path": "report.md", "content": "# new\n"}}]},
+           {"content": "Wrote report.md."})
+    return notebook(folder, ["%load_ext nbagent", "%%agent --script read.json\nanything?",
+                             "%%agent --script write.json\nwrite report.md"])
+
+
+def test_a_run_whose_tools_failed_is_not_reported_as_ok(tmp_path: Path) -> None:
+    path = tool_error_notebook(tmp_path)
+    result = nbagent("run", str(path), "--approve", "all", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    first, second, verdict = result.stdout.strip().splitlines()
+    assert " completed " in first
+    assert " completed_with_errors " in second and "1 tool error(s): create_file:" in second
+    assert "already exists" in second and "answer: Wrote report.md." in second
+    assert verdict.startswith("FAILED: 2 run(s), 1 completed_with_errors") and "--allow-tool-errors" in verdict
+    assert (tmp_path / "report.md").read_text() == "an older report\n"
+
+
+def test_allow_tool_errors_accepts_them_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from nbagent.runner import main_run
+
+    path = tool_error_notebook(tmp_path)
+    args = argparse.Namespace(notebook=str(path), output=None, approve="all", model=None, timeout=300,
+                              allow_tool_errors=True)
+    assert main_run(args) == 0
+    verdict = capsys.readouterr().out.strip().splitlines()[-1]
+    assert verdict.startswith("ok, with tool errors allowed: 2 run(s), 1 completed_with_errors")
+    # the flag never hides a run that did not finish
+    script(tmp_path, "short.json", {"tool_calls": [{"name": "read_file", "arguments": {"path": "x"}}]})
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script short.json\nkeep going"])
+    assert main_run(argparse.Namespace(**{**vars(args), "notebook": str(path)})) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAILED: 1 run(s)")
+
+
+def test_a_run_continued_in_a_later_cell_has_one_record_everywhere(tmp_path: Path) -> None:
+    """The run waits in cell 2 (nobody can answer headless: the cell fails, tagged raises-exception), `%agent
+    approve` continues it in cell 3: the executed notebook shows the final record in both cells."""
+    script(tmp_path, "write.json", {"tool_calls": [{"name": "create_file",
+                                                    "arguments": {"path": "report.md", "content": "# r\n"}}]},
+           {"content": "Wrote report.md."})
+    path = notebook(tmp_path, ["%load_ext nbagent", "%agent config approve=",  # no policy: ask (nobody can)
+                               "%%agent --script write.json\nwrite report.md", "%agent approve"])
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].metadata["tags"] = ["raises-exception"]
+    nbformat.write(nb, path)
+    result = nbagent("run", str(path), "-o", "out.ipynb", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line, verdict) = result.stdout.strip().splitlines()
+    assert " completed " in line and verdict.startswith("ok: 1 run(s)")
+    executed = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    started, continued = ([o for o in c.outputs if RUN_MIME in o.get("data", {})] for c in executed.cells[2:4])
+    assert len(started) == len(continued) == 1
+    assert started[0]["data"] == continued[0]["data"]
+    assert started[0]["data"][RUN_MIME]["status"] == "completed"
+    assert "HeadlessDecisionError" in str(executed.cells[2].outputs)  # why the first cell stopped stays shown
+    note = next(o for o in executed.cells[3].outputs if "nbagent-continues" in o.get("data", {}).get("text/html", ""))
+    run_id = started[0]["data"][RUN_MIME]["run_id"]
+    assert note["data"]["text/plain"].startswith(f"↪ continues run {run_id} from cell [")
+
+
+def test_latest_records_replaces_older_records_of_a_run() -> None:
+    """What the runner does for outputs no display id links (made by an earlier kernel, say)."""
+    from nbagent.runner import latest_records
+
+    def out(run_id: str, revision: int, status: str) -> dict:
+        return {"output_type": "display_data", "metadata": {},
+                "data": {"text/plain": status, RUN_MIME: {"run_id": run_id, "revision": revision, "status": status}}}
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("a"), nbformat.v4.new_code_cell("b"), nbformat.v4.new_code_cell("c")]
+    nb.cells[0].outputs = [nbformat.from_dict(out("R1", 9, "interrupted")), nbformat.from_dict(out("R2", 4, "done"))]
+    nb.cells[1].outputs = [nbformat.from_dict(out("R1", 15, "completed"))]
+    nb.cells[2].outputs = [nbformat.from_dict(out("R1", 12, "waiting"))]
+    assert latest_records(nb) == 2
+    assert [c.outputs[0]["data"][RUN_MIME]["status"] for c in nb.cells] == ["completed"] * 3
+    assert nb.cells[0].outputs[0]["data"]["text/plain"] == "completed"
+    assert nb.cells[0].outputs[1]["data"][RUN_MIME]["status"] == "done"  # another run: untouched
+    assert latest_records(nb) == 0

@@ -25,7 +25,7 @@ from ..state import RunStatus
 from ..store import Store, StoreError, store_path_for
 from ..tools.base import Tool
 from .live import LiveDisplay
-from .options import SETTINGS, Agent, UsageError, cell_parser, line_parser, parse, resolve, set_override
+from .options import SETTINGS, NbAgent, UsageError, cell_parser, line_parser, parse, resolve, set_override
 from .references import UnknownVariable
 
 _host: NotebookHost | None = None
@@ -203,7 +203,8 @@ class ContinuationNote:
 class NotebookHost:
     def __init__(self, shell: Any) -> None:
         self.shell = shell
-        self.config = Agent(parent=shell)
+        self.config = NbAgent(parent=shell)
+        self._noted_old_section = False  # said once per kernel that `Agent.<name>` config is not read
         if hasattr(shell, "configurables"):
             shell.configurables.append(self.config)
         self.overrides: dict[str, Any] = {}
@@ -284,6 +285,13 @@ class NotebookHost:
         return str(cell) if cell else None
 
     def settings(self, args: Any | None = None) -> dict[str, tuple[Any, str]]:
+        from .options import old_section_note
+
+        if not self._noted_old_section:
+            note = old_section_note(getattr(self.shell, "config", {}))
+            if note:
+                self._noted_old_section = True
+                print(note, file=sys.stderr)
         return {name: resolve(name, getattr(args, name, None) if args is not None else None, self.overrides,
                               self.config) for name in SETTINGS}
 

@@ -1,7 +1,7 @@
 """Options of `%%agent` and `%agent`, and where their defaults come from.
 
 Precedence, highest first: the cell's own options, `%agent config key=value`, traitlets config
-(`%config Agent.model = "..."`, or ipython_config.py), environment variables (`NBAGENT_MODEL`,
+(`%config NbAgent.model = "..."`, or `c.NbAgent.model` in ipython_config.py), environment variables (`NBAGENT_MODEL`,
 `NBAGENT_AUTONOMY`, `NBAGENT_APPROVE`, `NBAGENT_MAX_STEPS`, `NBAGENT_BUDGET`, `NBAGENT_SCRIPT`,
 `NBAGENT_SESSION`), then the built-in default.
 """
@@ -31,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 def cell_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="%%agent", add_help=False, description="Run the agent on the request in the cell's body.",
-                epilog="Defaults: %agent config > %config Agent.<name> > NBAGENT_<NAME> environment variables.")
+                epilog="Defaults: %agent config > %config NbAgent.<name> > NBAGENT_<NAME> environment variables.")
     p.add_argument("-h", "--help", action="store_true", help="show this help")
     p.add_argument("-m", "--model", help="any litellm model (openai/gpt-4o-mini, anthropic/..., ollama/...), or "
                                          "nbagent/scripted with --script")
@@ -96,8 +96,11 @@ def parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-class Agent(Configurable):
-    """Defaults for %%agent cells, settable with `%config Agent.<name> = value`."""
+class NbAgent(Configurable):
+    """Defaults for %%agent cells, settable with `%config NbAgent.<name> = value`.
+
+    traitlets hands a config section to every class of that name, so the name must be nbagent's own: it was
+    `Agent` before, a name other libraries use too (nbagent's own runtime class among them)."""
 
     model = Unicode("", help="the model when a cell names none").tag(config=True)
     autonomy = Unicode("L1", help="L0-L3").tag(config=True)
@@ -114,7 +117,7 @@ _DEFAULTS = {"model": "", "autonomy": "L1", "approve": "", "max_steps": 50, "bud
 _CASTS = {"max_steps": int, "budget": float}
 
 
-def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: Agent) -> tuple[Any, str]:
+def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: NbAgent) -> tuple[Any, str]:
     """(value, where it came from) for one setting."""
     if cell_value not in (None, ""):
         return cell_value, "cell option"
@@ -122,7 +125,7 @@ def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: Agent
         return overrides[name], "%agent config"
     traited = getattr(config, name)
     if traited != _DEFAULTS[name] and config.trait_metadata(name, "config"):
-        return traited, "%config Agent"
+        return traited, "%config NbAgent"
     env = os.environ.get(f"NBAGENT_{name.upper()}")
     if env:
         return _CASTS.get(name, str)(env), f"NBAGENT_{name.upper()}"
@@ -145,3 +148,26 @@ def set_override(overrides: dict[str, Any], pair: str) -> str:
     if key == "approve" and value not in ("", "all", "none", "low", "recorded"):
         raise UsageError("%agent config: approve must be all, none, low or recorded")
     return f"{key} = {overrides[key]!r}"
+
+
+OLD_SECTION = "Agent"
+
+
+def old_section_note(config: Any) -> str | None:
+    """What to say when the IPython config still sets nbagent's settings under the old name `Agent`, or None.
+
+    Those values are not used: `Agent` may be another library's class (traitlets gives a section to every class of
+    that name), so reading it could take that library's settings for nbagent's. Saying so beats silently ignoring
+    an ipython_config.py written for an older nbagent."""
+    try:
+        section = dict.get(config, OLD_SECTION)  # not config[...]: a traitlets Config makes a missing section
+    except Exception:
+        return None
+    keys = sorted(k for k in (section or {}) if k in SETTINGS)
+    if not keys:
+        return None
+    shown = ", ".join(f"Agent.{k}" for k in keys)
+    return (f"nbagent: {shown} in the IPython config is not read by nbagent: its settings are now NbAgent.<name> "
+            f"(`%config NbAgent.{keys[0]} = ...`, or `c.NbAgent.{keys[0]} = ...` in ipython_config.py). `Agent` is a "
+            "class name other libraries use too, and traitlets hands the section to all of them; if it is meant for "
+            "another library, ignore this note.")
