@@ -61,13 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="execute a notebook headlessly, answering approvals by policy",
                        description="Execute NOTEBOOK with nbclient (sending cell ids as JupyterLab does), answer "
                                    "approvals by policy, write the executed notebook, print a line per run. Exits 1 "
-                                   "when a cell fails or a run fails, is interrupted or is left waiting.")
+                                   "when a cell fails (an unknown {name} included), or a run fails, is interrupted, "
+                                   "is left waiting, or ended completed_with_errors (a tool call failed or was "
+                                   "denied) unless --allow-tool-errors.")
     p.add_argument("notebook", metavar="NOTEBOOK", help="the .ipynb to execute")
     p.add_argument("-o", "--output", help="where to write the executed notebook (default: in place)")
     p.add_argument("--approve", choices=["all", "none", "low", "recorded"], default="none",
                    help="how approvals are answered (default: none, i.e. every proposed plan is denied)")
     p.add_argument("--model", help="the model for cells that name none (sets NBAGENT_MODEL for the kernel)")
     p.add_argument("--timeout", type=int, default=600, help="seconds a cell may run (default 600)")
+    p.add_argument("--allow-tool-errors", action="store_true",
+                   help="exit 0 even when a run ended completed_with_errors (a tool call failed or was denied)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("verify", help="check the hash chain and seq of every run",

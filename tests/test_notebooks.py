@@ -23,9 +23,10 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dest
 
 
-def execute(folder: Path, name: str, approve: str, status: int = 0) -> tuple[subprocess.CompletedProcess[str], Any]:
+def execute(folder: Path, name: str, approve: str, status: int = 0, *extra: str
+            ) -> tuple[subprocess.CompletedProcess[str], Any]:
     exe = Path(sys.executable).with_name("nbagent")
-    result = subprocess.run([str(exe), "run", name, "--approve", approve], cwd=folder, capture_output=True,
+    result = subprocess.run([str(exe), "run", name, "--approve", approve, *extra], cwd=folder, capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.returncode == status, result.stdout + result.stderr
     return result, nbformat.read(folder / name, as_version=4)
@@ -83,6 +84,9 @@ def test_file_scope_denials(folder: Path) -> None:
         assert any(line.startswith(target) and rule in line for line in out.splitlines()), (target, out)
     assert "sk-not-a-real-key" not in (folder / "file-scope.nbagent" / "events.jsonl").read_text()
     assert "root:x:0" not in (folder / "file-scope.nbagent" / "events.jsonl").read_text()
+    # the person who expects refusals says so: the same run, exit 0, and the verdict says what was allowed
+    allowed, _ = execute(folder, "file-scope.ipynb", "low", 0, "--allow-tool-errors")
+    assert "ok, with tool errors allowed" in allowed.stdout
 
 
 def test_kernel_tools_change_the_dataframe(folder: Path) -> None:
