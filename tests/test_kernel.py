@@ -31,16 +31,23 @@ def notes(cell: object) -> list[str]:
             if "data" in o and "nbagent-continues" in o["data"].get("text/html", "")]
 
 
+def interrupt_note(cell: object) -> str:
+    """The "⏸ Interrupted… %agent resume" line under an interrupted run's record (a display, so it can change)."""
+    return next(o["data"]["text/plain"] for o in cell.outputs  # type: ignore[attr-defined]
+                if "data" in o and "nbagent-note" in o["data"].get("text/html", ""))
+
+
 def error(cell: object) -> str:
     """The cell's error output (`ename: evalue`), or ""."""
     return "\n".join(o["error"] for o in cell.outputs if "error" in o)  # type: ignore[attr-defined]
 
 
 def assert_static_record(cell: object) -> dict:
-    """The cell's output is the static record only (besides a continuation note): html + run json, no
-    live-widget-only output."""
+    """The cell's output is the static record only (besides a continuation or interruption note): html + run
+    json, no live-widget-only output."""
     outputs = [o for o in cell.outputs if "data" in o  # type: ignore[attr-defined]
-               and "nbagent-continues" not in o["data"].get("text/html", "")]
+               and "nbagent-continues" not in o["data"].get("text/html", "")
+               and "nbagent-note" not in o["data"].get("text/html", "")]
     assert len(outputs) == 1, outputs
     data = outputs[0]["data"]
     assert WIDGET_MIME not in data and {"text/plain", "text/html", RUN_MIME} <= set(data)
@@ -145,7 +152,7 @@ def test_interrupt_while_waiting_then_approve_in_a_later_cell(kernel: Kernel) ->
     kernel.wait(cell, timeout=30)
     record = assert_static_record(cell)
     assert record["status"] == "interrupted" and record["pending"] is not None
-    assert "%agent resume" in cell.stderr
+    assert interrupt_note(cell).startswith("⏸ Interrupted.") and "%agent resume" in interrupt_note(cell)
     later = kernel.run("%agent approve", cell_id="c2")
     assert later.ok and (kernel.folder / "report.md").exists()
     final = assert_static_record(later)
@@ -158,6 +165,9 @@ def test_interrupt_while_waiting_then_approve_in_a_later_cell(kernel: Kernel) ->
     (note,) = notes(later)
     assert note.startswith(f"↪ continues run {record['run_id']} from cell [") and "id c1" in note
     assert "updated to match" in note
+    # and the first cell's "Interrupted… %agent resume" line no longer asks for what was done
+    assert interrupt_note(cell).startswith("↪ Interrupted here, then continued in cell [") and "(completed)" in \
+        interrupt_note(cell) and "%agent resume" not in interrupt_note(cell)
 
 
 def test_resume_in_a_later_cell_then_an_approval_there_updates_every_record(kernel: Kernel) -> None:

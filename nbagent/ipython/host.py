@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -200,6 +201,22 @@ class ContinuationNote:
                 "text/html": f'<p class="nbagent-continues"><strong>↪</strong> {html.escape(self.text[2:])}</p>'}
 
 
+class InterruptNote:
+    """Under the record of an interrupted run: how to continue it. A display (not stderr) with its own id, so that
+    when the run is continued in a later cell this line can say so instead of still asking to resume."""
+
+    def __init__(self, text: str, done: bool = False) -> None:
+        self.text, self.done = text, done
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        import html
+
+        # no colours of our own: the theme's text colour keeps its contrast in light and dark themes
+        mark = "↪" if self.done else "⏸"
+        return {"text/plain": f"{mark} {self.text}",
+                "text/html": f'<p class="nbagent-note"><strong>{mark}</strong> {html.escape(self.text)}</p>'}
+
+
 class NotebookHost:
     def __init__(self, shell: Any) -> None:
         self.shell = shell
@@ -215,6 +232,7 @@ class NotebookHost:
         # run id -> every output this kernel showed it in (display id, cell, execution count), oldest first: a run
         # continued in a later cell, or superseded, has each of its records brought up to date through these
         self.display_ids: dict[str, list[Shown]] = {}
+        self.interrupt_notes: dict[str, list[str]] = {}  # run id -> display ids of its "Interrupted…" lines
         self.status_display: str | None = None  # the "loading…" line a run view may take over (see _shown)
         self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
         self.current_cell: str | None = None  # the cell and run being driven (for insert_code_cell)
@@ -425,8 +443,13 @@ class NotebookHost:
             self._update_earlier(run_id, live)
             self._refresh_superseded(agent)
         if interrupted:
-            print(f"Interrupted. The run ({run_id}) is saved and can continue: %agent resume {run_id} "
-                  "(or %agent approve / deny / refine if it was waiting).", file=sys.stderr)
+            from IPython.display import display
+
+            note_id = f"nbagent-note-{uuid.uuid4().hex}"
+            display(InterruptNote(f"Interrupted. The run ({run_id}) is saved and can continue: %agent resume {run_id} "
+                                  "(or %agent approve / deny / refine if it was waiting)."), display_id=note_id)
+            if run_id is not None:
+                self.interrupt_notes.setdefault(run_id, []).append(note_id)
         if self.unanswerable is not None:
             request, self.unanswerable = self.unanswerable, None
             what = f"the question {request.question!r}" if hasattr(request, "question") else \
@@ -465,6 +488,12 @@ class NotebookHost:
             for earlier in shown:
                 if earlier.display_id != live.display_id:
                     update_display(record, display_id=earlier.display_id)
+            # the earlier cells' "Interrupted… %agent resume" lines: the run was continued here, say so
+            here = _cell_label(self.cell_id(), self._execution_count())
+            for note_id in self.interrupt_notes.pop(run_id, []):
+                update_display(InterruptNote(f"Interrupted here, then continued in {here}; the record above shows "
+                                             f"where the run is now ({live.final_view.get('status')}).", done=True),
+                               display_id=note_id)
         shown.append(Shown(live.display_id, self.cell_id(), self._execution_count()))
 
     def _refresh_superseded(self, agent: RuntimeAgent) -> None:
@@ -510,6 +539,7 @@ class NotebookHost:
 
     async def cmd_runs(self, args: Any) -> None:
         from ..cli import _run_row, short_ids, table
+        from ..ui.viewstate import cell_labels
 
         runs = self.store.list_runs()
         if not runs:
@@ -517,14 +547,9 @@ class NotebookHost:
             return
         names = {s["id"]: s["name"] for s in self.store.sessions.all()}
         short = short_ids([r.id for r in runs])
-        rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "STEPS", "TOKENS", "COST", "STARTED"]]
-        try:  # the CLI's CELL column: the shortest unique form of each cell id (`nbagent runs` shows the same)
-            from ..ui.viewstate import cell_labels  # type: ignore[attr-defined]
-        except ImportError:
-            rows += [_run_row(r, short[r.id], names) for r in runs]  # type: ignore[call-arg]
-        else:
-            cells = cell_labels(r.cell_id for r in runs)
-            rows += [_run_row(r, short[r.id], names, cells) for r in runs]  # type: ignore[call-arg]
+        rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "TOOL CALLS", "TOKENS", "COST", "STARTED"]]
+        cells = cell_labels(r.cell_id for r in runs)  # the shortest unique form, as `nbagent runs` shows it
+        rows += [_run_row(r, short[r.id], names, cells) for r in runs]
         print(table(rows, right={5, 6, 7}))
 
     async def cmd_show(self, args: Any) -> None:
