@@ -125,7 +125,7 @@ def test_reads_never_see_outside_bytes(world: dict[str, Any]) -> None:
     inside_sha = hashlib.sha256(INSIDE.encode()).hexdigest()
     results: dict[str, list[Any]] = {"read": [], "range": [], "meta": [], "list": [], "search": []}
     with Swapper(world["root"], world["outside"]) as sw:
-        for i in range(OPS):
+        for _ in range(OPS):
             results["read"].append(r := _attempt(ft.read_file, "d/f.txt"))
             assert r is None or r["content"] == INSIDE
             results["range"].append(r := _attempt(ft.read_file, "d/f.txt", start_byte=0))
