@@ -27,13 +27,14 @@ class RunSummary(BaseModel):
     run_id: str
     cell_id: str | None
     status: str
-    steps: int
+    steps: int  # tool calls
     tokens: int
     cost: float | None
     answer: str | None
     error: str | None
     tool_errors: list[str] = Field(default_factory=list)
-    cell_label: str | None = None  # the shortest form of cell_id no other run of the notebook shares
+    cell_label: str | None = None  # the shortest form of cell_id no other cell of the notebook's log shares
+    model: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -58,8 +59,11 @@ class RunSummary(BaseModel):
                 f" · answer: {self.answer}" if self.answer else "")
         else:
             tail = (self.answer if self.finished else (self.error or "no answer")) or ""
+        from .ui.viewstate import is_nominal
+
+        cost = money(self.cost) + (" nominal" if self.cost is not None and is_nominal(self.model) else "")
         return (f"run {self.run_id[:12]}  cell {self.cell_label or self.cell_id or '-':<12} {self.status:<21} "
-                f"{self.steps} step(s) · {self.tokens} tokens · {money(self.cost)} · {clip(tail, 110)}")
+                f"{self.steps} tool call(s) · {self.tokens} tokens · {cost} · {clip(tail, 110)}")
 
 
 class NotebookResult(BaseModel):
@@ -202,25 +206,19 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
                 continue
             error = s.error or (f"waiting for {s.pending.kind}" if s.pending else None)
             runs.append(RunSummary(run_id=run_id, cell_id=s.cell_id, status=s.status.value, steps=len(s.steps),
+                                   model=s.model,
                                    tokens=s.tokens, cost=s.cost if s.cost_known else None,
                                    answer=redactor.text(s.answer) if s.answer else s.answer,
                                    error=redactor.text(error) if error else error,
                                    tool_errors=[redactor.text(e) for e in s.errors]))
-    for r, label in zip(runs, _cell_labels([r.cell_id for r in runs]), strict=True):
-        r.cell_label = label
+        from .ui.viewstate import cell_labels
+
+        # as `nbagent runs` and the records show them: unique among every cell of the notebook's log
+        labels = cell_labels(row.get("cell_id") for row in store.runs.all())
+        for r in runs:
+            r.cell_label = labels.get(r.cell_id or "")
     return NotebookResult(notebook=str(nb_path), output=str(out_path), runs=runs,
                           cell_error=redactor.text(cell_error) if cell_error else None)
-
-
-def _cell_labels(cell_ids: list[str | None]) -> list[str | None]:
-    """Cell ids as `nbagent runs` shows them: the shortest form no other cell shares (never a prefix that two
-    cells have in common, as quickstart-03 and quickstart-05 share quickstart-0)."""
-    try:
-        from .ui.viewstate import cell_labels  # type: ignore[attr-defined]
-    except ImportError:
-        return list(cell_ids)
-    labels = cell_labels(cell_ids)
-    return [labels.get(c, c) if c else None for c in cell_ids]
 
 
 def latest_records(nb: Any) -> int:

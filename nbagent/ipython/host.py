@@ -526,7 +526,7 @@ class NotebookHost:
             print(f"no runs yet; the log will be {self.store.path}")
             return
         last = runs[-1]
-        print(f"latest run {last.id}: {last.status.value} · {last.model} · {last.steps} step(s) · "
+        print(f"latest run {last.id}: {last.status.value} · {last.model} · {last.steps} tool call(s) · "
               f"{last.tokens} tokens · log {self.store.path}")
         for r in runs:
             state = self.store.run_state(r.id)
