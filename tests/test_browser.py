@@ -256,7 +256,10 @@ def shut_down_kernel_and_reload(page: Page, lab: Lab, notebook: Path) -> None:
     assert sessions, lab.api("GET", "/api/sessions")
     for s in sessions:
         lab.api("DELETE", f"/api/sessions/{s['id']}")  # shuts its kernel down
-    wait_until(lambda: not lab.api("GET", "/api/kernels"), 20, "no kernel left on the server")
+    # this notebook's kernels only: other tests' notebooks may still have theirs on the same server
+    gone = {s["kernel"]["id"] for s in sessions if s.get("kernel")}
+    wait_until(lambda: not gone & {k["id"] for k in lab.api("GET", "/api/kernels")}, 60,
+               "the notebook's kernel shut down")
     held: list[Route] = []
 
     def no_new_kernel(route: Route) -> None:

@@ -91,15 +91,22 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, str]]:
     return out
 
 
-@pytest.fixture(params=["openat2", "walk"])
-def world(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    if request.param == "openat2" and not beneath.HAVE_OPENAT2:
-        pytest.skip("this kernel has no openat2 (the walk mode covers it)")
+def _folders(tmp_path: Path, *names: str) -> tuple[Path, Path]:
+    """root/d and an outside folder, each holding `names` (inside: INSIDE, outside: SECRET)."""
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "d").mkdir(parents=True)
     outside.mkdir()
     for folder, text in ((root / "d", INSIDE), (outside, SECRET)):
-        (folder / "f.txt").write_text(text)
+        for name in names:
+            (folder / name).write_text(text)
+    return root, outside
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    if request.param == "openat2" and not beneath.HAVE_OPENAT2:
+        pytest.skip("this kernel has no openat2 (the walk mode covers it)")
+    root, outside = _folders(tmp_path, "f.txt")
     (outside / "only-outside.txt").write_text(SECRET)
     ft = FileTools(Scope(root=root, base=root))
     ft.guard.fs.openat2 = request.param == "openat2"
@@ -169,12 +176,7 @@ def test_writes_never_touch_outside(world: dict[str, Any]) -> None:
 @pytest.fixture
 def swapped_after_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """FileTools whose every scope check is followed at once by the swap (the check saw the real folder)."""
-    root, outside = tmp_path / "root", tmp_path / "outside"
-    (root / "d").mkdir(parents=True)
-    outside.mkdir()
-    for folder, text in ((root / "d", INSIDE), (outside, SECRET)):
-        (folder / "f.txt").write_text(text)
-        (folder / "victim.txt").write_text(text)
+    root, outside = _folders(tmp_path, "f.txt", "victim.txt")
     os.symlink(outside, root / "d.link")
     ft = FileTools(Scope(root=root, base=root))
     check = ft.guard.check
@@ -237,12 +239,7 @@ def test_through_the_agent_loop_nothing_outside_reaches_the_log(tmp_path: Path) 
     from nbagent.runtime import Agent
     from nbagent.tools.files import file_tools
 
-    root, outside = tmp_path / "root", tmp_path / "outside"
-    (root / "d").mkdir(parents=True)
-    outside.mkdir()
-    for folder, text in ((root / "d", INSIDE), (outside, SECRET)):
-        for name in ("f.txt", "g.txt"):
-            (folder / name).write_text(text)
+    root, outside = _folders(tmp_path, "f.txt", "g.txt")
     before = _snapshot(outside)
     calls = [{"name": "read_file", "arguments": {"path": "d/f.txt"}},
              {"name": "get_file_metadata", "arguments": {"path": "d/f.txt"}},

@@ -323,14 +323,15 @@ def test_approve_with_two_runs_waiting_refuses_and_lists_them(host: Any, tmp_pat
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from agents import call, turns
 
-    from nbagent.ipython.host import run_line
+    from nbagent.ipython.host import UsageError, run_line
 
     first = _waiting_run(tmp_path, "cell-a", turns([call("create_file", path="a.md", content="x")], "ok"))
     second = _waiting_run(tmp_path, "cell-b", turns({"tool_calls": [{"name": "ask_human", "arguments": {
         "question": "Which year?"}}]}, "ok"))
     for line in ["approve", "deny not today", "refine use b.md", "answer 2024"]:
-        asyncio.run(run_line(line))
-        err = capsys.readouterr().err
+        with pytest.raises(UsageError) as refused:  # the cell fails: Run All and `nbagent run` stop here
+            asyncio.run(run_line(line))
+        err = str(refused.value)
         command = line.split()[0]
         assert "2 runs are waiting" in err and f"%agent {command} RUN" in err, err
         assert first in err and second in err and "cell-a" in err and "cell-b" in err
@@ -355,8 +356,10 @@ def test_errors_shown_in_the_cell_are_redacted(host: Any, monkeypatch: pytest.Mo
             raise RuntimeError(f"failed with {HF_TOKEN}") from exc
 
     monkeypatch.setattr(host, "run_line", usage)
-    asyncio.run(run_line("x"))
-    assert capsys.readouterr().err.strip() == f"bad key {REDACTED}"
+    with pytest.raises(UsageError) as failed:  # the cell fails with one line, the key taken out
+        asyncio.run(run_line("x"))
+    assert str(failed.value) == f"bad key {REDACTED}"
+    assert failed.value._render_traceback_() == [f"\x1b[0;31mUsageError\x1b[0m: bad key {REDACTED}"]
     monkeypatch.setattr(host, "run_line", crash)
     with pytest.raises(RuntimeError) as exc:
         asyncio.run(run_line("x"))

@@ -602,7 +602,7 @@ def test_run_view_js_renders_and_clicks_in_a_browser(tmp_path: Path, full: dict[
     assert out["rendered"] == 3
     assert out["names"] == ["Overwrite notes.md", "Deny", "Refine"]  # phrased from the plan, not the model
     assert "nbv-approve-danger" in out["approveClass"] and "nbv-plan-high" in out["cardClass"]
-    assert out["question"] == "Allow the agent to overwrite notes.md?" and out["panelInCard"]
+    assert out["question"] == "Overwrite notes.md?" and out["panelInCard"]  # from the plan: what, to what
     assert "High risk" in out["danger"] and "replaces the contents of notes.md" in out["danger"]
     assert out["sentAfterEmptyRefine"] == 0  # refine without feedback is refused in the page
     assert out["decision"]["request_id"] == waiting["pending"]["request_id"]
