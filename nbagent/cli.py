@@ -4,6 +4,7 @@
     nbagent show RUN [PATH]       one run's event timeline (--json for machines)
     nbagent verify [PATH]         check every chain; non-zero exit on tampering
     nbagent run NOTEBOOK          execute a notebook headlessly (the main job for CI)
+    nbagent undo RUN [PATH]       restore the files a run (and its child runs) changed (docs/undo.md)
 
 PATH is a notebook, its store folder (NAME.nbagent), or a folder, searched with its subfolders (not .git,
 node_modules, virtual environments or other hidden and tool folders); omitted, the current folder. Commands only
@@ -73,6 +74,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-tool-errors", action="store_true",
                    help="exit 0 even when a run ended completed_with_errors (a tool call failed or was denied)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("undo", help="restore the files a run (and the runs it spawned) changed",
+                       description="Restore every file RUN and its child runs changed, newest change first (a "
+                                   "created file is removed, an overwritten or deleted one restored), recorded as a "
+                                   "new run that can itself be undone. A file changed since by anyone else is a "
+                                   "conflict: nothing is changed, the diff is shown, exit 1. The only command that "
+                                   "writes: it opens the log for writing.")
+    p.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
+    p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
+    p.add_argument("--to", action="store_true",
+                   help="also undo every later run: the folder's agent-touched files as they were before RUN")
+    p.add_argument("--force", action="store_true", help="restore over files changed since (conflicts)")
+    p.set_defaults(func=cmd_undo)
 
     p = sub.add_parser("verify", help="check the hash chain and seq of every run",
                        description="Check every run's chain in every log under PATH (its subfolders too): seq "
@@ -296,6 +310,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- verify
+
+
+def cmd_undo(args: argparse.Namespace) -> int:
+    """Undo opens the one store that has RUN for writing (the other commands only read)."""
+    from .undo import UndoError, undo
+
+    found, run_id = _find_run(_open_all(args.path), args.run)
+    store = Store(found.path)
+    try:
+        report = undo(store, run_id, to=args.to, force=args.force, by="nbagent undo (CLI)")
+    except UndoError as exc:
+        print(f"nbagent: undo: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"nbagent: undo: {store.path}: {exc.strerror or exc}; nothing was changed", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    print(report.text())
+    return 0 if report.ok else 1
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

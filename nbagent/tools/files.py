@@ -26,6 +26,7 @@ from typing import IO, Any
 
 import re2
 
+from ..blobs import BlobStore
 from ..levels import Risk
 from ..scope import Resolved, Scope, ScopeDenied, ScopeGuard
 from .base import Tool, ToolError
@@ -190,9 +191,23 @@ class _Search:
 class FileTools:
     """The file tools of one scope, sharing its guard."""
 
-    def __init__(self, scope: Scope | str | Path) -> None:
+    def __init__(self, scope: Scope | str | Path, blobs: BlobStore | None = None) -> None:
         self.scope = scope if isinstance(scope, Scope) else Scope(root=Path(scope), base=Path(scope))
         self.guard = ScopeGuard(self.scope)
+        # with a blob store, every write saves the content before and after and returns their hashes (undo)
+        self.blobs = blobs
+
+    def _saved(self, out: dict[str, Any], before: str | None, after: str | None) -> dict[str, Any]:
+        if self.blobs is not None:
+            out.update(before_sha256=before, after_sha256=after)
+        return out
+
+    def _save_current(self, r: Resolved) -> str | None:
+        """Save the checked file's current content as a blob (read through the guard); its hash."""
+        if self.blobs is None:
+            return None
+        with self.guard.open_read(r) as f:
+            return self.blobs.put_stream(f)
 
     def _read_text(self, r: Resolved, encoding: str | None = None) -> tuple[str, str]:
         with self.guard.open_read(r) as f:
@@ -575,8 +590,10 @@ class FileTools:
         """
         r = self.guard.check(path, "create")
         self.guard.check_write_size(content, path)
-        size = self.guard.write(r, content.encode("utf-8"), create=True)
-        return {"created": r.rel, "bytes": size}
+        data = content.encode("utf-8")
+        after = self.blobs.put(data) if self.blobs is not None else None
+        size = self.guard.write(r, data, create=True)
+        return self._saved({"created": r.rel, "bytes": size}, None, after)
 
     def write_file(self, path: str, content: str) -> dict[str, Any]:
         """Replace the whole content of an existing text file.
@@ -588,8 +605,11 @@ class FileTools:
         r = self.guard.check(path, "write", max_bytes=0)
         self.guard.check_write_size(content, path)
         self.guard.recheck(r)
-        size = self.guard.write(r, content.encode("utf-8"), create=False)
-        return {"written": r.rel, "bytes": size}
+        before = self._save_current(r)
+        data = content.encode("utf-8")
+        after = self.blobs.put(data) if self.blobs is not None else None
+        size = self.guard.write(r, data, create=False)
+        return self._saved({"written": r.rel, "bytes": size}, before, after)
 
     def delete_file(self, path: str) -> dict[str, Any]:
         """Delete a file.
@@ -598,8 +618,9 @@ class FileTools:
             path: the file, relative to the notebook's folder
         """
         r = self.guard.check(path, "delete", max_bytes=0)
+        before = self._save_current(r)
         self.guard.delete(r)
-        return {"deleted": r.rel, "bytes": r.size}
+        return self._saved({"deleted": r.rel, "bytes": r.size}, before, None)
 
     # ------------------------------------------------------------------ previews (the approval card)
 
@@ -640,6 +661,6 @@ class FileTools:
         ]
 
 
-def file_tools(scope: Scope | str | Path) -> list[Tool]:
-    """The seven file tools for a folder (or a configured `Scope`)."""
-    return FileTools(scope).tools()
+def file_tools(scope: Scope | str | Path, blobs: BlobStore | None = None) -> list[Tool]:
+    """The seven file tools for a folder (or a configured `Scope`); with `blobs`, their writes can be undone."""
+    return FileTools(scope, blobs).tools()

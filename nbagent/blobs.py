@@ -1,0 +1,100 @@
+"""Content-addressed copies of files the agent changed, so a change can be undone (see docs/undo.md).
+
+    blobs = BlobStore(store.path / "blobs")     # NAME.nbagent/blobs/ab/cdef...: the sha256 is the name
+    sha = blobs.put(b"text")                      # idempotent; the same content is stored once
+    blobs.get(sha)                                # the bytes, checked against their hash
+
+The log keeps only the hashes (in the file tools' results), so it stays small and its chain still covers what was
+changed: a blob that was altered on disk no longer matches its name and is refused, never restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import IO
+
+CHUNK = 1024 * 1024
+_SHA = re.compile(r"[0-9a-f]{64}")
+
+
+class BlobError(Exception):
+    """A blob is missing or does not match its hash: the change it backs cannot be undone."""
+
+
+class BlobStore:
+    """A folder of blobs named by their sha256 (`ab/cdef…`), written atomically (temp file, fsync, rename)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    @classmethod
+    def of_store(cls, store_path: str | Path) -> BlobStore:
+        """The blob folder of a store (`NAME.nbagent/blobs`): beside the log it backs."""
+        return cls(Path(store_path) / "blobs")
+
+    def path(self, sha: str) -> Path:
+        if not _SHA.fullmatch(sha):
+            raise BlobError(f"{sha!r} is not a sha256")
+        return self.folder / sha[:2] / sha[2:]
+
+    def has(self, sha: str) -> bool:
+        return self.path(sha).is_file()
+
+    def put(self, data: bytes) -> str:
+        """Store `data`; its sha256."""
+        sha = hashlib.sha256(data).hexdigest()
+        if not self.has(sha):
+            self._write(sha, [data])
+        return sha
+
+    def put_stream(self, f: IO[bytes]) -> str:
+        """Store what `f` holds from its position to its end (in chunks: a large file is never held whole)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".in.{secrets.token_hex(6)}.tmp"
+        h = hashlib.sha256()
+        try:
+            with open(tmp, "wb") as out:
+                while chunk := f.read(CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            sha = h.hexdigest()
+            target = self.path(sha)
+            if not target.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, target)
+            return sha
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def _write(self, sha: str, pieces: list[bytes]) -> None:
+        target = self.path(sha)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{sha[2:10]}.{secrets.token_hex(6)}.tmp"
+        try:
+            with open(tmp, "wb") as out:
+                for piece in pieces:
+                    out.write(piece)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def get(self, sha: str) -> bytes:
+        """The content with this hash, or BlobError (missing, or altered since it was stored)."""
+        try:
+            data = self.path(sha).read_bytes()
+        except OSError as exc:
+            raise BlobError(f"the saved content {sha[:12]}… is missing from {self.folder} ({exc.strerror})") from None
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise BlobError(f"the saved content {sha[:12]}… in {self.folder} was altered since it was saved")
+        return data

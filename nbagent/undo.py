@@ -1,0 +1,328 @@
+"""Undo what agent runs changed in the notebook's folder, checked against the log (see docs/undo.md).
+
+    report = undo(store, "01M8...")              # the run and the runs it spawned
+    report = undo(store, "01M8...", to=True)     # ...and every later run: the folder as before that run
+    report.ok, report.conflicts, report.not_undoable, report.undo_run_id
+
+Every file change a file tool made is in the log as the hashes of the content before and after it (the tool's
+result: `before_sha256`, `after_sha256`; None = no file), and the content itself is in the store's blob folder.
+Undo plans one restore per file (to the content before the earliest change undone), checks that each file is
+still what the runs left (else a conflict: nothing is changed unless `force`), then restores newest change first,
+through the scope guard, recording the restores as a run of model `nbagent/undo`, which can itself be undone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .blobs import BlobError, BlobStore
+from .events import AnswerReady, Completed, CompletedWithErrors, ToolCallCompleted, ToolCallFailed, ToolCallStarted
+from .levels import Autonomy, Risk
+from .replay import run_tree
+from .scope import Scope, ScopeGuard
+from .store import Store
+from .tools.base import ToolError
+
+UNDO_MODEL = "nbagent/undo"
+UNDO_SESSION = "undo"  # its own session: an undo run never becomes the conversation a later %%agent continues
+RESTORE_TOOL = "restore_file"
+FILE_TOOLS = {"create_file": "created", "write_file": "written", "delete_file": "deleted",
+              RESTORE_TOOL: "restored"}
+# Tools with no effect to undo: reads, and the control tools (spawn_agent's children are undone themselves).
+NO_EFFECT = {"list_files", "read_file", "search_content", "get_file_metadata", "list_variables", "inspect_variable",
+             "respond_to_user", "done", "ask_human", "spawn_agent"}
+MAX_DIFF_CHARS = 20_000
+
+
+class UndoError(Exception):
+    """Undo cannot start (unknown run, nothing recorded, a saved content missing...): nothing was changed."""
+
+
+class FileChange(BaseModel):
+    """One recorded change of one file (None = no file there)."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    path: str
+    before_sha256: str | None
+    after_sha256: str | None
+
+
+class NotUndoable(BaseModel):
+    """A call whose effect undo cannot reverse: listed, never silently skipped."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    why: str
+
+
+class Restore(BaseModel):
+    """What undo will do to one file: from what the runs left (`expect_sha256`) to `to_sha256`."""
+
+    path: str
+    expect_sha256: str | None
+    to_sha256: str | None
+    current_sha256: str | None = None
+    changes: int = 1
+
+    @property
+    def action(self) -> str:
+        if self.to_sha256 is None:
+            return "remove"
+        return "restore" if self.expect_sha256 is not None else "recreate"
+
+
+class Conflict(BaseModel):
+    path: str
+    reason: str
+    diff: str = ""
+
+
+class UndoReport(BaseModel):
+    """What an undo did or would do; `ok` False means nothing at all was changed."""
+
+    runs: list[str] = Field(default_factory=list)
+    restores: list[Restore] = Field(default_factory=list)
+    conflicts: list[Conflict] = Field(default_factory=list)
+    not_undoable: list[NotUndoable] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list)
+    undo_run_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.conflicts and not self.failed
+
+    def text(self) -> str:
+        """The report as lines for a terminal or a cell."""
+        lines: list[str] = []
+        if self.conflicts:
+            lines.append(f"undo refused: {len(self.conflicts)} file(s) changed since the run(s); nothing was changed "
+                         "(--force restores them anyway):")
+            for c in self.conflicts:
+                lines.append(f"  conflict: {c.path}: {c.reason}")
+                lines.extend("    " + line for line in c.diff.rstrip("\n").splitlines())
+        elif self.undo_run_id:
+            lines.append(f"undo run {self.undo_run_id}: {len(self.restores)} file(s) restored "
+                         f"(runs {', '.join(self.runs)})")
+            lines.extend(f"  {r.action}d {r.path}" for r in self.restores)
+            lines.extend(f"  failed: {f}" for f in self.failed)
+        for n in self.not_undoable:
+            lines.append(f"  not undoable: {n.tool} (run {n.run_id}, call {n.call_id}): {n.why}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- reading the log
+
+
+def _path_of(tool: str, result: dict[str, Any]) -> str | None:
+    key = FILE_TOOLS.get(tool)
+    value = result.get(key) if key else None
+    return value if isinstance(value, str) else None
+
+
+def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[NotUndoable]]:
+    """The file changes of these runs in log order, and the calls whose effects undo cannot reverse."""
+    changes: list[FileChange] = []
+    problems: list[NotUndoable] = []
+    started: dict[tuple[str, str], str] = {}
+    for e in store.query_events():
+        if e.run_id not in run_ids:
+            continue
+        p: Any = e.payload
+        if e.type == "tool_call_started":
+            started[(e.run_id, p.call_id)] = p.tool
+            if p.tool not in NO_EFFECT and p.tool not in FILE_TOOLS:
+                why = ("its effects in the kernel and on disk are not recorded" if p.tool == "run_python" else
+                       "an MCP tool: its effects are outside nbagent" if p.tool.startswith("mcp__") else
+                       "a user tool or a tool without recorded content: its effects are not recorded")
+                problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=why))
+        elif e.type == "tool_call_completed" and p.tool in FILE_TOOLS:
+            result = p.result if isinstance(p.result, dict) else {}
+            path = _path_of(p.tool, result)
+            if path is None or "after_sha256" not in result or "before_sha256" not in result:
+                problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool,
+                                            why="recorded without the content before and after (file tools "
+                                                "without a blob store, or a log older than undo)"))
+                continue
+            changes.append(FileChange(run_id=e.run_id, call_id=p.call_id, tool=p.tool, path=path,
+                                      before_sha256=result["before_sha256"], after_sha256=result["after_sha256"]))
+    return changes, problems
+
+
+def runs_to_undo(store: Store, run_id: str, *, to: bool = False) -> list[str]:
+    """The run and its spawned runs; with `to`, also every run started after it (in log order)."""
+    tree = run_tree(store, run_id)
+    if not to:
+        return tree
+    first = next(i for i, rid in enumerate(store.run_ids()) if rid == tree[0])
+    later = [rid for rid in store.run_ids()[first:] if rid not in tree]
+    return tree + later
+
+
+def plan(changes: list[FileChange]) -> list[Restore]:
+    """One restore per file, newest change first: from what the last change left to what the first one found."""
+    by_path: dict[str, Restore] = {}
+    order: list[str] = []
+    for c in reversed(changes):
+        r = by_path.get(c.path)
+        if r is None:
+            by_path[c.path] = Restore(path=c.path, expect_sha256=c.after_sha256, to_sha256=c.before_sha256)
+            order.append(c.path)
+        else:
+            r.to_sha256, r.changes = c.before_sha256, r.changes + 1
+    return [by_path[p] for p in order if by_path[p].expect_sha256 != by_path[p].to_sha256]
+
+
+# ---------------------------------------------------------------------------------------------- the folder
+
+
+class _Folder:
+    """The notebook's folder, reached only through the scope guard (descriptors, never a re-resolved path)."""
+
+    def __init__(self, root: Path) -> None:
+        self.guard = ScopeGuard(Scope(root=root, base=root))
+
+    def current(self, path: str) -> tuple[str | None, bytes | None]:
+        """(sha256, content) of the file now, (None, None) when absent; ToolError when it is not a plain file."""
+        _, _, rel = self.guard.contain(path)  # outside or excluded now: refused (ScopeDenied)
+        st = self.guard.fs.lstat(rel)
+        if st is None:
+            return None, None
+        if stat.S_ISLNK(st.st_mode):
+            raise ToolError(f"{path} is now a symbolic link")
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{path} is now a folder")
+        r = self.guard.check(path, "read", max_bytes=0)
+        with self.guard.open_read(r) as f:
+            data = f.read()
+        return hashlib.sha256(data).hexdigest(), data
+
+    def restore(self, path: str, data: bytes | None) -> None:
+        """Put `data` at `path` (None: remove the file) through the guard."""
+        st = self.guard.fs.lstat(path)
+        if data is None:
+            if st is not None:
+                r = self.guard.check(path, "delete", max_bytes=0)
+                self.guard.recheck(r)
+                self.guard.delete(r)
+            return
+        if st is None:
+            r = self.guard.check(path, "create")
+            self.guard.write(r, data, create=True)
+        else:
+            r = self.guard.check(path, "write", max_bytes=0)
+            self.guard.recheck(r)
+            self.guard.write(r, data, create=False)
+
+
+def _text(data: bytes | None) -> str:
+    return "" if data is None else data.decode("utf-8", errors="replace")
+
+
+def _diff(left: bytes | None, now: bytes | None, path: str) -> str:
+    if (left and b"\x00" in left[:8192]) or (now and b"\x00" in now[:8192]):
+        return "(binary content differs)\n"
+    a = "/dev/null" if left is None else f"left-by-run/{path}"
+    b = "/dev/null" if now is None else f"now/{path}"
+    text = "".join(difflib.unified_diff(_text(left).splitlines(keepends=True), _text(now).splitlines(keepends=True),
+                                        a, b, n=3))
+    return text if len(text) <= MAX_DIFF_CHARS else text[:MAX_DIFF_CHARS] + "\n… diff truncated\n"
+
+
+# ---------------------------------------------------------------------------------------------- undo
+
+
+def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, folder: str | Path | None = None,
+         by: str = "user") -> UndoReport:
+    """Undo a run (and its children; with `to`, every later run too). Conflicts refuse unless `force`; an
+    UndoError means nothing was changed. The restores are recorded as a new run of model `nbagent/undo`."""
+    if store.readonly:
+        raise UndoError(f"{store.path}: the log is open read-only; undo records a run, so it needs to write")
+    root = Path(folder) if folder is not None else store.path.parent
+    run_id = store.resolve_run(run_id)
+    runs = runs_to_undo(store, run_id, to=to)
+    changes, problems = collect(store, set(runs))
+    report = UndoReport(runs=runs, restores=plan(changes), not_undoable=problems)
+    what = f"run {run_id}" + (" and every later run" if to else "")
+    if not report.restores:
+        raise UndoError(f"{what}: no file changes to undo" + (
+            f" ({len(problems)} call(s) not undoable: {', '.join(sorted({p.tool for p in problems}))})"
+            if problems else ""))
+    blobs = BlobStore.of_store(store.path)
+    fs = _Folder(root)
+    contents: dict[str, bytes | None] = {}
+    for r in report.restores:  # everything is checked and loaded before anything changes
+        try:
+            contents[r.path] = None if r.to_sha256 is None else blobs.get(r.to_sha256)
+            left = None if r.expect_sha256 is None else blobs.get(r.expect_sha256)
+        except BlobError as exc:
+            raise UndoError(f"{r.path}: {exc}; nothing was changed") from None
+        try:
+            r.current_sha256, now = fs.current(r.path)
+        except (ToolError, OSError) as exc:
+            raise UndoError(f"{r.path}: {exc}; nothing was changed") from None
+        if r.current_sha256 != r.expect_sha256 and not force:
+            reason = ("removed since" if r.current_sha256 is None else
+                      "created since" if r.expect_sha256 is None else "changed since")
+            report.conflicts.append(Conflict(path=r.path, reason=f"{reason} the run left it",
+                                             diff=_diff(left, now, r.path)))
+    if report.conflicts:
+        return report
+    report.undo_run_id = _record(store, report, contents, fs, what=what, run_id=run_id, to=to, force=force, by=by)
+    return report
+
+
+def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None], fs: _Folder, *, what: str,
+            run_id: str, to: bool, force: bool, by: str) -> str:
+    """Restore every file as one recorded run, each restore a tool call with the hashes before and after."""
+    session = store.session(UNDO_SESSION)
+    run = store.create_run(session.id, f"undo {what}", model=UNDO_MODEL, autonomy=Autonomy.L3,
+                           options={"undo": {"run_id": run_id, "to": to, "force": force, "runs": report.runs}},
+                           lease=True)
+    blobs = BlobStore.of_store(store.path)
+    try:
+        for i, r in enumerate(report.restores):
+            call_id = f"undo{i + 1}"
+            data = contents[r.path]
+            args = {"path": r.path, "to_sha256": r.to_sha256}
+            started = store.append(ToolCallStarted(
+                call_id=call_id, tool=RESTORE_TOOL, arguments=args, risk=Risk.WRITE_HIGH_RISK, target=r.path,
+                reason=f"undo of {what}, asked by {by}" + (" (--force)" if force else "")), run_id=run.id)
+            t0 = time.perf_counter()
+            try:
+                before, now = fs.current(r.path)
+                if now is not None:
+                    blobs.put(now)  # --force over someone's edit: their version stays recoverable (undo the undo)
+                fs.restore(r.path, data)
+            except (ToolError, OSError) as exc:
+                report.failed.append(f"{r.path}: {exc}")
+                store.append(ToolCallFailed(call_id=call_id, tool=RESTORE_TOOL, error=str(exc),
+                                            error_type=type(exc).__name__, duration_ms=_ms(t0)),
+                             run_id=run.id, parent_event_id=started.id)
+                continue
+            result = {"restored": r.path, "action": r.action, "before_sha256": before, "after_sha256": r.to_sha256}
+            store.append(ToolCallCompleted(call_id=call_id, tool=RESTORE_TOOL, duration_ms=_ms(t0), result=result,
+                                           preview=f"{r.action} {r.path}"), run_id=run.id, parent_event_id=started.id)
+        summary = report.text()
+        store.append(AnswerReady(content=summary), run_id=run.id)
+        if report.failed:
+            store.append(CompletedWithErrors(errors=report.failed), run_id=run.id)
+        else:
+            store.append(Completed(summary=f"{len(report.restores)} file(s) restored"), run_id=run.id)
+    finally:
+        store.release_lease(run.id)
+    report.undo_run_id = run.id
+    return run.id
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)

@@ -1,0 +1,173 @@
+"""Undo of what agent runs changed: creates, overwrites, deletes, child runs, conflicts, undo of an undo, --to."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbagent.blobs import BlobStore
+from nbagent.deciders import PolicyDecider
+from nbagent.runtime import Agent
+from nbagent.state import RunStatus
+from nbagent.store import Store
+from nbagent.tools.files import FileTools
+from nbagent.tools.kernel import kernel_tools
+from nbagent.undo import UNDO_MODEL, UndoError, undo
+from nbagent.verify import verify_store
+from tests.agents import call, turns
+
+
+def store_of(tmp: Path) -> Store:
+    return Store(tmp / "nb.ipynb")
+
+
+def agent_run(tmp: Path, *items: Any, extra: list[Any] | None = None) -> str:
+    """One run of a scripted agent with the real file tools (their writes saved for undo); its id."""
+    store = store_of(tmp)
+    tools = FileTools(tmp, BlobStore.of_store(store.path)).tools() + (extra or [])
+    a = Agent(script=turns(*items), tools=tools, store=store, autonomy="L3", decider=PolicyDecider("all"),
+              retry_base=0.001, retry_cap=0.01)
+    result = asyncio.run(a.run("change files"))
+    assert result.status == RunStatus.COMPLETED, result
+    return result.run_id
+
+
+def files(tmp: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(tmp.iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "keep.txt").write_text("keep\n")
+    (tmp_path / "notes.md").write_text("# Notes\nold\n")
+    (tmp_path / "old.csv").write_text("a,b\n1,2\n")
+    return tmp_path
+
+
+def test_undo_restores_creates_overwrites_and_deletes(folder: Path) -> None:
+    before = files(folder)
+    run = agent_run(folder, [call("create_file", path="new.md", content="new\n"),
+                             call("write_file", path="notes.md", content="# Notes\nrewritten\n"),
+                             call("delete_file", path="old.csv")], "done")
+    assert files(folder) != before
+    store = store_of(folder)
+    completed = [e.payload.result for e in store.run_events(run) if e.type == "tool_call_completed"]
+    assert all(len(r["after_sha256"] or "x" * 64) == 64 for r in completed)  # hashes in the log, content beside it
+    assert (store.path / "blobs").is_dir()
+    report = undo(store, run)
+    assert report.ok and files(folder) == before
+    assert {r.path: r.action for r in report.restores} == {"new.md": "remove", "notes.md": "restore",
+                                                          "old.csv": "recreate"}
+    state = store.run_state(report.undo_run_id or "")
+    assert state.model == UNDO_MODEL and state.status == RunStatus.COMPLETED
+    assert [s.tool for s in state.steps.values()] == ["restore_file"] * 3
+    assert verify_store(Store(store.path, readonly=True)).ok
+
+
+def test_undo_covers_child_runs_newest_change_first(folder: Path) -> None:
+    run = agent_run(folder,
+                    [call("spawn_agent", prompt="write", tools=["write_file", "create_file"])],  # parent
+                    [call("write_file", path="notes.md", content="child\n"),
+                     call("create_file", path="child.md", content="c\n")],  # child
+                    "child done",
+                    [call("write_file", path="notes.md", content="parent\n")],  # parent again, after the child
+                    "done")
+    store = store_of(folder)
+    assert store.run_state(run).children
+    report = undo(store, run)
+    assert report.ok and (folder / "notes.md").read_text() == "# Notes\nold\n" and not (folder / "child.md").exists()
+    notes = next(r for r in report.restores if r.path == "notes.md")
+    assert notes.changes == 2
+
+
+def test_a_conflict_changes_nothing_and_force_passes(folder: Path) -> None:
+    run = agent_run(folder, [call("write_file", path="notes.md", content="agent\n"),
+                             call("create_file", path="new.md", content="new\n")], "done")
+    (folder / "notes.md").write_text("agent\nand my edit\n")
+    store = store_of(folder)
+    runs_before = len(store.run_ids())
+    report = undo(store, run)
+    assert not report.ok and [c.path for c in report.conflicts] == ["notes.md"]
+    assert "+and my edit" in report.conflicts[0].diff and "--force" in report.text()
+    assert (folder / "notes.md").read_text() == "agent\nand my edit\n" and (folder / "new.md").exists()
+    assert len(store.run_ids()) == runs_before  # nothing recorded either
+    forced = undo(store, run, force=True)
+    assert forced.ok and (folder / "notes.md").read_text() == "# Notes\nold\n" and not (folder / "new.md").exists()
+    # the edit that --force overwrote is kept: undoing the undo brings it back
+    assert undo(store, forced.undo_run_id or "").ok
+    assert (folder / "notes.md").read_text() == "agent\nand my edit\n"
+
+
+def test_undo_of_an_undo(folder: Path) -> None:
+    run = agent_run(folder, [call("write_file", path="notes.md", content="agent\n"),
+                             call("delete_file", path="old.csv")], "done")
+    after = files(folder)
+    store = store_of(folder)
+    first = undo(store, run)
+    assert (folder / "notes.md").read_text() == "# Notes\nold\n"
+    second = undo(store, first.undo_run_id or "")
+    assert second.ok and files(folder) == after
+    assert verify_store(Store(store.path, readonly=True)).ok
+
+
+def test_undo_to_restores_the_folder_before_a_run(folder: Path) -> None:
+    before = files(folder)
+    first = agent_run(folder, [call("write_file", path="notes.md", content="one\n")], "done")
+    agent_run(folder, [call("write_file", path="notes.md", content="two\n"),
+                       call("create_file", path="two.md", content="2\n")], "done")
+    store = store_of(folder)
+    assert not undo(store, first).ok  # alone, the first run's change conflicts with the later run's
+    report = undo(store, first, to=True)
+    assert report.ok and files(folder) == before and len(report.runs) == 2
+
+
+def test_what_cannot_be_undone_is_listed(folder: Path) -> None:
+    ns: dict[str, Any] = {}
+    run = agent_run(folder, [call("run_python", code="x = 1"),
+                             call("create_file", path="new.md", content="n\n")], "done", extra=kernel_tools(ns))
+    report = undo(store_of(folder), run)
+    assert report.ok and not (folder / "new.md").exists()
+    assert [(n.tool, n.call_id) for n in report.not_undoable] == [("run_python", "nb1_0")]
+    assert "not undoable: run_python" in report.text()
+    answer = store_of(folder).run_state(report.undo_run_id or "").answer or ""
+    assert "not undoable: run_python" in answer
+
+
+def test_bad_input_is_one_clear_line_and_changes_nothing(folder: Path) -> None:
+    run = agent_run(folder, [call("read_file", path="notes.md")], "read only")
+    store = store_of(folder)
+    with pytest.raises(UndoError, match="no file changes to undo"):
+        undo(store, run)
+    with pytest.raises(Exception, match="no such run"):
+        undo(store, "01ZZZZZZZZ")
+    made = agent_run(folder, [call("create_file", path="d.md", content="x\n")], "done")
+    (folder / "d.md").unlink()
+    (folder / "d.md").mkdir()
+    with pytest.raises(UndoError, match="now a folder"):
+        undo(store, made)
+    assert (folder / "d.md").is_dir()
+
+
+def test_undo_from_a_fresh_process_like_after_a_kernel_restart(folder: Path) -> None:
+    before = files(folder)
+    run = agent_run(folder, [call("write_file", path="notes.md", content="agent\n"),
+                             call("create_file", path="new.md", content="n\n")], "done")
+    cli = [sys.executable, "-m", "nbagent.cli", "undo"]
+    (folder / "new.md").write_text("edited\n")
+    refused = subprocess.run([*cli, run, str(folder / "nb.ipynb")], capture_output=True, text=True)
+    assert refused.returncode == 1 and "conflict: new.md" in refused.stdout and "+edited" in refused.stdout
+    (folder / "new.md").write_text("n\n")
+    done = subprocess.run([*cli, run, str(folder / "nb.ipynb")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert files(folder) == before and "undo run" in done.stdout
+    undo_run = done.stdout.split("undo run ")[1].split(":")[0]
+    shown = subprocess.run([sys.executable, "-m", "nbagent.cli", "show", undo_run, str(folder / "nb.ipynb")],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0 and "restore_file" in shown.stdout and UNDO_MODEL in shown.stdout
+    unknown = subprocess.run([*cli, "01ZZZZ", str(folder / "nb.ipynb")], capture_output=True, text=True)
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
