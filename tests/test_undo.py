@@ -14,7 +14,7 @@ from nbagent.blobs import BlobStore
 from nbagent.deciders import PolicyDecider
 from nbagent.runtime import Agent
 from nbagent.state import RunStatus
-from nbagent.store import Store
+from nbagent.store import Store, StoreError
 from nbagent.tools.files import FileTools
 from nbagent.tools.kernel import kernel_tools
 from nbagent.undo import UNDO_MODEL, UndoError, undo
@@ -171,3 +171,30 @@ def test_undo_from_a_fresh_process_like_after_a_kernel_restart(folder: Path) -> 
     assert shown.returncode == 0 and "restore_file" in shown.stdout and UNDO_MODEL in shown.stdout
     unknown = subprocess.run([*cli, "01ZZZZ", str(folder / "nb.ipynb")], capture_output=True, text=True)
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+
+
+def test_percent_agent_undo_in_the_notebook(folder: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`%agent undo` through the notebook host (no kernel): its file tools save content, and undo uses the log."""
+    from traitlets.config import Configurable
+
+    from nbagent.ipython import host as host_module
+    from nbagent.ipython.host import UsageError, run_line
+
+    shell = Configurable()
+    shell.user_ns = {"__session__": str(folder / "nb.ipynb")}  # type: ignore[attr-defined]
+    h = host_module.NotebookHost(shell)
+    monkeypatch.setattr(host_module, "_host", h)
+    write = next(t for t in h.all_tools() if t.name == "write_file")
+    a = Agent(script=turns([call("write_file", path="notes.md", content="agent\n")], "done"), tools=[write],
+              store=h.store, autonomy="L3", decider=PolicyDecider("all"))
+    run = asyncio.run(a.run("rewrite")).run_id
+    assert (folder / "notes.md").read_text() == "agent\n"
+    (folder / "notes.md").write_text("mine\n")
+    with pytest.raises(UsageError, match="refused; nothing was changed"):
+        asyncio.run(run_line(f"undo {run}"))
+    assert "+mine" in capsys.readouterr().out and (folder / "notes.md").read_text() == "mine\n"
+    asyncio.run(run_line(f"undo {run} --force"))
+    assert (folder / "notes.md").read_text() == "# Notes\nold\n" and "restored notes.md" in capsys.readouterr().out
+    with pytest.raises(StoreError, match="no such run"):  # one line in the cell, as for %agent show
+        asyncio.run(run_line("undo 01ZZZZZZ"))

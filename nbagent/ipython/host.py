@@ -317,12 +317,14 @@ class NotebookHost:
         return [v for k, v in self.shell.user_ns.items() if isinstance(v, Tool) and not k.startswith("_")]
 
     def all_tools(self) -> list[Tool]:
+        from ..blobs import BlobStore
         from ..scope import Scope
         from ..tools.files import file_tools
         from ..tools.kernel import kernel_tools
         from .cells import insert_cell_tool
 
-        builtin = (file_tools(Scope(root=self.folder, base=self.folder)) + kernel_tools(self.shell.user_ns)
+        blobs = BlobStore.of_store(store_path_for(self.notebook))  # file changes saved for %agent undo
+        builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel_tools(self.shell.user_ns)
                    + [insert_cell_tool(lambda: (self.current_cell, self.current_run))])
         names = {t.name for t in builtin}
         return builtin + [t for t in self.user_tools() if t.name not in names]
@@ -700,6 +702,21 @@ class NotebookHost:
         if not args.pairs:
             for name, (value, source) in self.settings().items():
                 print(f"{name:<10} = {value!r:<30} ({source})")
+
+    async def cmd_undo(self, args: Any) -> None:
+        """`%agent undo RUN [--to] [--force]`: the same undo as `nbagent undo`, from the notebook's log (so it works
+        after a kernel restart: everything it needs is in the log and its blob folder)."""
+        from ..undo import UndoError, undo
+
+        try:
+            report = undo(self.store, args.run, to=args.to, force=args.force, folder=self.folder,
+                          by="%agent undo")
+        except UndoError as exc:
+            raise UsageError(f"%agent undo: {exc}") from None
+        print(report.text())
+        if not report.ok:
+            raise UsageError("%agent undo: refused; nothing was changed (add --force to restore anyway)"
+                             if report.conflicts else "%agent undo: some restores failed (listed above)")
 
     async def cmd_export(self, args: Any) -> Any:
         from ..ui.record import render_html, render_markdown

@@ -81,6 +81,11 @@ def line_parser() -> argparse.ArgumentParser:
     s.add_argument("words", metavar="[INSTRUCTIONS]", nargs="*", help="anything to add to the request")
     s = sub.add_parser("config", help="show or set defaults: %agent config model=openai/gpt-4o-mini", add_help=False)
     s.add_argument("pairs", metavar="KEY=VALUE", nargs="*")
+    s = sub.add_parser("undo", help="restore the files a run (and its child runs) changed; recorded as a run",
+                       add_help=False)
+    s.add_argument("run", metavar="RUN", help="run id or unique prefix")
+    s.add_argument("--to", action="store_true", help="also undo every later run: the files as before RUN")
+    s.add_argument("--force", action="store_true", help="restore over files changed since (conflicts)")
     s = sub.add_parser("export", help="write a run as json, html or md", add_help=False)
     s.add_argument("run", metavar="RUN")
     s.add_argument("--format", choices=["json", "html", "md"], default="html")
