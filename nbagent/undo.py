@@ -110,11 +110,13 @@ class UndoReport(BaseModel):
             for c in self.conflicts:
                 lines.append(f"  conflict: {c.path}: {c.reason}")
                 lines.extend("    " + line for line in c.diff.rstrip("\n").splitlines())
+        elif self.failed:
+            lines.append(f"undo failed (run {self.undo_run_id}); the files it had restored were put back:")
+            lines.extend(f"  failed: {f}" for f in self.failed)
         elif self.undo_run_id:
             lines.append(f"undo run {self.undo_run_id}: {len(self.restores)} file(s) restored "
                          f"(runs {', '.join(self.runs)})")
             lines.extend(f"  {r.action}d {r.path}" for r in self.restores)
-            lines.extend(f"  failed: {f}" for f in self.failed)
         for n in self.not_undoable:
             lines.append(f"  not undoable: {n.tool} (run {n.run_id}, call {n.call_id}): {n.why}")
         return "\n".join(lines)
@@ -250,6 +252,9 @@ def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, fo
     root = Path(folder) if folder is not None else store.path.parent
     run_id = store.resolve_run(run_id)
     runs = runs_to_undo(store, run_id, to=to)
+    busy = [rid for rid in runs if store.in_progress(rid)]
+    if busy:
+        raise UndoError(f"run {busy[0]} is still running in another process; undo it once it has ended")
     changes, problems = collect(store, set(runs))
     report = UndoReport(runs=runs, restores=plan(changes), not_undoable=problems)
     what = f"run {run_id}" + (" and every later run" if to else "")
@@ -283,37 +288,54 @@ def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, fo
 
 def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None], fs: _Folder, *, what: str,
             run_id: str, to: bool, force: bool, by: str) -> str:
-    """Restore every file as one recorded run, each restore a tool call with the hashes before and after."""
+    """Restore every file as one recorded run, each restore a tool call with the hashes before and after. If one
+    fails (a read-only folder...), the files already restored are put back, so the undo changes nothing."""
     session = store.session(UNDO_SESSION)
     run = store.create_run(session.id, f"undo {what}", model=UNDO_MODEL, autonomy=Autonomy.L3,
                            options={"undo": {"run_id": run_id, "to": to, "force": force, "runs": report.runs}},
                            lease=True)
+    report.undo_run_id = run.id
     blobs = BlobStore.of_store(store.path)
+    reason = f"undo of {what}, asked by {by}" + (" (--force)" if force else "")
+
+    def step(call_id: str, path: str, to_sha: str | None, data: bytes | None, why: str) -> str | None:
+        """One recorded restore; the hash of what it replaced, or raises after recording the failure."""
+        started = store.append(ToolCallStarted(
+            call_id=call_id, tool=RESTORE_TOOL, arguments={"path": path, "to_sha256": to_sha},
+            risk=Risk.WRITE_HIGH_RISK, target=path, reason=why), run_id=run.id)
+        t0 = time.perf_counter()
+        try:
+            before, now = fs.current(path)
+            if now is not None:
+                blobs.put(now)  # what is replaced stays recoverable (a --force over an edit: undo the undo)
+            fs.restore(path, data)
+        except (ToolError, OSError) as exc:
+            store.append(ToolCallFailed(call_id=call_id, tool=RESTORE_TOOL, error=str(exc),
+                                        error_type=type(exc).__name__, duration_ms=_ms(t0)),
+                         run_id=run.id, parent_event_id=started.id)
+            raise
+        action = "remove" if to_sha is None else "restore" if before is not None else "recreate"
+        store.append(ToolCallCompleted(
+            call_id=call_id, tool=RESTORE_TOOL, duration_ms=_ms(t0), preview=f"{action} {path}",
+            result={"restored": path, "action": action, "before_sha256": before, "after_sha256": to_sha}),
+            run_id=run.id, parent_event_id=started.id)
+        return before
+
+    done: list[tuple[str, str | None]] = []  # (path, what the restore replaced)
     try:
-        for i, r in enumerate(report.restores):
-            call_id = f"undo{i + 1}"
-            data = contents[r.path]
-            args = {"path": r.path, "to_sha256": r.to_sha256}
-            started = store.append(ToolCallStarted(
-                call_id=call_id, tool=RESTORE_TOOL, arguments=args, risk=Risk.WRITE_HIGH_RISK, target=r.path,
-                reason=f"undo of {what}, asked by {by}" + (" (--force)" if force else "")), run_id=run.id)
-            t0 = time.perf_counter()
-            try:
-                before, now = fs.current(r.path)
-                if now is not None:
-                    blobs.put(now)  # --force over someone's edit: their version stays recoverable (undo the undo)
-                fs.restore(r.path, data)
-            except (ToolError, OSError) as exc:
-                report.failed.append(f"{r.path}: {exc}")
-                store.append(ToolCallFailed(call_id=call_id, tool=RESTORE_TOOL, error=str(exc),
-                                            error_type=type(exc).__name__, duration_ms=_ms(t0)),
-                             run_id=run.id, parent_event_id=started.id)
-                continue
-            result = {"restored": r.path, "action": r.action, "before_sha256": before, "after_sha256": r.to_sha256}
-            store.append(ToolCallCompleted(call_id=call_id, tool=RESTORE_TOOL, duration_ms=_ms(t0), result=result,
-                                           preview=f"{r.action} {r.path}"), run_id=run.id, parent_event_id=started.id)
-        summary = report.text()
-        store.append(AnswerReady(content=summary), run_id=run.id)
+        try:
+            for i, r in enumerate(report.restores):
+                done.append((r.path, step(f"undo{i + 1}", r.path, r.to_sha256, contents[r.path], reason)))
+        except (ToolError, OSError) as exc:
+            report.failed.append(f"{report.restores[len(done)].path}: {exc}")
+            for j, (path, before) in reversed(list(enumerate(done))):
+                try:
+                    data = None if before is None else blobs.get(before)
+                    step(f"rollback{j + 1}", path, before, data, f"rollback: the undo failed at "
+                                                                 f"{report.restores[len(done)].path}")
+                except (ToolError, OSError, BlobError) as again:
+                    report.failed.append(f"{path}: restored by the undo, and could not be put back: {again}")
+        store.append(AnswerReady(content=report.text()), run_id=run.id)
         if report.failed:
             store.append(CompletedWithErrors(errors=report.failed), run_id=run.id)
         else:

@@ -198,3 +198,32 @@ def test_percent_agent_undo_in_the_notebook(folder: Path, monkeypatch: pytest.Mo
     assert (folder / "notes.md").read_text() == "# Notes\nold\n" and "restored notes.md" in capsys.readouterr().out
     with pytest.raises(StoreError, match="no such run"):  # one line in the cell, as for %agent show
         asyncio.run(run_line("undo 01ZZZZZZ"))
+
+
+def test_a_restore_that_fails_puts_back_what_the_undo_had_restored(folder: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only file or folder met half-way: the undo rolls back its own restores, so nothing changes."""
+    from nbagent import undo as undo_module
+
+    run = agent_run(folder, [call("write_file", path="notes.md", content="agent\n"),
+                             call("create_file", path="new.md", content="n\n"),
+                             call("delete_file", path="old.csv")], "done")
+    after = files(folder)
+    real = undo_module._Folder.restore
+    seen: list[str] = []
+
+    def restore(self: Any, path: str, data: bytes | None) -> None:
+        seen.append(path)
+        if len(seen) == 2:
+            raise PermissionError(13, "Permission denied", path)
+        real(self, path, data)
+
+    monkeypatch.setattr(undo_module._Folder, "restore", restore)
+    store = store_of(folder)
+    report = undo(store, run)
+    assert not report.ok and "put back" in report.text() and "Permission denied" in report.failed[0]
+    assert files(folder) == after
+    state = store.run_state(report.undo_run_id or "")
+    assert state.status == RunStatus.COMPLETED_WITH_ERRORS
+    assert [(s.tool, s.status) for s in state.steps.values()] == [("restore_file", "ok"), ("restore_file", "failed"),
+                                                                  ("restore_file", "ok")]

@@ -716,7 +716,8 @@ class NotebookHost:
         print(report.text())
         if not report.ok:
             raise UsageError("%agent undo: refused; nothing was changed (add --force to restore anyway)"
-                             if report.conflicts else "%agent undo: some restores failed (listed above)")
+                             if report.conflicts else
+                             "%agent undo: a restore failed (listed above); the undo put back what it had restored")
 
     async def cmd_export(self, args: Any) -> Any:
         from ..ui.record import render_html, render_markdown
