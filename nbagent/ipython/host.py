@@ -708,6 +708,9 @@ class NotebookHost:
         after a kernel restart: everything it needs is in the log and its blob folder)."""
         from ..undo import UndoError, undo
 
+        if await self._undo_panel(args, lambda: undo(self.store, args.run, to=args.to, force=args.force,
+                                                     folder=self.folder, by="the Undo button")):
+            return
         try:
             report = undo(self.store, args.run, to=args.to, force=args.force, folder=self.folder,
                           by="%agent undo")
@@ -718,6 +721,34 @@ class NotebookHost:
             raise UsageError("%agent undo: refused; nothing was changed (add --force to restore anyway)"
                              if report.conflicts else
                              "%agent undo: a restore failed (listed above); the undo put back what it had restored")
+
+    async def _undo_panel(self, args: Any, run_undo: Callable[[], Any]) -> bool:
+        """With a person at a front end, `%agent undo` shows what will change and undoes only when they confirm
+        (the Undo panel, nbagent/ui/widget.py). True when the panel is shown; False (no kernel, headless, no front
+        end drawing it within NBAGENT_FRONTEND_WAIT seconds) leaves the undo to the command itself."""
+        if getattr(self.shell, "kernel", None) is None or os.environ.get("NBAGENT_HEADLESS") == "1":
+            return False
+        from IPython.display import display, update_display
+
+        from ..undo import UndoError
+
+        try:
+            from ..ui.widget import UndoView, undo_offer
+
+            offer = undo_offer(self.store, args.run, to=args.to, force=args.force)
+        except UndoError as exc:
+            raise UsageError(f"%agent undo: {exc}") from None
+        except ImportError:
+            return False
+        panel = UndoView(offer, run_undo)
+        panel.on_rendered = self.frontend_rendered
+        display_id = f"nbagent-undo-{uuid.uuid4().hex}"
+        display(panel, display_id=display_id)
+        if self.frontend_seen or await self.someone_can_answer():
+            return True
+        panel.close()
+        update_display({"text/plain": ""}, raw=True, display_id=display_id)
+        return False
 
     async def cmd_export(self, args: Any) -> Any:
         from ..ui.record import render_html, render_markdown

@@ -215,6 +215,21 @@ def answerable(view: dict[str, Any]) -> bool:
     return bool(view.get("pending")) and not view.get("superseded_by") and view.get("status") != "superseded"
 
 
+FILE_CHANGE_TOOLS = ("create_file", "write_file", "delete_file")
+
+
+def undo_hint(view: dict[str, Any]) -> str:
+    """For a run that ended having changed files (completed create/write/delete calls): how to undo it."""
+    if str(view.get("status") or "running") in ("running", "waiting") or not view.get("run_id"):
+        return ""
+    paths = {str(s.get("target") or (s.get("arguments") or {}).get("path") or s.get("call_id"))
+             for s in view.get("steps") or []
+             if s.get("kind") == "tool" and s.get("tool") in FILE_CHANGE_TOOLS and s.get("status") == "ok"}
+    if not paths:
+        return ""
+    return f"%agent undo {view['run_id']} undoes this run's {plural(len(paths), 'file change', 'file changes')}"
+
+
 def pending_text(view: dict[str, Any]) -> str:
     pending = view.get("pending") or {}
     if pending.get("kind") == "approval":
@@ -806,6 +821,10 @@ def render_html(view: dict[str, Any]) -> str:
         foot.append(f'<span class="nbr-nominal">{_esc(NOMINAL_NOTE)}</span>')
     if v.get("log_path"):
         foot.append(f"<span><strong>Log</strong> <code>{_esc(v['log_path'])}</code></span>")
+    if undo_hint(v):
+        command, _, rest = undo_hint(v).partition(" undoes ")
+        out.append(f'<p class="nbr-undo"><strong>↶ Undo</strong> <code>{_esc(command)}</code> undoes '
+                   f"{_esc(rest)}</p>")
     out.append('<div class="nbr-foot">' + "".join(foot) + "</div></div>")
     return "\n".join(o for o in out if o)
 
@@ -859,6 +878,8 @@ def render_text(view: dict[str, Any]) -> str:
         errors.insert(0, v["error"])
     for e in errors:
         lines.append(f"error: {_clip(e, 300)}")
+    if undo_hint(v):
+        lines.append("undo: " + undo_hint(v))
     nominal = bool(v.get("cost_nominal"))
     lines.append("totals: " + totals_line(v.get("totals") or {}, nominal) + (f" ({NOMINAL_NOTE})" if nominal else ""))
     if tree_line(v.get("tree")):

@@ -777,6 +777,26 @@ function footEl(view, withRunId) {
     view.log_path ? h("span", {}, h("strong", { text: "Log " }), h("code", { class: "nbv-log", text: view.log_path })) : "");
 }
 
+// a run that ended having changed files: how to undo it (as nbagent/ui/record.py undo_hint says it)
+const FILE_CHANGE_TOOLS = new Set(["create_file", "write_file", "delete_file"]);
+export function undoHint(view) {
+  const status = String(view.status || "running");
+  if (["running", "waiting"].includes(status) || !view.run_id) return "";
+  const paths = new Set((view.steps || [])
+    .filter((s) => s.kind === "tool" && FILE_CHANGE_TOOLS.has(s.tool) && s.status === "ok")
+    .map((s) => String(s.target || (s.arguments || {}).path || s.call_id)));
+  if (!paths.size) return "";
+  const n = paths.size;
+  return `%agent undo ${view.run_id} undoes this run's ${n} file ${n === 1 ? "change" : "changes"}`;
+}
+
+function undoHintEl(view) {
+  const hint = undoHint(view);
+  if (!hint) return "";
+  const [command, rest] = hint.split(" undoes ");
+  return h("p", { class: "nbv-undo-hint" }, h("strong", {}, "↶ Undo "), h("code", { text: command }), ` undoes ${rest}`);
+}
+
 /**
  * Draw a run's static record (no buttons, no kernel needed) into `el`; returns the root element.
  * `options.open`: a Map of <details> open states by key, kept across re-renders.
@@ -787,7 +807,7 @@ export function renderView(el, view, options = {}) {
   const status = String(view.status || "running");
   const root = h("div", { class: `nbagent-live nbv-static nbv-status-${status}`, "data-run-id": view.run_id || null },
     bannerEl(view), headEl(view, status), promptEl(view), staticPendingEl(view, status), staticStepsEl(ctx, view),
-    plansEl(ctx, view), answerEl(view), errorsEl(view), footEl(view, true));
+    plansEl(ctx, view), answerEl(view), errorsEl(view), undoHintEl(view), footEl(view, true));
   el.appendChild(root);
   return root;
 }
@@ -1041,4 +1061,113 @@ function render({ model, el }) {
   };
 }
 
-export default { render };
+// ------------------------------------------------------------------------------------------------ the Undo panel
+//
+// `%agent undo RUN` with a person at the page (nbagent/ui/widget.py UndoView): model traits `offer` ({run_id,
+// changes: [{path, action}], not_undoable}) and `result` (set by the kernel once the undo ran). "Undo" first asks,
+// listing each file and what happens to it; "Undo N changes" sends `{event: "undo"}` (a custom message, like a
+// decision), "Cancel" goes back. The result: done (what was restored), or refused with each conflict's diff.
+
+function renderUndo({ model, el }) {
+  const local = { asking: false, sent: false, note: "" };
+  const root = h("div", { class: "nbagent-live nbv-undo" });
+  el.appendChild(root);
+
+  function changesList(items) {
+    return h("ul", { class: "nbv-undo-list" }, items.map((c) =>
+      h("li", {}, h("code", { text: c.path }), " — ", h("span", { class: "nbv-undo-action", text: c.action }))));
+  }
+
+  function send() {
+    if (local.sent) return;
+    local.sent = true;
+    try {
+      model.send({ event: "undo", nonce: `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}` });
+      local.note = "undoing…";
+    } catch (err) {
+      local.sent = false;
+      local.note = `could not send: ${err}`;
+    }
+    draw();
+  }
+
+  function resultEl(offer, result) {
+    const state = result.state;
+    if (state === "done") {
+      return h("div", { class: "nbv-undo-result nbv-undo-done", role: "status" },
+        h("div", { class: "nbv-undo-title" }, badge("✓ undone", "ok"),
+          ` ${plural((result.restored || []).length, "file", "files")} put back (undo run `,
+          h("code", { text: result.undo_run_id || "" }), ")"),
+        changesList(result.restored || []),
+        h("div", { class: "nbv-hint", text: `The undo is a recorded run: %agent undo ${result.undo_run_id} undoes it.` }));
+    }
+    if (state === "refused") {
+      const conflicts = result.conflicts || [];
+      return h("div", { class: "nbv-undo-result nbv-undo-refused", role: "status" },
+        h("div", { class: "nbv-undo-title" }, badge("⚠ undo refused", "warn"),
+          ` ${plural(conflicts.length, "file was", "files were")} changed since the run; nothing was changed.`),
+        conflicts.map((c) => h("div", { class: "nbv-undo-conflict" },
+          h("div", {}, h("code", { text: c.path }), ": ", c.reason || ""), c.diff ? diffPre(c.diff) : "")),
+        h("div", { class: "nbv-hint", text: `To restore anyway: %agent undo ${offer.run_id} --force` }));
+    }
+    return h("div", { class: "nbv-undo-result nbv-undo-failed", role: "status" },
+      h("div", { class: "nbv-undo-title" }, badge("✗ undo failed", "bad")),
+      h("pre", { class: "nbv-undo-text", text: result.text || "" }));
+  }
+
+  function draw() {
+    const offer = model.get("offer") || {};
+    const result = model.get("result") || {};
+    const changes = offer.changes || [];
+    const n = changes.length;
+    root.replaceChildren(h("div", { class: "nbv-undo-head" }, h("strong", {}, "Undo run "),
+      h("code", { class: "nbv-run-id", text: offer.run_id || "" }),
+      h("span", { class: "nbv-facts", text: ` · it changed ${plural(n, "file", "files")}` })));
+    if (result.state) {
+      root.append(resultEl(offer, result));
+      return;
+    }
+    const notUndoable = offer.not_undoable || [];
+    const cannot = notUndoable.length
+      ? h("div", { class: "nbv-undo-cannot" }, h("div", { text: "Not undoable (listed, not touched):" }),
+        h("ul", {}, notUndoable.map((t) => h("li", { text: t }))))
+      : "";
+    const note = h("span", { class: "nbv-sent", role: "status", text: local.note });
+    if (!local.asking) {
+      root.append(h("div", { class: "nbv-buttons" },
+        h("button", { class: "nbv-btn", type: "button", title: "see what an undo would change, then confirm",
+          onclick: () => { local.asking = true; draw(); } }, "Undo"), note));
+      return;
+    }
+    root.append(h("div", { class: "nbv-decide nbv-undo-ask", role: "group", "aria-label": "undo" },
+      h("div", { class: "nbv-decide-q", text: `Undo ${plural(n, "change", "changes")}? Each file goes back to how it was before the run:` }),
+      changesList(changes), cannot,
+      h("div", { class: "nbv-buttons" },
+        h("button", { class: "nbv-btn nbv-approve", type: "button", disabled: local.sent, onclick: send },
+          `Undo ${plural(n, "change", "changes")}`),
+        h("button", { class: "nbv-btn nbv-quiet", type: "button", disabled: local.sent,
+          onclick: () => { local.asking = false; draw(); } }, "Cancel"),
+        note)));
+  }
+
+  const onChange = () => draw();
+  model.on("change:result", onChange);
+  model.on("change:offer", onChange);
+  draw();
+  try {
+    model.send({ event: "rendered" });
+  } catch {
+    // no custom messages: the kernel falls back to undoing from the command itself
+  }
+  return () => {
+    model.off("change:result", onChange);
+    model.off("change:offer", onChange);
+  };
+}
+
+function renderAny(args) {
+  const offer = args.model.get("offer");
+  return offer && typeof offer === "object" && offer.run_id ? renderUndo(args) : render(args);
+}
+
+export default { render: renderAny };

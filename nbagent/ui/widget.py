@@ -288,3 +288,91 @@ class RunView(anywidget.AnyWidget):
         self.accepted.append({"request_id": request_id, "action": action, "text": text})
         self.decided = request_id
         return True
+
+
+# ---------------------------------------------------------------------------------------------- the Undo panel
+
+UNDO_ACTION = {"remove": "removed", "restore": "restored", "recreate": "restored (the run deleted it)"}
+
+
+def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False) -> dict[str, Any]:
+    """What undoing `run_id` would change, for the Undo panel to ask about: one entry per file, with what happens
+    to it (removed / restored), and the calls undo cannot reverse. UndoError when there is nothing to undo."""
+    from ..undo import UndoError, collect, plan, runs_to_undo
+
+    run_id = store.resolve_run(run_id)
+    runs = runs_to_undo(store, run_id, to=to)
+    changes, problems = collect(store, set(runs))
+    restores = plan(changes)
+    if not restores:
+        raise UndoError(f"run {run_id}: no file changes to undo")
+    return {"run_id": run_id, "to": to, "force": force, "runs": runs,
+            "changes": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in restores],
+            "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in problems]}
+
+
+def undo_result(report: Any) -> dict[str, Any]:
+    """An UndoReport as the panel shows it: done, refused (the conflicts with their diffs) or failed."""
+    state = "refused" if report.conflicts else "failed" if report.failed else "done"
+    return {"state": state, "text": report.text(), "undo_run_id": report.undo_run_id,
+            "restored": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in report.restores],
+            "conflicts": [c.model_dump(mode="json") for c in report.conflicts]}
+
+
+class UndoView(anywidget.AnyWidget):
+    """The Undo panel: what undoing a run will change, an "Undo N changes" button that asks first, and the result.
+
+    The click is a custom comm message `{"event": "undo"}` (as decisions are, see above); the handler runs
+    `run_undo()` (nbagent.undo.undo with the run and flags fixed by the host) once, and `result` carries the
+    outcome to the page. `{"event": "rendered"}` says a person can see the panel.
+    """
+
+    _esm = Path(__file__).with_name("run_view.js")
+    _css = Path(__file__).with_name("run_view.css")
+
+    offer = traitlets.Dict().tag(sync=True)
+    result = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, offer: dict[str, Any], run_undo: Callable[[], Any], **kwargs: Any) -> None:
+        self.run_undo = run_undo
+        self.rendered = threading.Event()
+        self.on_rendered: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        self._started = False
+        super().__init__(offer=offer, **kwargs)
+        self.on_msg(self._on_custom)
+
+    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        event = content.get("event")
+        if event == "rendered":
+            self.rendered.set()
+            if self.on_rendered is not None:
+                try:
+                    self.on_rendered()
+                except Exception:
+                    log.debug("on_rendered failed", exc_info=True)
+        elif event == "undo":
+            self.undo()
+
+    def undo(self) -> bool:
+        """Run the undo once (a second click, from any view of this panel, is ignored); never raises."""
+        with self._lock:
+            if self._started:
+                return False
+            self._started = True
+        from ..undo import UndoError
+
+        try:
+            self.result = undo_result(self.run_undo())
+        except (UndoError, Exception) as exc:
+            log.debug("undo from the panel failed", exc_info=True)
+            self.result = {"state": "error", "text": str(exc) or type(exc).__name__}
+        return True
+
+    def close(self) -> None:
+        layout = getattr(self, "layout", None)
+        super().close()
+        if layout is not None:
+            layout.close()
