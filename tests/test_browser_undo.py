@@ -162,6 +162,7 @@ def test_the_record_tells_how_to_undo_only_a_run_that_changed_files() -> None:
 
 def test_the_undo_panel_runs_the_undo_once_and_reports(tmp_path: Path) -> None:
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from nbagent.blobs import BlobStore
     from nbagent.deciders import PolicyDecider
@@ -180,7 +181,8 @@ def test_the_undo_panel_runs_the_undo_once_and_reports(tmp_path: Path) -> None:
                         {"name": "create_file", "arguments": {"path": "new.md", "content": "n\n"}}]},
         {"content": "done"}]}))
     agent = Agent(script=script, tools=tools, store=store, autonomy="L3", decider=PolicyDecider("all"))
-    run = asyncio.run(agent.run("edit")).run_id
+    with ThreadPoolExecutor(1) as pool:  # a thread of its own: Playwright's sync API may hold this one's loop
+        run = pool.submit(lambda: asyncio.run(agent.run("edit"))).result().run_id
     offer = undo_offer(store, run)
     assert sorted((c["path"], c["action"]) for c in offer["changes"]) == [("new.md", "removed"),
                                                                          ("notes.md", "restored")]
