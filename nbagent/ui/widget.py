@@ -356,6 +356,13 @@ class UndoView(anywidget.AnyWidget):
         elif event == "undo":
             self.undo()
 
+    def __repr__(self) -> str:  # the text/plain beside the widget: what a page without the kernel shows
+        run_id = self.offer.get("run_id", "")
+        state = self.result.get("state")
+        if state:
+            return f"nbagent undo of run {run_id}: {state}"
+        return f"nbagent undo panel for run {run_id} (%agent undo {run_id} shows it again)"
+
     def undo(self) -> bool:
         """Run the undo once (a second click, from any view of this panel, is ignored); never raises."""
         with self._lock:
