@@ -152,8 +152,9 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
             path = _path_of(p.tool, result)
             if path is None or "after_sha256" not in result or "before_sha256" not in result:
                 problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool,
-                                            why="recorded without the content before and after (file tools "
-                                                "without a blob store, or a log older than undo)"))
+                                            why=str(result.get("undo") or "recorded without the content before "
+                                                    "and after (file tools without a blob store, or a log older "
+                                                    "than undo)")))
                 continue
             changes.append(FileChange(run_id=e.run_id, call_id=p.call_id, tool=p.tool, path=path,
                                       before_sha256=result["before_sha256"], after_sha256=result["after_sha256"]))

@@ -138,6 +138,27 @@ def test_what_cannot_be_undone_is_listed(folder: Path) -> None:
     assert "not undoable: run_python" in answer
 
 
+def test_a_file_too_large_to_copy_is_changed_but_listed_as_not_undoable(folder: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleting a big data file must not first copy it beside the log: over the limit, no copy is kept, and undo
+    says which change it cannot reverse (and still reverses the others)."""
+    from nbagent.tools import files as file_tools_module
+
+    monkeypatch.setattr(file_tools_module, "MAX_UNDO_COPY_BYTES", 5)
+    run = agent_run(folder, [call("delete_file", path="old.csv"),
+                             call("create_file", path="new.md", content="n\n")], "done")
+    store = store_of(folder)
+    deleted = next(e.payload.result for e in store.run_events(run)
+                   if e.type == "tool_call_completed" and e.payload.tool == "delete_file")
+    assert "before_sha256" not in deleted and "over 5 bytes" in deleted["undo"]
+    assert not any((store.path / "blobs").rglob("*")) or all(
+        p.stat().st_size != len("a,b\n1,2\n") for p in (store.path / "blobs").rglob("*") if p.is_file())
+    report = undo(store, run)
+    assert report.ok and not (folder / "new.md").exists() and not (folder / "old.csv").exists()
+    assert [(n.tool, n.call_id) for n in report.not_undoable] == [("delete_file", "nb1_0")]
+    assert "not saved for undo" in report.not_undoable[0].why
+
+
 def test_bad_input_is_one_clear_line_and_changes_nothing(folder: Path) -> None:
     run = agent_run(folder, [call("read_file", path="notes.md")], "read only")
     store = store_of(folder)

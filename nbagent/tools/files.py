@@ -32,6 +32,8 @@ from ..scope import Resolved, Scope, ScopeDenied, ScopeGuard
 from .base import Tool, ToolError
 
 MAX_CONTENT_CHARS = 40_000
+MAX_UNDO_COPY_BYTES = 256 * 1024 * 1024  # the largest file whose content a write or delete saves for undo
+_TOO_LARGE = "too-large"  # _save_current's answer for a file over that
 MAX_LIST_ENTRIES = 500
 # Every read and search is bounded in bytes, whatever the line structure of the file (a 2 GB file may be one line):
 SNIFF_BYTES = 8192  # a NUL in these means binary
@@ -198,14 +200,22 @@ class FileTools:
         self.blobs = blobs
 
     def _saved(self, out: dict[str, Any], before: str | None, after: str | None) -> dict[str, Any]:
-        if self.blobs is not None:
-            out.update(before_sha256=before, after_sha256=after)
+        if self.blobs is None:
+            return out
+        if before == _TOO_LARGE:  # no copy, no hashes: undo lists this change as one it cannot reverse
+            out["undo"] = (f"not saved for undo: the file was over {MAX_UNDO_COPY_BYTES:,} bytes, the most a change "
+                           "keeps a copy of")
+            return out
+        out.update(before_sha256=before, after_sha256=after)
         return out
 
     def _save_current(self, r: Resolved) -> str | None:
-        """Save the checked file's current content as a blob (read through the guard); its hash."""
+        """Save the checked file's current content as a blob (read through the guard); its hash. A file over
+        MAX_UNDO_COPY_BYTES is not copied (deleting a 2 GB data file must not first write 2 GB beside the log)."""
         if self.blobs is None:
             return None
+        if r.size > MAX_UNDO_COPY_BYTES:
+            return _TOO_LARGE
         with self.guard.open_read(r) as f:
             return self.blobs.put_stream(f)
 
