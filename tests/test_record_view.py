@@ -130,18 +130,11 @@ def test_file_fact_rules_match_the_runtime() -> None:
     """The view's list of fact rules is the runtime's (so old and new logs read alike)."""
     from nbagent import runtime
 
-    facts = getattr(runtime, "FILE_FACTS", None)
-    if facts is None:
-        pytest.skip("this runtime records file facts as denials still")
-    assert set(facts) == set(FILE_FACT_RULES)
+    assert set(runtime.FILE_FACTS) == set(FILE_FACT_RULES)
 
 
 def test_a_missing_file_today_is_a_failed_tool_call(tmp_path: Path) -> None:
     """The live path: the runtime records the missing file, the record shows an error with the call's arguments."""
-    from nbagent import runtime
-
-    if not hasattr(runtime, "FILE_FACTS"):
-        pytest.skip("this runtime records file facts as denials still")
     a = agent(tmp_path, turns([call("read_file", path="nothere.csv")], "done"), tools=file_tools(tmp_path),
               decider=RecordedDecider([Verdict.approve()], []))
     view = run_view(a.store, asyncio.run(a.run("read it", cell_id="c-1")).run_id)
