@@ -40,7 +40,34 @@ log = logging.getLogger("nbagent.ui")
 APPROVAL_ACTIONS = ("approve", "deny", "refine")
 
 
-class RunView(anywidget.AnyWidget):
+class _Clickable(anywidget.AnyWidget):
+    """A view the front end talks to with custom messages: {"event": "rendered"} once drawn (so someone can see it,
+    and click in it), then the view's own events, handled by `_on_event`. Never raises into the comm handler."""
+
+    def _listen(self) -> None:
+        self.rendered = threading.Event()
+        self.on_rendered: Callable[[], None] | None = None
+        self.on_msg(self._on_custom)
+
+    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        event = content.get("event")
+        if event == "rendered":
+            self.rendered.set()
+            if self.on_rendered is not None:
+                try:
+                    self.on_rendered()
+                except Exception:
+                    log.debug("on_rendered failed", exc_info=True)
+        elif isinstance(event, str):
+            self._on_event(event, content)
+
+    def _on_event(self, event: str, content: dict[str, Any]) -> None:
+        """A view's own events; one it does not know (from a newer front end, say) is ignored."""
+
+
+class RunView(_Clickable):
     """The live view of one run.
 
         view = RunView(decider=agent.decider)      # an InteractiveDecider: clicks resolve its requests
@@ -72,25 +99,12 @@ class RunView(anywidget.AnyWidget):
         self._seen_runs: set[str] = set()  # sub-agent runs of the attached run
         self.run_id: str | None = None  # the run `attach` follows, once known
         self.syncs = 0  # how many coalesced syncs went out
-        self.rendered = threading.Event()  # set when a front end has drawn this view (it says so)
-        self.on_rendered: Callable[[], None] | None = None
         super().__init__(**kwargs)
-        self.on_msg(self._on_custom)
+        self._listen()
 
-    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
-        """Messages from the front end: "rendered" (someone can see this view, so someone can click in it) and
-        "decision" (a click). Never raises into the comm handler."""
-        if not isinstance(content, dict):
-            return
-        event = content.get("event")
-        if event == "rendered":
-            self.rendered.set()
-            if self.on_rendered is not None:
-                try:
-                    self.on_rendered()
-                except Exception:
-                    log.debug("on_rendered failed", exc_info=True)
-        elif event == "decision":
+    def _on_event(self, event: str, content: dict[str, Any]) -> None:
+        """"decision": a click on Approve, Deny, Refine or an answer."""
+        if event == "decision":
             try:
                 self._decide(content)
             except Exception:
@@ -319,7 +333,7 @@ def undo_result(report: Any) -> dict[str, Any]:
             "conflicts": [c.model_dump(mode="json") for c in report.conflicts]}
 
 
-class UndoView(anywidget.AnyWidget):
+class UndoView(_Clickable):
     """The Undo panel: what undoing a run will change, an "Undo N changes" button that asks first, and the result.
 
     The click is a custom comm message `{"event": "undo"}` (as decisions are, see above); the handler runs
@@ -335,25 +349,13 @@ class UndoView(anywidget.AnyWidget):
 
     def __init__(self, offer: dict[str, Any], run_undo: Callable[[], Any], **kwargs: Any) -> None:
         self.run_undo = run_undo
-        self.rendered = threading.Event()
-        self.on_rendered: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._started = False
         super().__init__(offer=offer, **kwargs)
-        self.on_msg(self._on_custom)
+        self._listen()
 
-    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
-        if not isinstance(content, dict):
-            return
-        event = content.get("event")
-        if event == "rendered":
-            self.rendered.set()
-            if self.on_rendered is not None:
-                try:
-                    self.on_rendered()
-                except Exception:
-                    log.debug("on_rendered failed", exc_info=True)
-        elif event == "undo":
+    def _on_event(self, event: str, content: dict[str, Any]) -> None:
+        if event == "undo":
             self.undo()
 
     def __repr__(self) -> str:  # the text/plain beside the widget: what a page without the kernel shows
