@@ -122,6 +122,7 @@ class Tool:
         preview: Callable[[dict[str, Any]], str | None] | None = None,
         authorize: Callable[[dict[str, Any]], None] | None = None,
         shell_like: bool = False,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -130,7 +131,10 @@ class Tool:
         self.risk = Risk(risk)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.args_model = _args_model(fn, self.name, param_docs)
-        params = list(self.args_model.model_fields)
+        # a JSON schema given as is (an MCP server's tool): the model sees it, and arguments are checked against it
+        self.parameters = parameters
+        self._validator = _json_validator(parameters) if parameters is not None else None
+        params = list(self.args_model.model_fields) if parameters is None else list(parameters.get("properties") or {})
         # the argument that names what the tool touches (shown in events and checked for traversal)
         self.target_arg = target_arg or next((p for p in ("path", "file", "filename", "target") if p in params), None)
         self._preview = preview
@@ -148,6 +152,9 @@ class Tool:
         return self._schema
 
     def _build_schema(self) -> dict[str, Any]:
+        if self.parameters is not None:
+            return {"type": "function",
+                    "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
         parameters = self.args_model.model_json_schema()
         parameters.pop("title", None)
         for prop in parameters.get("properties", {}).values():
@@ -159,6 +166,8 @@ class Tool:
         }
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self.parameters is not None:
+            return self._validate_json(arguments)
         try:
             model = self.args_model.model_validate(arguments)
         except ValidationError as exc:
@@ -167,6 +176,18 @@ class Tool:
             )
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from None
         return {k: getattr(model, k) for k in self.args_model.model_fields}
+
+    def _validate_json(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Arguments checked against the given JSON schema (passed through as they are when it cannot be read)."""
+        if not isinstance(arguments, dict):
+            raise ToolArgumentError(f"invalid arguments for {self.name}: expected an object")
+        if self._validator is not None:
+            errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))[:5]
+            if errors:
+                problems = "; ".join(f"argument {'.'.join(str(x) for x in e.absolute_path) or '(all)'!r}: "
+                                     f"{e.message[:300]}" for e in errors)
+                raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}")
+        return dict(arguments)
 
     def paths(self, arguments: dict[str, Any]) -> list[tuple[str, str]]:
         """Every path in the arguments, with where it sits: typed values first, then path-like names."""
@@ -218,6 +239,20 @@ class Tool:
         if inspect.isawaitable(result):
             return await result
         return result
+
+
+def _json_validator(schema: dict[str, Any]) -> Any:
+    """A jsonschema validator for `schema`, or None when jsonschema is missing or the schema is not valid."""
+    try:
+        from jsonschema import validators
+    except ImportError:
+        return None
+    try:
+        cls = validators.validator_for(schema)
+        cls.check_schema(schema)
+        return cls(schema)
+    except Exception:
+        return None
 
 
 def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:

@@ -1,0 +1,739 @@
+"""MCP tool servers as ordinary tools: each tool of a configured server becomes a `Tool` named `mcp__NAME__TOOL`.
+
+Configuration is the common `mcpServers` JSON (docs/mcp.md):
+
+    {"mcpServers": {
+        "time": {"command": "python", "args": ["-m", "mcp_server_time"], "env": {}, "timeout": 30,
+                 "risk": {"convert_time": "WRITE_LOW_RISK"}},
+        "remote": {"url": "http://127.0.0.1:8000/mcp", "headers": {"Authorization": "Bearer ..."}}}}
+
+A tool's risk comes from its MCP annotations (`readOnlyHint: true` -> READ_ONLY, `destructiveHint: false` ->
+WRITE_LOW_RISK, anything else WRITE_HIGH_RISK) unless the server's `risk` map names it. The runtime calls these
+tools like any other (autonomy table, approvals, authorization, budgets, redaction, log): nothing here decides
+whether a call may run.
+
+Servers start once per process, lazily (when their tools are first listed), and stop with the process. Their
+sessions live on one background thread with its own event loop, so a server that hangs never blocks the
+caller's loop; each call waits at most the server's `timeout` (30 s by default) and then is a `ToolError` the
+model sees. A server that crashed, hung or stopped answering is started again at the next listing (the next
+run). This module imports no IPython or widget code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextvars
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .levels import Risk
+from .tools.base import Tool, ToolError
+
+DEFAULT_TIMEOUT = 30.0
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what the model providers accept as a function name
+_NAME_PART = re.compile(r"^[A-Za-z0-9_-]+$")
+PREFIX = "mcp__"
+
+log = logging.getLogger(__name__)
+
+
+class MCPConfigError(ValueError):
+    """A configuration that cannot be used; the message is one line naming the file and what is wrong."""
+
+
+# ---------------------------------------------------------------------------------------------------- configuration
+
+
+class ServerConfig(BaseModel):
+    """One entry of `mcpServers`: a command to run (stdio) or a URL (streamable HTTP)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    type: str | None = None
+    timeout: float = Field(DEFAULT_TIMEOUT, gt=0, le=3600)
+    risk: dict[str, Risk] = Field(default_factory=dict)
+    disabled: bool = False
+
+    @field_validator("risk", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: v.upper() if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ServerConfig:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("give either \"command\" (a server run over stdio) or \"url\" (streamable HTTP)")
+        kind = (self.type or "").lower().replace("_", "-")
+        if kind in ("sse",):
+            raise ValueError("the SSE transport is not supported; use a streamable HTTP \"url\"")
+        if kind not in ("", "stdio", "http", "streamable-http", "streamablehttp"):
+            raise ValueError(f"unknown \"type\" {self.type!r} (stdio or http)")
+        return self
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command else "http"
+
+
+class Loaded(BaseModel):
+    """Servers read from the configuration sources, and one line per problem found on the way."""
+
+    servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    sources: dict[str, str] = Field(default_factory=dict)  # server name -> where it was configured
+    problems: list[str] = Field(default_factory=list)
+
+
+def parse(data: Any, source: str, loaded: Loaded | None = None) -> Loaded:
+    """Add the servers of one `{"mcpServers": {...}}` document to `loaded`; a bad entry is a problem line."""
+    loaded = loaded or Loaded()
+    if not isinstance(data, dict) or not isinstance(data.get("mcpServers", data.get("servers")), dict):
+        loaded.problems.append(f"MCP config {source}: expected a JSON object with an \"mcpServers\" object")
+        return loaded
+    for name, entry in data.get("mcpServers", data.get("servers")).items():
+        try:
+            server = ServerConfig.model_validate(entry)
+        except ValidationError as exc:
+            why = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'entry'}: {e['msg']}".replace("Value error, ", "")
+                            for e in exc.errors()[:3])
+            loaded.problems.append(f"MCP server {name!r} ({source}): {why}")
+            continue
+        loaded.servers[name] = server  # a later source replaces an earlier entry of the same name
+        loaded.sources[name] = source
+    return loaded
+
+
+def read(source: str | Path | dict[str, Any], folder: Path | None = None, loaded: Loaded | None = None,
+         label: str | None = None) -> Loaded:
+    """Read one source: a dict, inline JSON text (starting with `{`), or a file (relative to `folder`)."""
+    loaded = loaded or Loaded()
+    if isinstance(source, dict):
+        return parse(source, label or "the MCP config", loaded)
+    text_source = str(source).strip()
+    if text_source.startswith("{"):
+        where = label or "inline MCP config"
+        text = text_source
+    else:
+        path = Path(text_source).expanduser()
+        if not path.is_absolute() and folder is not None:
+            path = folder / path
+        where = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            loaded.problems.append(f"MCP config {where}: no such file")
+            return loaded
+        except (OSError, UnicodeDecodeError) as exc:
+            loaded.problems.append(f"MCP config {where}: cannot be read ({exc})")
+            return loaded
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        loaded.problems.append(f"MCP config {where}: not valid JSON: {exc.msg} at line {exc.lineno}, "
+                               f"column {exc.colno}")
+        return loaded
+    return parse(data, where, loaded)
+
+
+def load_config(path: str | Path) -> dict[str, ServerConfig]:
+    """The servers of one file; raises MCPConfigError (one line per problem) when anything is wrong."""
+    loaded = read(path)
+    if loaded.problems:
+        raise MCPConfigError("\n".join(loaded.problems))
+    return loaded.servers
+
+
+# ---------------------------------------------------------------------------------------------------- risk
+
+
+def annotation_risk(annotations: Any) -> tuple[Risk, str]:
+    """(risk, why) from a tool's MCP annotations (an object with read_only_hint / destructive_hint, or a dict)."""
+
+    def hint(*names: str) -> Any:
+        for n in names:
+            value = annotations.get(n) if isinstance(annotations, dict) else getattr(annotations, n, None)
+            if value is not None:
+                return value
+        return None
+
+    if annotations is not None:
+        if hint("read_only_hint", "readOnlyHint") is True:
+            return Risk.READ_ONLY, "readOnlyHint: true"
+        if hint("destructive_hint", "destructiveHint") is False:
+            return Risk.WRITE_LOW_RISK, "destructiveHint: false"
+    return Risk.WRITE_HIGH_RISK, "no readOnlyHint or destructiveHint: false"
+
+
+# ---------------------------------------------------------------------------------------------------- background loop
+
+
+_current = contextvars.ContextVar[Any]("nbagent_mcp_server", default=None)
+
+
+class _Background:
+    """One thread with its own event loop, where every server's session lives (anyio on asyncio)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="nbagent-mcp", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Any) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+
+_bg: _Background | None = None
+_bg_lock = threading.Lock()
+
+
+def _background() -> _Background:
+    global _bg
+    with _bg_lock:
+        if _bg is None or not _bg.thread.is_alive():
+            _bg = _Background()
+        return _bg
+
+
+class _Noise(logging.Handler):
+    """The mcp package logs a line the server sent that is not JSON-RPC; keep it with the server that sent it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        server = _current.get()
+        if server is not None:
+            detail = ""
+            exc = record.exc_info[1] if record.exc_info else None
+            if exc is not None:
+                try:  # the line itself, when pydantic kept it
+                    detail = repr(exc.errors()[0]["input"])[:120]  # type: ignore[attr-defined]
+                except Exception:
+                    detail = str(exc).splitlines()[0][:120]
+            server.noise.append(detail or record.getMessage()[:120])
+
+
+_noise_handler = _Noise(level=logging.WARNING)
+logging.getLogger("mcp").addHandler(_noise_handler)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real exception inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    exc = _leaf(exc)
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
+# ---------------------------------------------------------------------------------------------------- servers
+
+
+class Server:
+    """One configured server: started on first use, its session held open on the background loop."""
+
+    def __init__(self, name: str, config: ServerConfig, source: str, folder: Path | None) -> None:
+        self.name = name
+        self.config = config
+        self.source = source
+        self.folder = folder
+        self.state = "new"  # new, running, failed, stopped
+        self.error: str | None = None
+        self.listed: list[Any] = []
+        self.noise: deque[str] = deque(maxlen=5)
+        self._client: Any = None
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._stderr: Any = None
+        self._lock = threading.Lock()
+        self._starting: concurrent.futures.Future[Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Server({self.name!r}, {self.state})"
+
+    # ------------------------------------------------------------------ what it runs
+
+    def command_line(self) -> str:
+        if self.config.url:
+            return self.config.url
+        return " ".join([self.config.command or "", *self.config.args])
+
+    def _executable(self) -> str:
+        """The command: "python"/"python3" is the process's own interpreter; other names are looked up on PATH,
+        then beside the interpreter (a virtual environment's console scripts, e.g. mcp-server-time)."""
+        command = self.config.command or ""
+        if command in ("python", "python3") and sys.executable:
+            return sys.executable
+        if os.sep in command or shutil.which(command):
+            return command
+        beside = Path(sys.executable).parent / command
+        return str(beside) if beside.exists() else command
+
+    def stderr_tail(self, lines: int = 5, size: int = 4000) -> str:
+        f = self._stderr
+        if f is None:
+            return ""
+        try:
+            end = os.fstat(f.fileno()).st_size
+            data = os.pread(f.fileno(), size, max(0, end - size))
+        except (OSError, ValueError):
+            return ""
+        text = data.decode("utf-8", "replace").strip().splitlines()
+        return " | ".join(t.strip() for t in text[-lines:] if t.strip())[:600]
+
+    def _details(self) -> str:
+        bits = []
+        tail = self.stderr_tail()
+        if tail:
+            bits.append(f"its stderr ends: {tail}")
+        if self.noise:
+            bits.append(f"it wrote a line that is not JSON-RPC to stdout: {self.noise[-1]}")
+        return "; ".join(bits)
+
+    def _transport(self) -> Any:
+        if self.config.url:
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            http = create_mcp_http_client(headers=dict(self.config.headers))
+            return streamable_http_client(self.config.url, http_client=http), http
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        if self._stderr is not None:
+            self._stderr.close()
+        self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (kept open)
+        cwd = self.config.cwd
+        if cwd and self.folder is not None and not Path(cwd).expanduser().is_absolute():
+            cwd = str(self.folder / cwd)
+        params = StdioServerParameters(command=self._executable(), args=list(self.config.args),
+                                       env=dict(self.config.env) or None,
+                                       cwd=cwd or (str(self.folder) if self.folder else None))
+        return stdio_client(params, errlog=self._stderr), None
+
+    # ------------------------------------------------------------------ life (on the background loop)
+
+    async def _serve(self, ready: asyncio.Future[list[Any]]) -> None:
+        _current.set(self)
+        self._stop = asyncio.Event()
+        try:
+            from mcp import Client
+            from mcp.types import Implementation
+
+            from ._version import __version__
+
+            transport, http = self._transport()
+            try:
+                async with Client(transport, read_timeout_seconds=self.config.timeout,
+                                  client_info=Implementation(name="nbagent", version=__version__)) as client:
+                    tools: list[Any] = []
+                    cursor = None
+                    for _ in range(100):  # pages
+                        page = await client.list_tools(cursor=cursor)
+                        tools.extend(page.tools)
+                        cursor = page.next_cursor
+                        if not cursor:
+                            break
+                    self._client = client
+                    if not ready.done():
+                        ready.set_result(tools)
+                    await self._stop.wait()
+            finally:
+                if http is not None:
+                    await http.aclose()
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.cancel()
+            raise
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                self._failed(f"the session ended: {_describe(exc)}")
+        finally:
+            self._client = None
+            if self.state == "running":
+                self.state = "stopped"
+
+    async def _start(self) -> list[Any]:
+        if self._task is not None and not self._task.done():  # a session left from before it failed
+            await self._stop_session()
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[list[Any]] = loop.create_future()
+        self._task = loop.create_task(self._serve(ready), context=contextvars.copy_context())
+        try:
+            tools = await asyncio.wait_for(asyncio.shield(ready), self.config.timeout)
+        except BaseException as exc:
+            task = self._task
+            task.cancel()
+            with _suppress():
+                await asyncio.wait_for(asyncio.shield(task), 10)
+            if isinstance(exc, TimeoutError):
+                raise TimeoutError(f"it did not answer within {self.config.timeout:g} s") from None
+            raise
+        return tools
+
+    async def _stop_session(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        task = self._task
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 8)
+            except BaseException:
+                task.cancel()
+                with _suppress():
+                    await asyncio.wait_for(asyncio.shield(task), 4)
+
+    async def _call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        client = self._client
+        if client is None or self.state == "failed":
+            raise ToolError(self._not_running())
+        try:
+            return await asyncio.wait_for(client.call_tool(tool, arguments), self.config.timeout)
+        except TimeoutError:
+            why = f"no answer within {self.config.timeout:g} s (the server's \"timeout\")"
+            self._failed(why)
+            asyncio.get_running_loop().create_task(self._stop_session())
+            raise ToolError(self._error_text(tool, why)) from None
+        except ToolError:
+            raise
+        except Exception as exc:
+            from mcp.shared.exceptions import MCPError
+            from mcp.types import CONNECTION_CLOSED
+
+            leaf = _leaf(exc)
+            # an error answer (unknown tool, bad parameters) leaves the session up; a closed connection does not
+            closed = leaf.code == CONNECTION_CLOSED if isinstance(leaf, MCPError) else not isinstance(leaf, ValueError)
+            why = _describe(exc)
+            if closed:
+                why = f"the connection to the server closed ({why}): its process may have exited"
+                self._failed(why)
+            raise ToolError(self._error_text(tool, why)) from None
+
+    # ------------------------------------------------------------------ from other threads
+
+    def start(self) -> concurrent.futures.Future[Any] | None:
+        """Start it (non-blocking) unless it runs or is starting; returns the future to wait on, or None."""
+        with self._lock:
+            if self.state == "running" and self._client is not None:
+                return None
+            if self._starting is not None and not self._starting.done():
+                return self._starting
+            self.state, self.error = "new", None
+            self.noise.clear()
+            self._starting = _background().submit(self._start())
+            return self._starting
+
+    def wait_started(self, future: concurrent.futures.Future[Any] | None, timeout: float) -> None:
+        """Block until the start ends (bounded); raise MCPConfigError with one clear line when it failed."""
+        if future is None:
+            if self.state != "running":
+                raise MCPConfigError(self._start_error(self.error or "it is not running"))
+            return
+        try:
+            tools = future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            self._failed(f"it did not answer within {self.config.timeout:g} s")
+            raise MCPConfigError(self._start_error(self.error or "")) from None
+        except concurrent.futures.CancelledError:
+            self._failed("its start was cancelled")
+            raise MCPConfigError(self._start_error(self.error or "")) from None
+        except Exception as exc:
+            self._failed(_describe(exc))
+            raise MCPConfigError(self._start_error(self.error or "")) from None
+        with self._lock:
+            self.listed = list(tools)
+            self.state, self.error = "running", None
+
+    def _failed(self, why: str) -> None:
+        self.state, self.error = "failed", why
+
+    def _start_error(self, why: str) -> str:
+        what = f"command `{self.command_line()}`" if self.config.command else f"URL {self.config.url}"
+        details = self._details()
+        return (f"MCP server {self.name!r} ({self.source}) did not start: {why}; {what}"
+                + (f"; {details}" if details else ""))
+
+    def _not_running(self) -> str:
+        why = f" ({self.error})" if self.error else ""
+        return (f"MCP server {self.name!r} is not running{why}; it is started again at the next run"
+                + (f"; {d}" if (d := self._details()) else ""))
+
+    def _error_text(self, tool: str, why: str) -> str:
+        details = self._details()
+        return f"MCP server {self.name!r}, tool {tool!r}: {why}" + (f"; {details}" if details else "")
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        """Call a tool from any event loop (the runtime's): bridged to the background loop, bounded in time."""
+        if self._client is None or self.state == "failed":
+            raise ToolError(self._not_running())
+        future = _background().submit(self._call(tool, arguments))
+        try:
+            result = await asyncio.wait_for(asyncio.wrap_future(future), self.config.timeout + 15)
+        except TimeoutError:
+            future.cancel()
+            raise ToolError(self._error_text(tool, f"no answer within {self.config.timeout:g} s")) from None
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        return convert_result(self.name, tool, result)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the session and the server's process (bounded; safe to call from any thread but the loop's)."""
+        bg = _bg
+        if bg is None or not bg.thread.is_alive() or self._task is None:
+            return
+        with _suppress():
+            bg.submit(self._stop_session()).result(timeout=timeout)
+        self.state = "stopped"
+        if self._stderr is not None:
+            with _suppress():
+                self._stderr.close()
+            self._stderr = None
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return exc[0] is not None and not issubclass(exc[0], KeyboardInterrupt | SystemExit)
+
+
+# ---------------------------------------------------------------------------------------------------- results
+
+
+def _summary(kind: str, mime: str | None, data: str | bytes | None) -> str:
+    size = len(data or "") * 3 // 4 if isinstance(data, str) else len(data or b"")
+    return f"[{kind} {mime or ''}, about {size:,} bytes: not shown to the model]".replace(" ,", ",")
+
+
+def _part(part: Any) -> Any:
+    """One content block as JSON-able data: text as is, images and audio as a short summary."""
+    kind = getattr(part, "type", None)
+    if kind == "text":
+        return part.text
+    if kind in ("image", "audio"):
+        return _summary(kind, getattr(part, "mime_type", None), getattr(part, "data", None))
+    if kind == "resource":
+        res = part.resource
+        text = getattr(res, "text", None)
+        if text is not None:
+            return {"resource": str(res.uri), "text": text}
+        return {"resource": str(res.uri), "content": _summary("blob", getattr(res, "mime_type", None),
+                                                              getattr(res, "blob", None))}
+    if kind == "resource_link":
+        return {"resource_link": str(part.uri), "name": getattr(part, "name", None)}
+    try:
+        return part.model_dump(mode="json", by_alias=True, exclude_none=True)
+    except Exception:
+        return repr(part)[:500]
+
+
+def convert_result(server: str, tool: str, result: Any) -> Any:
+    """An MCP CallToolResult as a tool result: the structured content when there is some, else the text (or a
+    list of the parts when some are not text). An error result raises a ToolError with its text."""
+    content = list(getattr(result, "content", None) or [])
+    parts = [_part(p) for p in content]
+    if getattr(result, "is_error", False):
+        text = " ".join(p if isinstance(p, str) else json.dumps(p) for p in parts).strip() or "the tool failed"
+        raise ToolError(f"MCP server {server!r}, tool {tool!r}: {text}")
+    structured = getattr(result, "structured_content", None)
+    if structured is not None:
+        return structured
+    if all(isinstance(p, str) for p in parts):
+        return "\n".join(parts)
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------------- tools
+
+
+class MCPTool(Tool):
+    """A server's tool: the server's JSON schema, risk from its annotations or the config."""
+
+    server: str
+    remote_name: str
+    risk_reason: str
+
+
+def _make_tool(server: Server, listed: Any) -> MCPTool:
+    remote = listed.name
+
+    async def call(**arguments: Any) -> Any:
+        return await server.call(remote, arguments)
+
+    override = server.config.risk.get(remote, server.config.risk.get(PREFIX + server.name + "__" + remote))
+    if override is None:
+        override = server.config.risk.get("*")
+    if override is not None:
+        risk, why = override, f"\"risk\" in {server.source}"
+    else:
+        risk, why = annotation_risk(getattr(listed, "annotations", None))
+    schema = dict(getattr(listed, "input_schema", None) or {})
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    schema.pop("$schema", None)
+    description = (listed.description or getattr(listed, "title", None) or "").strip()
+    if len(description) > 2000:
+        description = description[:2000] + "…"
+    tool = MCPTool(call, name=f"{PREFIX}{server.name}__{remote}", description=description, risk=risk,
+                   parameters=schema)
+    tool.server, tool.remote_name, tool.risk_reason = server.name, remote, why
+    return tool
+
+
+_servers: dict[str, Server] = {}
+_servers_lock = threading.Lock()
+
+
+def _key(name: str, config: ServerConfig, folder: Path | None) -> str:
+    return json.dumps([name, config.model_dump(mode="json"), str(folder or "")], sort_keys=True)
+
+
+def _server(name: str, config: ServerConfig, source: str, folder: Path | None) -> Server:
+    key = _key(name, config, folder)
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None:
+            server = _servers[key] = Server(name, config, source, folder)
+        return server
+
+
+class Toolset(BaseModel):
+    """The tools of the configured servers, and one line for each problem (the servers that failed, ...)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    tools: list[Any] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+
+
+def toolset(loaded: Loaded, folder: Path | None = None, taken: Iterable[str] = ()) -> Toolset:
+    """Start every enabled server (in parallel, each bounded by its timeout) and make its tools. `taken` names
+    tools that exist already: an MCP tool of the same name is left out, with a line saying so."""
+    out = Toolset(problems=list(loaded.problems))
+    wanted: list[Server] = []
+    for name, config in loaded.servers.items():
+        if config.disabled:
+            continue
+        if not _NAME_PART.match(name) or "__" in name:
+            out.problems.append(f"MCP server {name!r} ({loaded.sources.get(name)}): the name cannot be part of a "
+                                "tool name (letters, digits, _ and - only, no \"__\"); its tools are left out")
+            continue
+        wanted.append(_server(name, config, loaded.sources.get(name, "the MCP config"), folder))
+    starts = [(s, s.start()) for s in wanted]
+    for server, future in starts:
+        try:
+            server.wait_started(future, server.config.timeout + 15)
+        except MCPConfigError as exc:
+            out.problems.append(str(exc))
+    seen: dict[str, str] = {n: "nbagent" for n in taken}
+    for server, _ in starts:
+        if server.state != "running":
+            continue
+        for listed in server.listed:
+            remote = getattr(listed, "name", "")
+            name = f"{PREFIX}{server.name}__{remote}"
+            if not TOOL_NAME.match(name):
+                out.problems.append(f"MCP server {server.name!r}: tool {remote!r} is left out: {name!r} is not a "
+                                    "valid tool name (letters, digits, _ and -, at most 64 characters)")
+                continue
+            if name in seen:
+                other = seen[name]
+                out.problems.append(f"MCP tool name collision: {name!r} of server {server.name!r} is left out; "
+                                    + ("a tool of nbagent or the notebook has that name" if other == "nbagent"
+                                       else f"server {other!r} has a tool of that name"))
+                continue
+            seen[name] = server.name
+            out.tools.append(_make_tool(server, listed))
+        for key in server.config.risk:
+            if key != "*" and key not in {getattr(t, "name", None) for t in server.listed} and not key.startswith(
+                    PREFIX):
+                out.problems.append(f"MCP server {server.name!r} ({server.source}): \"risk\" names {key!r}, which "
+                                    "is not one of its tools")
+    return out
+
+
+def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = None,
+          on_problem: Callable[[str], None] | None = None) -> list[Tool]:
+    """The MCP tools of the given configs (files, inline JSON or dicts), for `Agent(tools=...)`:
+
+        agent = Agent(model=..., tools=[*nbagent.mcp.tools("mcp.json"), my_tool])
+
+    Each problem (a file that is not JSON, a server that does not start, a name collision) is one line given to
+    `on_problem` (default: printed to stderr); the tools that could be made are returned either way."""
+    base = Path(folder) if folder is not None else Path.cwd()
+    loaded = Loaded()
+    for s in sources:
+        read(s, base, loaded)
+    result = toolset(loaded, base)
+    report = on_problem or (lambda line: print(f"nbagent: {line}", file=sys.stderr))
+    for line in result.problems:
+        report(line)
+    return list(result.tools)
+
+
+def notebook_toolset(folder: Path, setting: str | None = None, taken: Iterable[str] = ()) -> Toolset:
+    """What a notebook uses: `mcp.json` beside it, then the `mcp` setting (a file or inline JSON: the cell's
+    `--mcp`, `%agent config mcp=`, `NbAgent.mcp`, `NBAGENT_MCP`), whose servers replace those of the same name."""
+    loaded = Loaded()
+    beside = folder / "mcp.json"
+    if beside.exists():
+        read(beside, folder, loaded)
+    if setting:
+        read(setting, folder, loaded, label="the mcp setting (inline JSON)")
+    if not loaded.servers and not loaded.problems:
+        return Toolset()
+    return toolset(loaded, folder, taken)
+
+
+def shutdown() -> None:
+    """Stop every server (at exit: bounded, never hangs the process's exit)."""
+    with _servers_lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    bg = _bg
+    if bg is None or not bg.thread.is_alive():
+        return
+    futures = [bg.submit(s._stop_session()) for s in servers if s._task is not None]
+    concurrent.futures.wait(futures, timeout=10)
+    for s in servers:
+        s.state = "stopped"
+        if s._stderr is not None:
+            with _suppress():
+                s._stderr.close()
+    bg.loop.call_soon_threadsafe(bg.loop.stop)
+
+
+atexit.register(shutdown)
+
+__all__ = ["MCPConfigError", "MCPTool", "Server", "ServerConfig", "Toolset", "annotation_risk", "convert_result",
+           "load_config", "notebook_toolset", "read", "shutdown", "tools", "toolset"]
