@@ -1,18 +1,22 @@
 """The model layer: one async call to any model through litellm, with retries, streaming and accounting.
 
 - litellm is imported lazily (2-3 s, and it would fetch a price map over the network unless
-  `LITELLM_LOCAL_MODEL_COST_MAP` is set first): never at package import or `%load_ext`.
+  `LITELLM_LOCAL_MODEL_COST_MAP` is set first): never at package import or `%load_ext`, and never for the
+  offline models (`nbagent/scripted`, `function`, `replay`), which are called directly with the same recorded
+  result (see `complete`).
 - litellm 1.106.2 fails every call that passes `tools=` unless the `mcp` package is importable; it is a
   dependency, and `import_litellm` says so plainly if it is missing.
 - Retries: transient failures (timeouts, connection errors, HTTP 408/429/5xx) are retried with exponential
-  backoff and a cap by tenacity; litellm's own retries are turned off so they do not multiply. Anything else
-  fails at once. The number of retries is returned with the reply (and recorded in `llm_called`).
+  backoff and a cap (as tenacity's wait_exponential did); litellm's own retries are turned off so they do not
+  multiply. Anything else fails at once. The number of retries is returned with the reply (and recorded in
+  `llm_called`).
 - Fingerprints identify a request for replay: a hash of the tool schemas and every message, computed
   incrementally per run (`Fingerprint`) so a long run does not re-hash its whole history at every step.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib.util
 import json
@@ -217,6 +221,26 @@ def _response_dict(resp: Any) -> dict[str, Any]:
     return json.loads(json.dumps(keep, default=str))
 
 
+def via_litellm() -> bool:
+    """`NBAGENT_LOCAL_VIA_LITELLM=1` sends the offline models' calls through litellm, as before the direct path."""
+    return os.environ.get("NBAGENT_LOCAL_VIA_LITELLM", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _is_local(settings: ModelSettings, metadata: dict[str, Any] | None) -> bool:
+    """An offline model's call (`nbagent/...` with its registry key) that can skip litellm."""
+    return settings.model.startswith("nbagent/") and bool(metadata) and "nbagent_model" in metadata \
+        and not via_litellm()
+
+
+def _wait(settings: ModelSettings, attempt: int) -> float:
+    """Backoff before retry `attempt` + 1: retry_base * 2**(attempt - 1), capped (tenacity's wait_exponential)."""
+    try:
+        wait = settings.retry_base * 2 ** (attempt - 1)
+    except OverflowError:
+        wait = settings.retry_cap
+    return max(0.0, min(wait, settings.retry_cap))
+
+
 async def complete(
     settings: ModelSettings,
     messages: list[dict[str, Any]],
@@ -226,52 +250,68 @@ async def complete(
     on_token: Callable[[str], None] | None = None,
     on_retry: Callable[[int, BaseException], None] | None = None,
 ) -> ModelReply:
-    """One model turn, retried on transient failures; streams text to `on_token` when given."""
-    from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+    """One model turn, retried on transient failures; streams text to `on_token` when given.
 
-    litellm = import_litellm()
-    if settings.model.startswith("nbagent/"):
-        from .models.provider import ensure_registered
+    The offline models (`nbagent/scripted`, `function`, `replay`) are called directly, without importing
+    litellm: `models.provider.local_completion` builds the same response, usage and cost as litellm did with
+    our provider, so the recorded `llm_called` events are the same either way (tests/test_offline_path.py);
+    `NBAGENT_LOCAL_VIA_LITELLM=1` sends them through litellm. Every other model goes through litellm.
+    """
+    local = _is_local(settings, metadata)
+    litellm: Any = None
+    kwargs: dict[str, Any] = {}
+    if not local:
+        litellm = import_litellm()
+        if settings.model.startswith("nbagent/"):
+            from .models.provider import ensure_registered
 
-        ensure_registered()
-    kwargs: dict[str, Any] = {
-        "model": settings.model, "messages": messages, "timeout": settings.timeout, "num_retries": 0,
-        "max_retries": 0, **settings.params,
-    }
-    if tools:
-        kwargs["tools"] = tools
-    if settings.api_base:
-        kwargs["api_base"] = settings.api_base
-    if settings.api_key is not None:
-        kwargs["api_key"] = settings.api_key.get_secret_value()
-    if metadata:
-        kwargs["metadata"] = metadata
-    if on_token is not None:
-        kwargs["stream"] = True
-        kwargs["stream_options"] = {"include_usage": True}
+            ensure_registered()
+        kwargs = {
+            "model": settings.model, "messages": messages, "timeout": settings.timeout, "num_retries": 0,
+            "max_retries": 0, **settings.params,
+        }
+        if tools:
+            kwargs["tools"] = tools
+        if settings.api_base:
+            kwargs["api_base"] = settings.api_base
+        if settings.api_key is not None:
+            kwargs["api_key"] = settings.api_key.get_secret_value()
+        if metadata:
+            kwargs["metadata"] = metadata
+        if on_token is not None:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
 
     attempts = 0
     started = time.perf_counter()
-
-    def before_sleep(state: Any) -> None:
-        if on_retry is not None and state.outcome is not None:
-            on_retry(state.attempt_number, state.outcome.exception())
-
+    resp: Any = None
     try:
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(settings.max_retries + 1),
-            wait=wait_exponential(multiplier=settings.retry_base, max=settings.retry_cap),
-            retry=retry_if_exception(is_transient),
-            before_sleep=before_sleep,
-            reraise=True,
-        ):
-            with attempt:
-                attempts = attempt.retry_state.attempt_number
-                if metadata and "nbagent_turn" in metadata:
-                    # local models count attempts: a scripted error turn is consumed, the retry gets the next
-                    kwargs["metadata"] = {**metadata, "nbagent_turn": metadata["nbagent_turn"] + attempts - 1}
-                started = time.perf_counter()
-                resp = await _call(litellm, kwargs, messages, on_token)
+        # Retries: what tenacity's AsyncRetrying(stop_after_attempt, wait_exponential, retry_if_exception,
+        # reraise) did, without its import (70 ms of a first answer).
+        while True:
+            attempts += 1
+            meta = metadata
+            if metadata and "nbagent_turn" in metadata:
+                # local models count attempts: a scripted error turn is consumed, the retry gets the next
+                meta = {**metadata, "nbagent_turn": metadata["nbagent_turn"] + attempts - 1}
+            started = time.perf_counter()
+            try:
+                if local:
+                    from .models.provider import local_completion
+
+                    assert meta is not None
+                    resp = await local_completion(settings.model, messages, tools, meta, on_token)
+                else:
+                    if meta is not None:
+                        kwargs["metadata"] = meta
+                    resp = await _call(litellm, kwargs, messages, on_token)
+                break
+            except Exception as exc:
+                if attempts >= settings.max_retries + 1 or not is_transient(exc):
+                    raise
+                if on_retry is not None:
+                    on_retry(attempts, exc)
+                await asyncio.sleep(_wait(settings, attempts))
     except Exception as exc:
         from .models.base import ModelScriptError
 
@@ -289,7 +329,10 @@ async def complete(
         raise ModelError(f"model call to {settings.model} failed {what}: {type(exc).__name__}: {detail}",
                          retry_count=retries, transient=transient, error_type=type(exc).__name__) from exc
     latency = (time.perf_counter() - started) * 1000
-    response = _response_dict(resp)
+    if local:
+        response, cost = resp
+    else:
+        response, cost = _response_dict(resp), _cost(litellm, resp, settings.model)
     choice = (response.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     usage = response.get("usage") or {}
@@ -299,7 +342,7 @@ async def complete(
         usage=Usage(prompt_tokens=usage.get("prompt_tokens") or 0,
                     completion_tokens=usage.get("completion_tokens") or 0,
                     total_tokens=usage.get("total_tokens") or 0),
-        cost=_cost(litellm, resp, settings.model),
+        cost=cost,
         latency_ms=latency,
         retry_count=max(0, attempts - 1),
         finish_reason=choice.get("finish_reason"),
