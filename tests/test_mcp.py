@@ -275,3 +275,44 @@ def test_a_replayed_run_calls_the_mcp_tools_again(repo: Path) -> None:
     events = replay.store.run_events(result.run_id)
     done = [e.payload for e in events if e.type == "tool_call_completed"]
     assert [p.tool for p in done] == ["mcp__git__git_log"] and "first" in done[0].result
+
+
+# ---------------------------------------------------------------------------------------------- streamable HTTP
+
+
+@pytest.fixture
+def http_server() -> Any:
+    """tests/fixtures/mcp_http_server.py on a free port of 127.0.0.1, requiring `Authorization: Bearer secret-1`."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(Path(BROKEN).with_name("mcp_http_server.py")), str(port),
+                             "secret-1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):  # bounded: up to about 30 s for the server to listen
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.fail("the HTTP MCP server of the test did not start")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_streamable_http_server_with_headers(http_server: str) -> None:
+    found, problems = lines({"mcpServers": {
+        "remote": {"url": http_server, "headers": {"Authorization": "Bearer secret-1"}, "timeout": 10},
+        "refused": {"url": http_server, "headers": {"Authorization": "Bearer wrong"}, "timeout": 10}}})
+    by = {t.remote_name: t for t in found}
+    assert set(by) == {"add", "forget"} and {t.server for t in found} == {"remote"}
+    assert by["add"].risk == Risk.READ_ONLY and by["forget"].risk == Risk.WRITE_HIGH_RISK
+    assert asyncio.run(by["add"].call({"a": 2, "b": 3})) == {"result": 5}
+    assert len(problems) == 1 and problems[0].startswith("MCP server 'refused' (the MCP config) did not start: ")
+    assert f"URL {http_server}" in problems[0]
