@@ -21,6 +21,11 @@ Logs written before this rule have no `call_ids`: there the model's id is kept w
 (so old decisions and results still match), and a reused or missing id gets a fresh one that no earlier
 decision refers to, so the call needs a decision of its own.
 
+A person may also answer ahead, with a grant (`grants.py`): then a call with no approved plan runs when a grant
+in force covers it (same tool, paths matching its patterns, a risk no higher than the one approved, no code
+planted), and the `tool_call_started` event names the grant (`grant_id`, and the reason "allowed by grant G,
+given ... by ..."). A matching reject grant refuses the call (`authorization_denied`, rule `grant.reject`).
+
 Control tools (answer, done, ask_human, spawn_agent) steer the run and touch nothing; a spawned run's own
 calls go through this same gate in the child run.
 """
@@ -29,11 +34,13 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from .events import canonical_json
+from .grants import Grant, answering
 from .levels import Autonomy, Risk
 from .policy import action_for
 from .risk import effective_risk
@@ -111,13 +118,34 @@ class Clearance(BaseModel):
     plan_id: str | None = None
     approval_event_id: str | None = None
     rule: str | None = None  # when refused: the rule named in the `authorization_denied` event
+    grant_id: str | None = None  # when a grant answered (allowed, or refused with rule grant.reject)
 
 
-def clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any], risk: Risk) -> Clearance:
-    """May this call run now? Looks only at nbagent's ids and the call's content, never at the model's ids."""
+def clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any], risk: Risk, *,
+              grants: Iterable[Grant] = (), tool_obj: Tool | None = None, risk_reason: str | None = None
+              ) -> Clearance:
+    """May this call run now? Looks only at nbagent's ids and the call's content, never at the model's ids.
+
+    `grants` are those in force for this run (`grants.applicable`): when no approved plan lists this exact call,
+    a matching reject grant refuses it and an allow grant that covers it (same tool, its paths, at most the
+    risk approved, no code planted) lets it run.
+    """
     autonomy = state.autonomy
     if not needs_decision(autonomy, tool, risk):
         return Clearance(ok=True, reason=f"{risk.value} runs without asking at autonomy {Autonomy(autonomy).value}")
+    by_plan = _plan_clearance(state, call_id, tool, arguments, risk)
+    if by_plan.ok:
+        return by_plan
+    grant = answering(grants, tool_obj, tool, arguments, risk, risk_reason)
+    if grant is None:
+        return by_plan
+    if grant.effect == "reject":
+        return Clearance(ok=False, rule="grant.reject", grant_id=grant.grant_id, reason=grant.describe())
+    return Clearance(ok=True, grant_id=grant.grant_id, reason=grant.describe())
+
+
+def _plan_clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any], risk: Risk) -> Clearance:
+    autonomy = state.autonomy
     plan_id = state.plan_of.get(call_id)
     plan = state.plans.get(plan_id or "")
     if plan is None or plan.status != "approved" or plan.approval_event_id is None:

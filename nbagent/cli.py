@@ -88,6 +88,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="restore over files changed since (conflicts)")
     p.set_defaults(func=cmd_undo)
 
+    p = sub.add_parser("grants", help="the grants given in the notebooks' logs: what each covers, state, uses",
+                       description="List the grants (decisions that also answer later calls of the same kind) "
+                                   "in the logs under PATH: what each allows or rejects, for a run or the session, "
+                                   "who gave it and when, whether it is still in force, how often it answered.")
+    p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
+    p.add_argument("--all", action="store_true", help="also the revoked, expired and ended ones")
+    p.set_defaults(func=cmd_grants)
+
+    p = sub.add_parser("revoke", help="end a grant now: later calls it covered ask again",
+                       description="Record that GRANT no longer answers for anyone (a grant_revoked event). Writes "
+                                   "to the log that holds the grant.")
+    p.add_argument("grant", metavar="GRANT", help="grant id, or a unique prefix of one")
+    p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
+    p.add_argument("--reason", default="", help="why, for the log")
+    p.set_defaults(func=cmd_revoke)
+
     p = sub.add_parser("verify", help="check the hash chain and seq of every run",
                        description="Check every run's chain in every log under PATH (its subfolders too): seq "
                                    "gap-free and in order, each hash correct and linked. Exits 1 and names the first "
@@ -330,6 +346,43 @@ def cmd_undo(args: argparse.Namespace) -> int:
         store.close()
     print(report.text())
     return 0 if report.ok else 1
+
+
+def cmd_grants(args: argparse.Namespace) -> int:
+    from .grants import grants_table
+
+    stores = _open_all(args.path)
+    for i, store in enumerate(stores):
+        _warn(store)
+        if len(stores) > 1:
+            print(("\n" if i else "") + f"{store.path}:")
+        print(grants_table(store, everything=args.all))
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    from .grants import GrantError, find, revoke
+
+    holders = []
+    for found in _open_all(args.path):
+        try:
+            find(found, args.grant)
+            holders.append(found.path)
+        except GrantError:
+            continue
+    if len(holders) != 1:
+        where = "no log under " + str(args.path or ".") if not holders else f"{len(holders)} logs"
+        print(f"nbagent: revoke: grant {args.grant!r} is in {where}; `nbagent grants` lists them", file=sys.stderr)
+        return 2
+    store = Store(holders[0])
+    try:
+        print(revoke(store, args.grant, by="nbagent revoke (CLI)", reason=args.reason))
+    except GrantError as exc:
+        print(f"nbagent: revoke: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

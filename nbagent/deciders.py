@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .events import PlanStep
+from .grants import GrantSpec, GrantTerms
 from .levels import Risk
 
 
@@ -43,14 +44,18 @@ class Verdict(BaseModel):
     action: Literal["approve", "deny", "refine"]
     text: str = ""  # the reason of a deny, the feedback of a refine
     by: str = "user"
+    # a yes or no that also answers later calls of the same kind (grants.py); None: this plan only
+    grant: GrantSpec | None = None
+    # replay: the very grants the recorded decision gave, given again for the replayed run only
+    replay_grants: list[GrantTerms] = Field(default_factory=list)
 
     @classmethod
-    def approve(cls, by: str = "user") -> Verdict:
-        return cls(action="approve", by=by)
+    def approve(cls, by: str = "user", grant: GrantSpec | None = None) -> Verdict:
+        return cls(action="approve", by=by, grant=grant)
 
     @classmethod
-    def deny(cls, reason: str = "", by: str = "user") -> Verdict:
-        return cls(action="deny", text=reason, by=by)
+    def deny(cls, reason: str = "", by: str = "user", grant: GrantSpec | None = None) -> Verdict:
+        return cls(action="deny", text=reason, by=by, grant=grant)
 
     @classmethod
     def refine(cls, feedback: str, by: str = "user") -> Verdict:
@@ -65,6 +70,12 @@ class Answer(BaseModel):
 
 
 class Decider(ABC):
+    # whether the session's grants answer for this decider's runs: yes where a person decides; a headless
+    # policy and a replay bring their own answers (grants.py)
+    session_grants: bool = True
+    # grants a replayed run starts with: those the recording ran under that were given outside it
+    standing_grants: list[GrantTerms] = []
+
     @abstractmethod
     async def decide(self, request: ApprovalRequest) -> Verdict | None: ...
 
@@ -85,6 +96,8 @@ ApprovePolicy = Literal["all", "none", "low"]
 
 class PolicyDecider(Decider):
     """Headless approvals: 'all', 'none', 'low' (up to WRITE_LOW_RISK), or any Risk as the highest approved."""
+
+    session_grants = False
 
     def __init__(self, approve: ApprovePolicy | Risk | str = "none", *, answer: str | None = None) -> None:
         if approve not in ("all", "none", "low"):
@@ -117,27 +130,48 @@ class RecordedDecisionMissing(Exception):
 class RecordedDecider(Decider):
     """Replays, in order, the approvals and answers recorded in earlier runs (a run and its children)."""
 
-    def __init__(self, verdicts: list[Verdict], answers: list[Answer], source: str = "recording") -> None:
+    session_grants = False
+
+    def __init__(self, verdicts: list[Verdict], answers: list[Answer], source: str = "recording",
+                 standing: list[GrantTerms] | None = None) -> None:
         self._verdicts = list(verdicts)
         self._answers = list(answers)
         self.source = source
+        self.standing_grants = list(standing or [])
 
     @classmethod
     def from_events(cls, events: list, source: str) -> RecordedDecider:  # list[EventBase]
+        """The recorded decisions, each with the grants it gave; and the grants given elsewhere (the session's)
+        that let recorded calls run, which the replay starts with, for its own run only."""
         verdicts: list[Verdict] = []
         answers: list[Answer] = []
         by = f"recorded:{source}"
+        given: dict[tuple[str, str], list[GrantTerms]] = {}
+        terms_of: dict[str, GrantTerms] = {}
+        runs = {e.run_id for e in events if e.run_id}
+        for e in events:
+            if e.type == "grant_given":
+                terms = GrantTerms.model_validate(e.payload.model_dump(mode="json"))
+                terms_of[e.payload.grant_id] = terms
+                if e.payload.run_id in runs:
+                    given.setdefault((e.payload.run_id, e.payload.plan_id or ""), []).append(terms)
+        used = {e.payload.grant_id for e in events
+                if e.type in ("tool_call_started", "authorization_denied") and getattr(e.payload, "grant_id", None)}
+        own = {g for gs in given.values() for g in map(id, gs)}
+        standing = [terms_of[g].model_copy(update={"scope": "run"}) for g in sorted(used)
+                    if g in terms_of and id(terms_of[g]) not in own]
         for e in events:
             p = e.payload
             if e.type == "plan_approved":
-                verdicts.append(Verdict.approve(by=by))
+                verdicts.append(Verdict(action="approve", by=by, replay_grants=given.get((e.run_id, p.plan_id), [])))
             elif e.type == "plan_rejected":
-                verdicts.append(Verdict.deny(p.reason, by=by))
+                verdicts.append(Verdict(action="deny", text=p.reason, by=by,
+                                        replay_grants=given.get((e.run_id, p.plan_id), [])))
             elif e.type == "plan_refined":
                 verdicts.append(Verdict.refine(p.feedback, by=by))
             elif e.type == "human_input_received":
                 answers.append(Answer(text=p.answer, by=by))
-        return cls(verdicts, answers, source)
+        return cls(verdicts, answers, source, standing)
 
     async def decide(self, request: ApprovalRequest) -> Verdict:
         if not self._verdicts:

@@ -166,6 +166,9 @@ class PlanProposed(Payload):
     steps: list[PlanStep] = Field(default_factory=list)
     max_risk: Risk = Risk.READ_ONLY
     auto_executing: bool = False
+    # what "approve for this run / session" would cover (grants.covers_text), one line per grant; [] when nothing
+    # of the plan can be granted (a write Python would run is approved once only)
+    grant_offer: list[str] = Field(default_factory=list)
 
 
 class WaitingForApproval(Payload):
@@ -179,6 +182,8 @@ class PlanApproved(Payload):
     plan_id: str
     request_id: str | None = None
     by: str = "user"
+    # grants this decision gave (the `grant_given` events in the session chain): id, scope, what they cover
+    grants: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class PlanRejected(Payload):
@@ -187,6 +192,8 @@ class PlanRejected(Payload):
     request_id: str | None = None
     reason: str = ""
     by: str = "user"
+    # grants this decision gave (the `grant_given` events in the session chain): id, scope, what they cover
+    grants: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class PlanRefined(Payload):
@@ -218,6 +225,7 @@ class ToolCallStarted(Payload):
     plan_id: str | None = None
     digest: str | None = None
     risk_reason: str | None = None
+    grant_id: str | None = None  # when a grant answered for the person (grants.py)
 
 
 class ToolCallCompleted(Payload):
@@ -247,6 +255,33 @@ class AuthorizationDenied(Payload):
     reason: str
     target: str | None = None
     rule: str | None = None
+    grant_id: str | None = None  # a reject grant that answered no (rule grant.reject)
+
+
+class GrantGiven(Payload):
+    """A person's yes or no that answers later calls of the same kind (grants.py); in the session's chain."""
+
+    event_type = "grant_given"
+    grant_id: str
+    effect: Literal["allow", "reject"]
+    scope: Literal["run", "session"]
+    tool: str
+    paths: list[str] = Field(default_factory=list)
+    arguments: dict[str, str] = Field(default_factory=dict)
+    max_risk: Risk = Risk.READ_ONLY
+    by: str = "user"
+    expires_at: str | None = None
+    run_id: str | None = None  # the run whose decision gave it
+    root_run_id: str | None = None  # the run tree a run-scoped grant covers
+    plan_id: str | None = None
+    request_id: str | None = None
+
+
+class GrantRevoked(Payload):
+    event_type = "grant_revoked"
+    grant_id: str
+    by: str = "user"
+    reason: str = ""
 
 
 class HumanInputRequested(Payload):
@@ -306,7 +341,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         Thinking, PlanningStarted, PlanProposed, WaitingForApproval, PlanApproved, PlanRejected, PlanRefined,
         ExecutionStarted, ToolCallStarted, ToolCallCompleted, ToolCallFailed, AuthorizationDenied,
         HumanInputRequested, HumanInputReceived, ChildRunStarted, AnswerReady, Completed, CompletedWithErrors,
-        Interrupted, Error,
+        Interrupted, Error, GrantGiven, GrantRevoked,
     )
 }
 
@@ -315,7 +350,7 @@ PAYLOADS: dict[str, type[Payload]] = {
 CHECKPOINT_TYPES = frozenset({
     "run_started", "run_resumed", "run_superseded", "waiting_for_approval", "plan_approved", "plan_rejected",
     "plan_refined", "human_input_requested", "human_input_received", "answer_ready", "completed",
-    "completed_with_errors", "interrupted", "error",
+    "completed_with_errors", "interrupted", "error", "grant_given", "grant_revoked",
 })
 
 TERMINAL_TYPES = frozenset({"completed", "completed_with_errors", "interrupted", "error"})

@@ -26,9 +26,13 @@ def run_tree(store: Store, run_id: str) -> list[str]:
 
 
 def recorded_events(store: Store, run_id: str) -> list[EventBase]:
-    """Every event of the run tree, in the order they were written."""
+    """Every event of the run tree, in the order they were written, with the grants (kept in the session's
+    chain) that its decisions gave or that answered its calls."""
     tree = set(run_tree(store, run_id))
-    return [e for e in store.query_events() if e.run_id in tree]
+    everything = store.query_events()
+    used = {getattr(e.payload, "grant_id", None) for e in everything if e.run_id in tree} - {None}
+    return [e for e in everything if e.run_id in tree or (
+        e.type == "grant_given" and (e.payload.run_id in tree or e.payload.grant_id in used))]
 
 
 def recorded_calls(store: Store, run_id: str) -> list[RecordedCall]:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from filelock import Timeout as FileLockTimeout
 from pydantic import BaseModel, Field, SecretStr
 
+from . import grants as grants_
 from .approval import assign_call_ids, call_digest, call_risk, clearance, needs_decision
 from .bus import EventBus
 from .deciders import (
@@ -53,6 +54,7 @@ from .events import (
     Error,
     EventBase,
     ExecutionStarted,
+    GrantGiven,
     HumanInputReceived,
     HumanInputRequested,
     Interrupted,
@@ -133,6 +135,8 @@ class _Ctx:
         self.fingerprint: Fingerprint | None = None
         self.prefix: list[dict[str, Any]] = []
         self.stop: list[str] = []  # budget or policy reasons to finish after the current turn
+        self.grants_seen = -1  # events of the session's chain when `grants` was read (grants change rarely)
+        self.grants: dict[str, grants_.Grant] = {}
         self.blocked = False  # a sub-agent waits for a decision nobody can give now: so does this run
 
 
@@ -282,6 +286,10 @@ class Agent:
                 messages=context or [], tools=tool_names, from_run_id=previous_run_id,
                 system=self.system_prompt, history_messages=len(history),
             ))
+            if parent_run_id is None:
+                for terms in self.decider.standing_grants:  # a replay runs under the grants its recording ran under
+                    self._give_grant(run.id, run.id, None, None, terms, by=f"recorded:{self.replay_source or 'run'}",
+                                     expires_at=None)
             return await self._drive(ctx)
         finally:
             self.store.release_lease(run.id)
@@ -320,6 +328,9 @@ class Agent:
                 raise RunStateError(f"run {run_id} waits for an approval of plan {pending.plan_id}: approve, deny "
                                     "or refine it")
             return self._record_verdict(run_id, pending.plan_id or "", pending.request_id, pending.event_id, verdict)
+        if verdict is not None and verdict.grant is not None:
+            raise RunStateError(f"run {run_id} waits for an answer to a question, not an approval: a grant needs a "
+                                "plan to approve or deny")
         if answer is None:
             raise RunStateError(f"run {run_id} waits for an answer to: {pending.question}")
         ans = Answer(text=answer) if isinstance(answer, str) else answer
@@ -514,7 +525,11 @@ class Agent:
         if not valid:
             return
         steps = [self._step(run_id, c) for c in valid]
-        needs_approval = [s for s in steps if needs_decision(state.autonomy, s.tool, s.risk)]
+        in_force = self._grants(ctx, state)
+        tools = self._allowed_tools(run_id)
+        # a call a grant answers (yes or no) is not asked about again; the gate in `_execute` applies the grant
+        needs_approval = [s for s in steps if needs_decision(state.autonomy, s.tool, s.risk) and grants_.answering(
+            in_force, tools.get(s.tool), s.tool, s.arguments, s.risk, s.risk_reason) is None]
         if len(valid) < self.plan_threshold and not needs_approval:
             await self._execute_all(ctx, valid, parent)
             return
@@ -523,8 +538,16 @@ class Agent:
         max_risk = max((s.risk for s in steps), key=lambda r: r.rank)
         self._record(run_id, PlanningStarted(plan_id=plan_id), parent=parent)
         purpose = _purpose(state)
+        offer: list[str] = []
+        if not auto:
+            try:
+                offer = [grants_.covers_text(t) for t in grants_.for_plan(
+                    needs_approval, state.autonomy, grants_.GrantSpec(scope="run"), "allow", tools)[0]]
+            except grants_.GrantError:
+                offer = []  # nothing of it can be granted: every call plants code
         proposed = self._record(run_id, PlanProposed(plan_id=plan_id, purpose=purpose, steps=steps,
-                                                     max_risk=max_risk, auto_executing=auto), parent=parent)
+                                                     max_risk=max_risk, auto_executing=auto, grant_offer=offer),
+                                parent=parent)
         if auto:
             self._record(run_id, ExecutionStarted(plan_id=plan_id), parent=proposed.id)
             await self._execute_all(ctx, valid, parent)
@@ -573,7 +596,11 @@ class Agent:
             verdict = await self.decider.decide(request)
             if verdict is None:
                 return False
-            self._record_verdict(ctx.run_id, request.plan_id, request.request_id, pending.event_id, verdict)
+            try:
+                self._record_verdict(ctx.run_id, request.plan_id, request.request_id, pending.event_id, verdict)
+            except grants_.GrantError:  # patterns that cover nothing: the decision stands, without the grant
+                self._record_verdict(ctx.run_id, request.plan_id, request.request_id, pending.event_id,
+                                     verdict.model_copy(update={"grant": None}))
             return True
         question = QuestionRequest(run_id=ctx.run_id, request_id=pending.request_id, question=pending.question or "")
         answer = await self.decider.answer(question)
@@ -585,17 +612,67 @@ class Agent:
 
     def _record_verdict(self, run_id: str, plan_id: str, request_id: str, parent: str, verdict: Verdict
                         ) -> EventBase:
+        """Record a decision, and the grants it gives (checked first: a grant that cannot be given is a
+        `GrantError` and nothing is recorded)."""
+        terms = self.grant_terms(run_id, plan_id, verdict)
+        ids = [new_id() for _ in terms]
+        given = [{"grant_id": g, "scope": t.scope, "effect": t.effect, "covers": grants_.covers_text(t)}
+                 for g, t in zip(ids, terms, strict=True)]
         payload: Payload
         if verdict.action == "approve":
-            payload = PlanApproved(plan_id=plan_id, request_id=request_id, by=verdict.by)
+            payload = PlanApproved(plan_id=plan_id, request_id=request_id, by=verdict.by, grants=given)
         elif verdict.action == "deny":
-            payload = PlanRejected(plan_id=plan_id, request_id=request_id, reason=verdict.text, by=verdict.by)
+            payload = PlanRejected(plan_id=plan_id, request_id=request_id, reason=verdict.text, by=verdict.by,
+                                   grants=given)
         else:
             payload = PlanRefined(plan_id=plan_id, request_id=request_id, feedback=verdict.text, by=verdict.by)
         event = self._record(run_id, payload, parent=parent)
+        if terms:
+            root = self._root_of(run_id)
+            given = grants_.now()
+            expires = grants_.expiry(verdict.grant, given) if verdict.grant is not None else None
+            for grant_id, t in zip(ids, terms, strict=True):
+                self._give_grant(run_id, root, plan_id, request_id, t, by=verdict.by, expires_at=expires,
+                                 grant_id=grant_id)
         if verdict.action == "approve":
             self._record(run_id, ExecutionStarted(plan_id=plan_id), parent=event.id)
         return event
+
+    def grant_terms(self, run_id: str, plan_id: str, verdict: Verdict) -> list[grants_.GrantTerms]:
+        """The grants a verdict on this plan gives: those asked for (over the plan's steps that needed the
+        decision), or in a replay the recorded ones, for the run only."""
+        if verdict.action == "refine":
+            return []
+        if verdict.replay_grants:
+            return [t.model_copy(update={"scope": "run"}) for t in verdict.replay_grants]
+        if verdict.grant is None:
+            return []
+        state = self.store.run_state(run_id)
+        plan = state.plans.get(plan_id)
+        terms, _ = grants_.for_plan(plan.steps if plan else [], state.autonomy, verdict.grant,
+                                    "allow" if verdict.action == "approve" else "reject", self._allowed_tools(run_id))
+        return terms
+
+    def _give_grant(self, run_id: str, root: str, plan_id: str | None, request_id: str | None,
+                    terms: grants_.GrantTerms, *, by: str, expires_at: str | None, grant_id: str | None = None
+                    ) -> EventBase:
+        session_id = self.store.run_state(run_id).session_id
+        return self.store.append(GrantGiven(
+            grant_id=grant_id or new_id(), effect=terms.effect, scope=terms.scope, tool=terms.tool, paths=terms.paths,
+            arguments=terms.arguments, max_risk=terms.max_risk, by=by, expires_at=expires_at, run_id=run_id,
+            root_run_id=root, plan_id=plan_id, request_id=request_id), session_id=session_id)
+
+    def _grants(self, ctx: _Ctx, state: RunState) -> list[grants_.Grant]:
+        """The grants in force for this run now (re-read when the session's chain grew: a grant or a revoke)."""
+        key = f"session:{state.session_id}"
+        docs = self.store.events.docs_for_chain(key)
+        if len(docs) != ctx.grants_seen:
+            from .events import parse_event
+
+            ctx.grants = grants_.from_events(parse_event(d) for d in docs)
+            ctx.grants_seen = len(docs)
+        return grants_.applicable(ctx.grants.values(), root_run_id=ctx.root_id, session_id=state.session_id or "",
+                                  session_wide=self.decider.session_grants, at=grants_.now())
 
     async def _execute(self, ctx: _Ctx, call: ToolCallRequest, parent: str | None) -> None:
         run_id = ctx.run_id
@@ -623,11 +700,13 @@ class Agent:
             denial = self.authorizer.check_step(self._tree_totals(ctx.root_id).tool_steps)
             if denial is not None:
                 ctx.stop.append(denial.reason)
-        gate = clearance(state, call.id, call.name, args, risk)
+        gate = clearance(state, call.id, call.name, args, risk, grants=self._grants(ctx, state), tool_obj=tool,
+                         risk_reason=risk_reason)
         if denial is None and not gate.ok:
             denial = Denial(rule=gate.rule or "approval.missing", reason=gate.reason)
         if denial is not None:
-            self._deny(run_id, call.id, call.name, denial, tool.target(args), parent)
+            self._deny(run_id, call.id, call.name, denial, tool.target(args), parent,
+                       grant_id=gate.grant_id if denial.rule == "grant.reject" else None)
             return
         if fact is not None:  # nothing ran: a failed call the model sees, listed with errors, not with denials
             self._record(run_id, ToolCallFailed(call_id=call.id, tool=call.name, error=fact.reason,
@@ -639,7 +718,7 @@ class Agent:
         started = self._record(run_id, ToolCallStarted(
             call_id=call.id, tool=call.name, arguments=args, risk=risk, target=tool.target(args),
             reason=gate.reason, approval_event_id=gate.approval_event_id, plan_id=gate.plan_id,
-            digest=call_digest(call.name, args), risk_reason=risk_reason), parent=parent)
+            digest=call_digest(call.name, args), risk_reason=risk_reason, grant_id=gate.grant_id), parent=parent)
         t0 = time.perf_counter()
         retries = 0
         try:
@@ -778,9 +857,9 @@ class Agent:
                 yield e.payload.child_run_id  # type: ignore[attr-defined]
 
     def _deny(self, run_id: str, call_id: str | None, tool: str, denial: Denial, target: str | None,
-              parent: str | None = None) -> None:
+              parent: str | None = None, grant_id: str | None = None) -> None:
         self._record(run_id, AuthorizationDenied(call_id=call_id, tool=tool, reason=denial.reason, target=target,
-                                                 rule=denial.rule), parent=parent)
+                                                 rule=denial.rule, grant_id=grant_id), parent=parent)
 
     def _finish(self, run_id: str, ctx: _Ctx) -> None:
         state = self.store.run_state(run_id)

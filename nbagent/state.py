@@ -62,6 +62,7 @@ class Decision(BaseModel):
     text: str = ""
     ts: str
     event_id: str | None = None
+    grants: list[dict[str, Any]] = Field(default_factory=list)  # what the decision also answers ahead (grants.py)
 
 
 class PlanInfo(BaseModel):
@@ -73,6 +74,7 @@ class PlanInfo(BaseModel):
     status: Literal["proposed", "auto", "approved", "rejected", "refined"] = "proposed"
     approval_event_id: str | None = None  # the `plan_approved` event that let it run (approval.clearance)
     approved_by: str | None = None
+    grant_offer: list[str] = Field(default_factory=list)
 
 
 class StepResult(BaseModel):
@@ -197,7 +199,7 @@ class RunState(BaseModel):
     def _on_plan_proposed(self, p: Any, e: EventBase) -> None:
         self.plans[p.plan_id] = PlanInfo(
             plan_id=p.plan_id, purpose=p.purpose, steps=p.steps, max_risk=p.max_risk, auto_executing=p.auto_executing,
-            status="auto" if p.auto_executing else "proposed",
+            status="auto" if p.auto_executing else "proposed", grant_offer=list(getattr(p, "grant_offer", None) or []),
         )
         for s in p.steps:
             self.plan_of[s.call_id] = p.plan_id
@@ -248,11 +250,16 @@ class RunState(BaseModel):
         self.turns.append(tool_message(p.call_id, f"Error: {p.error}"))
 
     def _on_authorization_denied(self, p: Any, e: EventBase) -> None:
-        self.errors.append(f"{p.tool}: denied: {p.reason}")
+        # a person's no given ahead (a reject grant) is a rejection, as a denied plan is, not an error of the run
+        by_person = p.rule == "grant.reject"
+        if not by_person:
+            self.errors.append(f"{p.tool}: denied: {p.reason}")
         if p.call_id:
             step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
-            step.status, step.error = "denied", p.reason
-            self.turns.append(tool_message(p.call_id, f"Denied by policy: {p.reason}"))
+            step.status, step.error = ("rejected" if by_person else "denied"), p.reason
+            # what the model reads names no grant id or time, so a replay (whose grant is a new one) asks the same
+            self.turns.append(tool_message(p.call_id, "Rejected by the user: they said no to calls like this one"
+                                           if by_person else f"Denied by policy: {p.reason}"))
 
     def _on_human_input_requested(self, p: Any, e: EventBase) -> None:
         self.pending = PendingDecision(
@@ -315,7 +322,7 @@ class RunState(BaseModel):
     def _decide(self, kind: Any, p: Any, e: EventBase, text: str) -> None:
         self.decisions.append(Decision(
             kind=kind, request_id=p.request_id, plan_id=getattr(p, "plan_id", None), by=p.by, text=text, ts=e.ts,
-            event_id=e.id,
+            event_id=e.id, grants=list(getattr(p, "grants", None) or []),
         ))
         if self.pending is not None and (p.request_id is None or p.request_id == self.pending.request_id):
             self.pending = None

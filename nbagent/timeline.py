@@ -44,17 +44,28 @@ def describe(event: EventBase) -> str:
         mode = "runs now" if p.auto_executing else "needs approval"
         return f"{len(p.steps)} step(s), max risk {p.max_risk} ({mode}): {clip(p.purpose, 60)}"
     if t == "tool_call_started":
-        return f"{call_signature(p.tool, p.arguments)} [{p.risk}]"
+        grant = f" · {p.reason}" if getattr(p, "grant_id", None) else ""
+        return f"{call_signature(p.tool, p.arguments)} [{p.risk}]{grant}"
     if t == "tool_call_completed":
         retry = f" · {p.retry_count} retries" if p.retry_count else ""
         return f"{p.tool} · {p.duration_ms:.0f} ms{retry} · {clip(p.preview or p.result, 60)}"
     if t == "tool_call_failed":
         return f"{p.tool} · {clip(p.error, 70)} · retries {p.retry_count}"
     if t == "authorization_denied":
-        return f"{p.tool}: {clip(p.reason, 70)}"
+        return f"{p.tool}: {p.reason}" if getattr(p, "grant_id", None) else f"{p.tool}: {clip(p.reason, 70)}"
     if t in ("plan_approved", "plan_rejected", "plan_refined"):
         text = getattr(p, "reason", "") or getattr(p, "feedback", "")
-        return f"plan {p.plan_id} by {p.by}" + (f": {clip(text, 60)}" if text else "")
+        given = "".join(f" · and for {'the run' if g.get('scope') == 'run' else 'the session'}: {g.get('covers')} "
+                        f"(grant {g.get('grant_id')})" for g in getattr(p, "grants", None) or [])
+        return f"plan {p.plan_id} by {p.by}" + (f": {clip(text, 60)}" if text else "") + given
+    if t == "grant_given":
+        from .grants import covers_text
+
+        reach = "this run" if p.scope == "run" else "the session"
+        until = f" until {p.expires_at[11:16]}" if p.expires_at else ""
+        return f"grant {p.grant_id} by {p.by}: {p.effect} {covers_text(p)} for {reach}{until}"
+    if t == "grant_revoked":
+        return f"grant {p.grant_id} by {p.by}" + (f": {clip(p.reason, 60)}" if p.reason else "")
     if t == "human_input_requested":
         return clip(p.question, 80)
     if t == "human_input_received":

@@ -11,12 +11,18 @@ each run the log is checked against an oracle written here, independent of nbage
    lists exactly this call: the nbagent id the call was given in its `llm_called` event, the same tool and the
    same arguments as the model's reply at that position;
 3. the reason each `tool_call_started` gives is true (the autonomy rule, or that very approval);
-4. no call id executes twice, and every decision the person gave is recorded once.
+4. no call id executes twice, and every decision the person gave is recorded once;
+5. grants (a decision "for this run" or "for the session", with or without path patterns): a call above the
+   autonomy with no approval of its own ran only under an allow grant given earlier in the log, by a recorded
+   decision on a plan that had a step of that tool at a risk at least the call's, for this run's tree or its
+   session, of the same tool, whose patterns (oracle's own matcher) cover every path of the call, never a write
+   Python would run (a `.py` or `__init__.py` path here).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import tempfile
 from pathlib import Path
@@ -26,6 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbagent.deciders import Answer, ApprovalRequest, Decider, QuestionRequest, Verdict
+from nbagent.grants import GrantSpec
 from nbagent.policy import Budget
 from nbagent.runtime import Agent
 from nbagent.tools.base import tool
@@ -73,11 +80,11 @@ def oracle_risk(name: str, arguments: dict[str, Any]) -> str:
 class Scripted(Decider):
     """The person: decisions in a fixed order; None (nobody there) when they run out."""
 
-    def __init__(self, decisions: list[tuple[str, str]]) -> None:
+    def __init__(self, decisions: list[tuple[Any, ...]]) -> None:
         self.decisions = list(decisions)
         self.given = 0
 
-    def _next(self) -> tuple[str, str] | None:
+    def _next(self) -> tuple[Any, ...] | None:
         if not self.decisions:
             return None
         self.given += 1
@@ -87,10 +94,11 @@ class Scripted(Decider):
         d = self._next()
         if d is None:
             return None
-        action, text = d
+        action, text, *reach = d
+        grant = GrantSpec(scope=reach[0], paths=reach[1]) if reach and reach[0] else None
         if action == "approve" or action == "answer":
-            return Verdict.approve()
-        return Verdict.deny(text) if action == "deny" else Verdict.refine(text or "try again")
+            return Verdict.approve(grant=grant)
+        return Verdict.deny(text, grant=grant) if action == "deny" else Verdict.refine(text or "try again")
 
     async def answer(self, request: QuestionRequest) -> Answer | None:
         d = self._next()
@@ -122,13 +130,47 @@ def tool_call(draw: Any) -> dict[str, Any]:
 
 TURN = st.one_of(st.lists(tool_call(), min_size=1, max_size=5).map(lambda calls: {"tool_calls": calls}),
                  st.just({"content": "finished"}))
-DECISION = st.tuples(st.sampled_from(["approve", "deny", "refine", "answer"]), st.sampled_from(["", "no", "smaller"]))
+DECISION = st.tuples(st.sampled_from(["approve", "deny", "refine", "answer"]), st.sampled_from(["", "no", "smaller"]),
+                     st.sampled_from([None, None, "run", "session"]),
+                     st.sampled_from([None, None, ["*"], ["*.txt"], ["*.py"], ["a.txt"], ["pkg/*"]]))
+
+
+def oracle_covers(pattern: str, path: str) -> bool:
+    """The oracle's own reading of a grant's path pattern, for the names this test uses: anchored at the folder,
+    `*` never crossing a `/`."""
+    if "/" in path or "/" in pattern:
+        head, _, tail = pattern.partition("/")
+        phead, _, ptail = path.partition("/")
+        return bool(tail) and bool(ptail) and fnmatch.fnmatchcase(phead, head) and oracle_covers(tail, ptail)
+    return fnmatch.fnmatchcase(path, pattern)
 
 
 def check(agent: Agent, decider: Scripted, autonomy: str) -> None:
     store = agent.store
     runs = [r.id for r in store.list_runs()]
-    order = {e.id: i for i, e in enumerate(store.query_events())}  # the log's global order: effects interleave runs
+    everything = store.query_events()
+    order = {e.id: i for i, e in enumerate(everything)}  # the log's global order: effects interleave runs
+    parent_of = {r: store.run_state(r).parent_run_id for r in runs}
+
+    def root(run: str) -> str:
+        while parent_of.get(run):
+            run = parent_of[run]  # type: ignore[assignment]
+        return run
+
+    given = {e.payload.grant_id: e for e in everything if e.type == "grant_given"}
+    assert not [e for e in everything if e.type == "grant_revoked"]
+    approvals = {(e.run_id, e.payload.plan_id): e for e in everything if e.type in ("plan_approved", "plan_rejected")}
+    proposals = {(e.run_id, e.payload.plan_id): e.payload for e in everything if e.type == "plan_proposed"}
+    for gid, g in given.items():  # 5: every grant came from a recorded decision on a plan the person saw
+        p = g.payload
+        decision = approvals[(p.run_id, p.plan_id)]
+        assert gid in [x["grant_id"] for x in decision.payload.grants] and decision.payload.by == p.by
+        assert order[decision.id] < order[g.id]
+        assert (p.effect == "allow") == (decision.type == "plan_approved")
+        shown = [s for s in proposals[(p.run_id, p.plan_id)].steps if s.tool == p.tool]
+        assert shown, f"grant {gid} for {p.tool}, which its plan did not list"
+        if p.effect == "allow":
+            assert p.max_risk.value in {oracle_risk(s.tool, s.arguments) for s in shown}
     executed: list[tuple[int, str, dict[str, Any]]] = []
     decisions = 0
     for run_id in runs:
@@ -156,7 +198,18 @@ def check(agent: Agent, decider: Scripted, autonomy: str) -> None:
                 assert requested == (p.tool, p.arguments), f"executed {p.tool} {p.arguments}, model asked {requested}"
                 risk = oracle_risk(p.tool, p.arguments)
                 assert p.risk.value == risk, (p.tool, p.arguments, p.risk)
-                if risk in ASKS[autonomy]:
+                if risk in ASKS[autonomy] and p.grant_id:
+                    g = given[p.grant_id]
+                    gp = g.payload
+                    assert order[g.id] < order[e.id] and gp.effect == "allow" and gp.tool == p.tool
+                    assert ["READ_ONLY", "WRITE_LOW_RISK", "WRITE_HIGH_RISK"].index(risk) <= \
+                        ["READ_ONLY", "WRITE_LOW_RISK", "WRITE_HIGH_RISK"].index(gp.max_risk.value)
+                    path = str(p.arguments.get("path", ""))
+                    assert DECLARED[p.tool] == "READ_ONLY" or not path.endswith(".py"), f"a grant let {path} be written"
+                    assert any(oracle_covers(pat, path) for pat in gp.paths), (gp.paths, path)
+                    assert gp.scope == "session" or gp.root_run_id == root(run_id)
+                    assert p.reason.startswith(f"allowed by grant {p.grant_id}, given ")
+                elif risk in ASKS[autonomy]:
                     approval = by_id.get(p.approval_event_id or "")
                     assert approval is not None and approval.type == "plan_approved", f"unapproved {p.tool}: {p}"
                     assert approval.seq < e.seq
@@ -197,4 +250,38 @@ def one_run(autonomy: str, script: list[dict[str, Any]], decisions: list[tuple[s
 def test_no_call_above_autonomy_runs_without_its_own_approval(autonomy: str, script: list[dict[str, Any]],
                                                               decisions: list[tuple[str, str]],
                                                               resume_with: list[tuple[str, str]]) -> None:
+    one_run(autonomy, script, decisions, resume_with)
+
+
+# Runs shaped to exercise grants: few names, repeated calls, and decisions that mostly give one.
+NARROW_PATHS = st.sampled_from(["a.txt", "a.txt", "a.txt", "b.txt", "mod.py", "pkg/x.txt", "pkg/__init__.py"])
+
+
+@st.composite
+def narrow_call(draw: Any) -> dict[str, Any]:
+    name = draw(st.sampled_from(["look", "make", "make", "make", "remove", "spawn_agent"]))
+    args: dict[str, Any] = {"prompt": "sub-task"} if name == "spawn_agent" else {"path": draw(NARROW_PATHS)}
+    if name == "make":
+        args["content"] = draw(st.sampled_from(["", "x"]))
+    out: dict[str, Any] = {"name": name, "arguments": args}
+    call_id = draw(IDS)
+    if call_id is not None:
+        out["id"] = call_id
+    return out
+
+
+NARROW_TURN = st.one_of(st.lists(narrow_call(), min_size=1, max_size=2).map(lambda calls: {"tool_calls": calls}),
+                        st.lists(narrow_call(), min_size=1, max_size=2).map(lambda calls: {"tool_calls": calls}),
+                        st.just({"content": "finished"}))
+GRANTING = st.tuples(st.sampled_from(["approve", "approve", "approve", "deny", "refine"]), st.sampled_from(["", "no"]),
+                     st.sampled_from(["run", "session", "run", None]),
+                     st.sampled_from([None, None, ["*"], ["*.txt"], ["*.py"], ["pkg/*"], ["**"]]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(autonomy=st.sampled_from(["L0", "L1", "L2"]), script=st.lists(NARROW_TURN, min_size=2, max_size=8),
+       decisions=st.lists(GRANTING, max_size=5), resume_with=st.lists(GRANTING, max_size=2))
+def test_grants_never_cover_more_than_the_person_approved(autonomy: str, script: list[dict[str, Any]],
+                                                          decisions: list[tuple[Any, ...]],
+                                                          resume_with: list[tuple[Any, ...]]) -> None:
     one_run(autonomy, script, decisions, resume_with)

@@ -600,7 +600,8 @@ def test_run_view_js_renders_and_clicks_in_a_browser(tmp_path: Path, full: dict[
     out = json.loads(html_lib.unescape(match.group(1)))
     assert "error" not in out, out.get("error")
     assert out["rendered"] == 3
-    assert out["names"] == ["Overwrite notes.md", "Deny", "Refine"]  # phrased from the plan, not the model
+    # phrased from the plan, not the model; then the grants it offers (the same yes, for later calls like these)
+    assert out["names"] == ["Overwrite notes.md", "Deny", "Refine", "Approve for this run", "Approve for this session"]
     assert "nbv-approve-danger" in out["approveClass"] and "nbv-plan-high" in out["cardClass"]
     assert out["question"] == "Overwrite notes.md?" and out["panelInCard"]  # from the plan: what, to what
     assert "High risk" in out["danger"] and "replaces the contents of notes.md" in out["danger"]

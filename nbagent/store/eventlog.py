@@ -56,6 +56,7 @@ class EventLog:
         self._torn_seen: tuple[int, int] | None = None  # (offset, size) of a tail already judged torn
         self._lines = 0  # lines consumed, for messages
         self._fd: int | None = None
+        self._size = 0  # the file's size at the last refresh
         # readers take no file lock, but two threads of one process must not parse the same bytes twice
         self._mutex = threading.RLock()
 
@@ -68,8 +69,9 @@ class EventLog:
 
     def _refresh(self) -> int:
         try:
-            size = os.stat(self.path).st_size
+            size = self._size = os.stat(self.path).st_size
         except FileNotFoundError:
+            self._size = 0
             return 0
         if size <= self._offset or self._torn_seen == (self._offset, size):
             return 0
@@ -154,6 +156,9 @@ class EventLog:
         ids = self.by_chain.get(key, ())
         return [self.docs[d] for d in ids[start:]] if start < len(ids) else []
 
+    def chain_len(self, key: str) -> int:
+        return len(self.by_chain.get(key, ()))
+
     def first(self, key: str) -> dict[str, Any] | None:
         ids = self.by_chain.get(key)
         return self.docs[ids[0]] if ids else None
@@ -191,7 +196,7 @@ class EventLog:
 
     def _append(self, record: dict[str, Any], *, sync: bool) -> dict[str, Any]:
         self._refresh()
-        self._repair_torn_tail()
+        self._repair_torn_tail(max(0, self._size - self._offset))
         key = chain_key(record.get("run_id"), record["session_id"])
         last_seq, last_hash = self.heads.get(key, (0, None))
         record = dict(record, seq=last_seq + 1, prev_hash=last_hash)
@@ -212,6 +217,7 @@ class EventLog:
                 raise StoreReadOnly(self.path, exc.strerror or str(exc)) from exc
             raise StoreWriteFailed(self.path, exc.strerror or str(exc)) from exc
         self._offset += len(line)
+        self._size = self._offset
         self._unterminated = False
         self._lines += 1
         self._add(record)
@@ -231,8 +237,8 @@ class EventLog:
                 raise StoreWriteFailed(self.path, exc.strerror or str(exc)) from exc
         return self._fd
 
-    def _repair_torn_tail(self) -> None:
-        torn = self.torn_tail()
+    def _repair_torn_tail(self, torn: int) -> None:
+        """Cut `torn` bytes past the last complete line (the size the refresh just saw: one stat per append)."""
         if torn:
             self._warn(
                 f"{self.path}: removed an incomplete last line ({torn} bytes) left by a writer that stopped "
@@ -271,11 +277,16 @@ class EventTable(Table):
         super().__init__(_NoStorage(), "events", cache_size=30)
         self._log = log_
         self._before_read = before_read
+        self._cached_at = -1  # events in the log when the query cache was last valid
 
     def _sync(self) -> None:
         if self._before_read is not None:
             self._before_read()
-        if self._log.refresh():
+        self._log.refresh()
+        # TinyDB caches query results: drop them whenever the log grew, by another process (refresh) or by this
+        # one's own appends (which refresh does not count), or a search after an append answers from before it
+        if len(self._log.docs) != self._cached_at:
+            self._cached_at = len(self._log.docs)
             self.clear_cache()
 
     def _read_table(self) -> dict[str, Mapping[Any, Any]]:  # type: ignore[override]

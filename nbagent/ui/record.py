@@ -321,7 +321,9 @@ def step_summary(step: dict[str, Any]) -> str:
             line += f" ({step['retries']} retr{'y' if step['retries'] == 1 else 'ies'})"
         if step.get("status") == "failed" and step.get("detail"):
             line += f": {_clip(step['detail'], 120)}"
-        elif step.get("result_preview"):
+        elif step.get("grant_id"):
+            line += f" · {_clip(step.get('detail') or '', 160)}"
+        if step.get("status") != "failed" and step.get("result_preview"):
             line += f" → {_clip(step['result_preview'], 100)}"
         return line
     if kind == "denied":
@@ -353,7 +355,15 @@ def _decision_line(d: dict[str, Any]) -> str:
     if d.get("text"):
         label = {"rejected": "reason", "refined": "feedback", "answered": "answer"}.get(d.get("kind", ""), "note")
         line += f" — {label}: {d['text']}"
+    for g in d.get("grants") or []:
+        line += f" · {grant_reach(g)}"
     return line
+
+
+def grant_reach(g: dict[str, Any]) -> str:
+    """"and for the rest of this run: write_file path=report.md ... (grant 01JX…)": a grant a decision gave."""
+    reach = "the rest of this run" if g.get("scope") == "run" else "this session"
+    return f"and for {reach}: {g.get('covers', '')} (grant {g.get('grant_id', '')})"
 
 
 Steps = list[dict[str, Any]]

@@ -436,6 +436,7 @@ function stepEl(ctx, step, n, decisions) {
     // its plan card), is noise.
     const why = String(step.detail || "");
     if (status === "failed" && why) body.push(h("span", { class: "nbv-why nbv-bad", text: why }));
+    else if (why && step.grant_id) body.push(h("span", { class: "nbv-why nbv-grant-why", text: why }));
     else if (why && step.risk === HIGH && !/^(approved|plan approved)\b/.test(why)) {
       body.push(h("span", { class: "nbv-why", text: why.replace(/\s*\(plan [^)]*\)/, "") }));
     }
@@ -635,7 +636,9 @@ function planEl(ctx, plan, index, view, controls) {
       const when = fmtTime(d.ts);
       return h("li", { title: d.ts ? fmtTs(d.ts) : null },
         h("span", { class: `nbv-${PLAN_TONE[d.kind] || "dim"}`, text: DECISION_VERB[d.kind] || d.kind }),
-        ` by ${byWhom(d.by)}${when ? ` · ${when}` : ""}${d.text ? ` — ${label}: ${d.text}` : ""}`);
+        ` by ${byWhom(d.by)}${when ? ` · ${when}` : ""}${d.text ? ` — ${label}: ${d.text}` : ""}`,
+        ...(d.grants || []).map((g) => h("div", { class: "nbv-facts nbv-grant-given",
+          text: `and for ${g.scope === "run" ? "the rest of this run" : "this session"}: ${g.covers} (grant ${g.grant_id})` })));
     })));
   } else if (plan.auto_executing) {
     card.appendChild(h("div", { class: "nbv-facts", text: "ran without asking: within the autonomy level" }));
@@ -844,12 +847,12 @@ function render({ model, el }) {
     if (text) local.panel.note.textContent = text;
   }
 
-  function send(requestId, action, text) {
+  function send(requestId, action, text, scope) {
     if (local.clicked.has(requestId)) return;
     local.clicked.add(requestId);
     try {
       model.send({
-        event: "decision", request_id: requestId, action, text: text || "",
+        event: "decision", request_id: requestId, action, text: text || "", scope: scope || null,
         nonce: `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`,
       });
     } catch (err) {
@@ -858,7 +861,8 @@ function render({ model, el }) {
       return;
     }
     if (local.panel && local.panel.rid === requestId) {
-      disablePanel(`${action === "answer" ? "answer" : action} sent…`);
+      const reach = scope === "run" ? " for this run" : scope === "session" ? " for this session" : "";
+      disablePanel(`${action === "answer" ? "answer" : action}${reach} sent…`);
     }
   }
 
@@ -871,7 +875,13 @@ function render({ model, el }) {
     // the confirm button says what it does: "Deny: delete old.txt" / "Send feedback", never just "Send"
     const sendBtn = h("button", { class: "nbv-btn", type: "button" }, "Send");
     const cancel = h("button", { class: "nbv-btn nbv-quiet", type: "button" }, "Cancel");
-    const row = h("div", { class: "nbv-text-row", hidden: true }, input, sendBtn, cancel);
+    // a denial may also answer "no" ahead to the same calls (a grant; grants.py), when the plan can be granted
+    const offer = plan.grant_offer || [];
+    const denyReach = h("select", { class: "nbv-input nbv-reach", "aria-label": "deny how far", hidden: true },
+      h("option", { value: "" }, "only this time"),
+      h("option", { value: "run" }, "and the same calls for the rest of this run"),
+      h("option", { value: "session" }, "and the same calls for this session"));
+    const row = h("div", { class: "nbv-text-row", hidden: true }, input, offer.length ? denyReach : "", sendBtn, cancel);
     const submit = () => {
       const text = input.value.trim();
       if (local.mode === "refine" && !text) {
@@ -879,7 +889,7 @@ function render({ model, el }) {
         input.classList.add("nbv-need");
         return;
       }
-      if (local.mode) send(rid, local.mode, text);
+      if (local.mode) send(rid, local.mode, text, local.mode === "deny" ? denyReach.value : null);
     };
     const open = (mode) => {
       local.mode = mode;
@@ -888,6 +898,7 @@ function render({ model, el }) {
         ? "What should the model do differently? (Enter sends)"
         : "Reason for denying (optional; Enter sends)";
       input.setAttribute("aria-label", mode === "refine" ? "feedback for the model" : "reason for denying");
+      denyReach.hidden = mode !== "deny";
       sendBtn.textContent = mode === "refine" ? "Send feedback" : denyLabel(plan);
       sendBtn.className = `nbv-btn ${mode === "refine" ? "nbv-refine" : "nbv-deny"}`;
       sendBtn.title = mode === "refine" ? "send the feedback to the model" : "deny the plan; nothing of it runs";
@@ -914,10 +925,21 @@ function render({ model, el }) {
       title: `approve: ${planSummary(plan)}`, onclick: () => send(rid, "approve", "") }, label);
     const deny = h("button", { class: "nbv-btn nbv-deny", type: "button", onclick: () => open("deny") }, "Deny");
     const refine = h("button", { class: "nbv-btn nbv-refine", type: "button", onclick: () => open("refine") }, "Refine");
+    // "approve for this run / session": the same yes answers later calls of the kind shown, never more (grants.py)
+    const covers = offer.join("; ");
+    const grantRow = offer.length ? h("div", { class: "nbv-grant-row" },
+      h("span", { class: "nbv-facts", text: "or approve, and let later calls like these run without asking: " }),
+      h("button", { class: "nbv-btn nbv-quiet nbv-grant", type: "button",
+        title: `approve, and allow ${covers} until this run ends`, onclick: () => send(rid, "approve", "", "run") },
+        "Approve for this run"),
+      h("button", { class: "nbv-btn nbv-quiet nbv-grant", type: "button",
+        title: `approve, and allow ${covers} in this session (8 hours)`, onclick: () => send(rid, "approve", "", "session") },
+        "Approve for this session"),
+      h("div", { class: "nbv-facts nbv-grant-covers", text: `covers: ${covers}` })) : "";
     const el = h("div", { class: `nbv-decide${high ? " nbv-decide-high" : ""}`, role: "group", "aria-label": "decision",
       "data-request-id": rid },
       h("div", { class: "nbv-decide-q", text: approvalQuestion(plan) }),
-      h("div", { class: "nbv-buttons" }, approve, deny, refine, note), row);
+      h("div", { class: "nbv-buttons" }, approve, deny, refine, note), grantRow, row);
     return { el, note };
   }
 

@@ -12,11 +12,12 @@ Shape (version 1):
      "steps": [{"id", "kind": "model"|"tool"|"denied"|"thinking"|"question"|"child"|"error"|"info",
                 "title", "detail", "status": "running"|"ok"|"failed"|"denied"|"waiting"|"info",
                 "call_id", "tool", "arguments", "risk", "risk_reason", "target", "preview", "result_preview",
-                "arg_keys", "error_type", "rule", "tokens", "cost", "cost_nominal", "latency_ms", "duration_ms",
-                "retries", "ts", "depth"}],
-     "plans": [{"plan_id", "purpose", "steps": [PlanStep], "max_risk", "auto_executing", "status"}],
+                "arg_keys", "error_type", "rule", "grant_id", "tokens", "cost", "cost_nominal", "latency_ms",
+                "duration_ms", "retries", "ts", "depth"}],
+     "plans": [{"plan_id", "purpose", "steps": [PlanStep], "max_risk", "auto_executing", "status", "grant_offer"}],
      "pending": null | {"kind": "approval"|"human_input", "request_id", "plan_id", "question"},
-     "decisions": [{"kind", "by", "text", "ts", "plan_id", "request_id"}],
+     "decisions": [{"kind", "by", "text", "ts", "plan_id", "request_id",
+                    "grants": [{"grant_id", "scope", "effect", "covers"}]}],
      "answer": str | null, "error": str | null, "errors": [str],
      "totals": {"tool_calls", "steps", "model_calls", "tokens", "prompt_tokens", "completion_tokens", "cost",
                 "wall_ms", "failed", "denied"}}
@@ -110,13 +111,15 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
             return None  # its question is a step of its own
         return {**base, "kind": "tool", "title": p.tool, "tool": p.tool, "call_id": p.call_id,
                 "arguments": p.arguments, "risk": str(p.risk), "target": p.target, "status": "running",
-                "detail": p.reason, "risk_reason": getattr(p, "risk_reason", None)}
+                "detail": p.reason, "risk_reason": getattr(p, "risk_reason", None),
+                "grant_id": getattr(p, "grant_id", None)}
     if e.type == "authorization_denied":
         if is_file_fact(p.rule):  # an older log's "denial" of a missing file...: an error, as the runtime now says
             return {**base, "kind": "tool", "title": p.tool, "tool": p.tool, "call_id": p.call_id, "arguments": {},
                     "target": p.target, "status": "failed", "detail": p.reason, "error_type": p.rule}
         return {**base, "kind": "denied", "title": p.tool, "tool": p.tool, "call_id": p.call_id,
-                "target": p.target, "status": "denied", "detail": p.reason, "rule": p.rule}
+                "target": p.target, "status": "denied", "detail": p.reason, "rule": p.rule,
+                "grant_id": getattr(p, "grant_id", None)}
     if e.type == "human_input_requested":
         return {**base, "kind": "question", "title": "question", "detail": p.question, "status": "waiting",
                 "call_id": p.call_id, "request_id": p.request_id}
@@ -229,7 +232,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         steps.append(step)
     plans = [
         {"plan_id": plan.plan_id, "purpose": plan.purpose, "max_risk": str(plan.max_risk),
-         "auto_executing": plan.auto_executing, "status": plan.status,
+         "auto_executing": plan.auto_executing, "status": plan.status, "grant_offer": plan.grant_offer,
          "steps": [_with_order(s.model_dump(mode="json"), asked) for s in plan.steps]}
         for plan in state.plans.values()
     ]

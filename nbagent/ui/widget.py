@@ -34,6 +34,7 @@ import traitlets
 
 from ..bus import EventBus
 from ..deciders import Answer, InteractiveDecider, Verdict
+from ..grants import GrantSpec
 
 log = logging.getLogger("nbagent.ui")
 
@@ -280,10 +281,12 @@ class RunView(_Clickable):
             return False
         value: Verdict | Answer
         if pending.get("kind") == "approval" and action in APPROVAL_ACTIONS:
+            scope = decision.get("scope")
+            grant = GrantSpec(scope=scope) if scope in ("run", "session") and action != "refine" else None
             if action == "approve":
-                value = Verdict.approve(by="user")
+                value = Verdict.approve(by="user", grant=grant)
             elif action == "deny":
-                value = Verdict.deny(text.strip(), by="user")
+                value = Verdict.deny(text.strip(), by="user", grant=grant)
             elif not text.strip():
                 log.debug("ignored a refine without feedback for request %r", request_id)
                 return False
@@ -299,7 +302,8 @@ class RunView(_Clickable):
         if self.decider is None or not self.decider.resolve(request_id, value, early=True):
             log.debug("ignored a decision for request %r: nothing waits for it", request_id)
             return False
-        self.accepted.append({"request_id": request_id, "action": action, "text": text})
+        self.accepted.append({"request_id": request_id, "action": action, "text": text,
+                              "scope": decision.get("scope")})
         self.decided = request_id
         return True
 

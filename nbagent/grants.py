@@ -1,0 +1,399 @@
+"""Grants: a person's yes (or no) that answers later questions of the same kind, recorded where an auditor sees it.
+
+A grant is given with a decision on a plan ("approve write_file to report.md for the rest of this run") and is a
+`grant_given` event in the log; `grant_revoked` ends it early. Both live in the session's own chain (events with
+no run id), so every run of the session, every kernel and the CLI read the same grants, and `nbagent verify`
+checks them with the rest of the log. A grant holds:
+
+- `effect`: `allow` answers yes, `reject` answers no;
+- `scope`: `run` (the run it was given in, with its sub-agents, until the run ends) or `session` (every run of
+  the notebook's agent session until it expires: 8 hours unless said otherwise); "this call only" is a plain
+  approval, not a grant;
+- what it covers: one `tool`; `paths`, patterns every path the call names must match (gitignore syntax anchored
+  at the notebook's folder: `*` stays inside a folder, `**` crosses folders); `arguments`, glob patterns for
+  other arguments; and, for `allow`, `max_risk`, the risk of what the person saw.
+
+Grants only answer questions: a call the autonomy table runs without asking, or refuses, is not touched. An allow
+grant never covers a higher risk than the one approved, another tool, or a write Python would run (`risk.py`):
+those always ask. A person's answer to a plan that lists the exact call wins over any grant. Headless policies
+(`--approve all|none|low`) see no session grants: what they do stays what their flag says.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Literal
+
+from pathspec import PathSpec
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+from pydantic import BaseModel, Field
+
+from .events import canonical_json
+from .levels import Risk
+
+if TYPE_CHECKING:
+    from .events import EventBase, PlanStep
+    from .store import Store
+    from .tools.base import Tool
+
+SESSION_HOURS = 8.0  # a session grant's default lifetime: a working day, not forever
+
+
+class GrantError(ValueError):
+    """A grant that cannot be given or revoked as asked; the message says why, and nothing was recorded."""
+
+
+class GrantSpec(BaseModel):
+    """What a person asks for with a decision: how far it reaches, and (optionally) what it covers."""
+
+    scope: Literal["run", "session"]
+    paths: list[str] | None = None  # None: exactly the paths the plan's calls name
+    arguments: dict[str, str] = Field(default_factory=dict)
+    expires_in: float | None = None  # seconds; None: the scope's default (a run's end; SESSION_HOURS)
+
+
+class GrantTerms(BaseModel):
+    """What one grant covers (the payload of `grant_given`, less who and when)."""
+
+    effect: Literal["allow", "reject"]
+    scope: Literal["run", "session"]
+    tool: str
+    paths: list[str] = Field(default_factory=list)
+    arguments: dict[str, str] = Field(default_factory=dict)
+    max_risk: Risk = Risk.READ_ONLY
+
+
+def covers_text(terms: GrantTerms) -> str:
+    """`write_file path=report.md up to WRITE_LOW_RISK`: what a grant covers, in one line."""
+    parts = [terms.tool]
+    parts += [f"path={p}" for p in terms.paths] or (["(no paths)"] if terms.effect == "allow" else [])
+    parts += [f"{k}={v}" for k, v in sorted(terms.arguments.items())]
+    if terms.effect == "allow":
+        parts.append(f"up to {terms.max_risk.value}")
+    return " ".join(parts)
+
+
+class Grant(GrantTerms):
+    """A grant as the log holds it, with its state at the time it is read."""
+
+    grant_id: str
+    by: str = "user"
+    given_at: str
+    expires_at: str | None = None
+    run_id: str | None = None  # the run whose decision gave it
+    root_run_id: str | None = None  # the run tree a run-scoped grant covers
+    plan_id: str | None = None
+    session_id: str = ""
+    revoked_at: str | None = None
+    revoked_by: str | None = None
+
+    def active(self, now: datetime) -> bool:
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or now < datetime.fromisoformat(self.expires_at)
+
+    def status(self, now: datetime, run_ended: bool = False) -> str:
+        if self.revoked_at is not None:
+            return f"revoked {_hm(self.revoked_at)} by {self.revoked_by}"
+        if self.expires_at is not None and now >= datetime.fromisoformat(self.expires_at):
+            return f"expired {_hm(self.expires_at)}"
+        if self.scope == "run" and run_ended:
+            return "ended with its run"
+        return "active" + (f" until {_hm(self.expires_at)}" if self.expires_at else "")
+
+    def covers_text(self) -> str:
+        return covers_text(self)
+
+    def describe(self) -> str:
+        """The line a step shows: "allowed by grant G, given 14:02 by user (for this run: ...)"."""
+        verb = "allowed" if self.effect == "allow" else "rejected"
+        reach = "for this run" if self.scope == "run" else "for the session"
+        return (f"{verb} by grant {self.grant_id}, given {_hm(self.given_at)} by {self.by} "
+                f"({reach}: {self.covers_text()})")
+
+
+def now() -> datetime:
+    """The clock grants expire by (tests move it)."""
+    return datetime.now(UTC)
+
+
+def _hm(ts: str) -> str:
+    try:
+        return datetime.fromisoformat(ts).strftime("%H:%M")
+    except ValueError:
+        return ts
+
+
+# ------------------------------------------------------------------------------------------------ matching
+
+
+def normal_path(value: str) -> str:
+    """A path as the model wrote it, in the one form patterns are matched against."""
+    text = str(value).replace("\\", "/")
+    norm = posixpath.normpath(text) if text else text
+    return norm[2:] if norm.startswith("./") else norm
+
+
+def exact(path: str) -> str:
+    """A pattern matching exactly this path (what a person saw on the card)."""
+    return GitIgnoreSpecPattern.escape(normal_path(path))
+
+
+@lru_cache(maxsize=512)
+def _spec(pattern: str) -> PathSpec:
+    return PathSpec.from_lines("gitignore", ["/" + pattern.lstrip("/")])
+
+
+def path_matches(pattern: str, value: str) -> bool:
+    """True when `pattern` (anchored at the notebook's folder) covers the path `value`.
+
+    A path that climbs out (`..`) or is absolute is covered only by its exact pattern: a wildcard given for the
+    folder never reaches past it.
+    """
+    norm = normal_path(value)
+    if norm.startswith("/") or norm == ".." or norm.startswith("../"):
+        return pattern == exact(norm)
+    if not norm or norm == ".":
+        return pattern == exact(norm)
+    return _spec(pattern).match_file(norm)
+
+
+def _argument_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError, RecursionError):
+        return "\0unmatchable"
+
+
+def covers(terms: GrantTerms, tool: Tool | None, name: str, arguments: Mapping[str, Any]) -> bool:
+    """True when the grant's terms cover this call's tool and arguments (risk is the caller's business).
+
+    Every path the call names must match one of the grant's path patterns, so a grant for `report.md` never
+    covers a call that also names `secret.md`; a grant with no paths covers only calls that name none.
+    """
+    if name != terms.tool:
+        return False
+    values = [v for _, v in tool.paths(dict(arguments))] if tool is not None else []
+    if not all(any(path_matches(p, v) for p in terms.paths) for v in values):
+        return False
+    for key, pattern in terms.arguments.items():
+        if key not in arguments or not fnmatch.fnmatchcase(_argument_text(arguments[key]), pattern):
+            return False
+    return True
+
+
+def allows(grant: Grant, tool: Tool | None, name: str, arguments: Mapping[str, Any], risk: Risk,
+           risk_reason: str | None) -> bool:
+    """An allow grant lets this call run: the terms cover it, at or below the approved risk, and it plants no
+    code (a write Python would run always asks)."""
+    return (grant.effect == "allow" and risk_reason is None and risk.rank <= grant.max_risk.rank
+            and covers(grant, tool, name, arguments))
+
+
+def rejects(grant: Grant, tool: Tool | None, name: str, arguments: Mapping[str, Any]) -> bool:
+    return grant.effect == "reject" and covers(grant, tool, name, arguments)
+
+
+# ------------------------------------------------------------------------------------------------ giving
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d|day)s?\s*$", re.IGNORECASE)
+_UNIT = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, "day": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """`30m`, `2h`, `1d` -> seconds; a clear error otherwise."""
+    m = _DURATION.match(text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise GrantError(f"--expires {text!r}: give a duration such as 30m, 2h or 1d")
+    return float(m.group(1)) * _UNIT[m.group(2).lower()]
+
+
+def terms_for(steps: Iterable[PlanStep], spec: GrantSpec, effect: Literal["allow", "reject"],
+              tools: Mapping[str, Tool]) -> tuple[list[GrantTerms], list[str]]:
+    """The grants a decision on these steps gives, and the steps it cannot cover (said to the person).
+
+    One grant per tool and set of patterns, at the highest risk among the steps it was given for. With patterns
+    from the person, a step is granted only if the patterns cover it; patterns that cover no step are an error
+    (`GrantError`), so a typo never records a grant that was meant for something.
+    """
+    groups: dict[str, GrantTerms] = {}
+    left_out: list[str] = []
+    for step in steps:
+        tool = tools.get(step.tool)
+        label = f"{step.tool} {step.target or ''}".strip()
+        if effect == "allow" and step.risk_reason:
+            left_out.append(f"{label}: {step.risk_reason}; it is approved this once only")
+            continue
+        if spec.paths is None:
+            paths = sorted({exact(v) for _, v in (tool.paths(step.arguments) if tool is not None else [])})
+        else:
+            paths = list(dict.fromkeys(p.strip() for p in spec.paths if p.strip()))
+        candidate = GrantTerms(effect=effect, scope=spec.scope, tool=step.tool, paths=paths,
+                               arguments=dict(spec.arguments),
+                               max_risk=step.risk if effect == "allow" else Risk.READ_ONLY)
+        if not covers(candidate, tool, step.tool, step.arguments):
+            left_out.append(f"{label}: not matched by the patterns given")
+            continue
+        key = canonical_json(candidate.model_dump(mode="json", exclude={"max_risk"}))
+        held = groups.get(key)
+        if held is None or held.max_risk.rank < candidate.max_risk.rank:
+            groups[key] = candidate
+    if not groups:
+        wanted = " ".join([*(f"path={p}" for p in spec.paths or []),
+                           *(f"{k}={v}" for k, v in spec.arguments.items())]) or "the plan's own calls"
+        seen = ", ".join(f"{s.tool} {s.target or ''}".strip() for s in steps) or "no calls"
+        why = f" ({'; '.join(left_out)})" if left_out else ""
+        raise GrantError(f"the grant ({wanted}) covers none of the calls it would be given for ({seen}){why}; "
+                         "nothing was decided: fix the pattern, or decide without a grant")
+    return list(groups.values()), left_out
+
+
+def for_plan(steps: Iterable[PlanStep], autonomy: Any, spec: GrantSpec, effect: Literal["allow", "reject"],
+             tools: Mapping[str, Tool]) -> tuple[list[GrantTerms], list[str]]:
+    """`terms_for` over the plan's steps that needed the decision (a grant never reaches what ran anyway)."""
+    from .approval import needs_decision
+
+    return terms_for([s for s in steps if needs_decision(autonomy, s.tool, s.risk)], spec, effect, tools)
+
+
+def expiry(spec: GrantSpec, given: datetime) -> str | None:
+    seconds = spec.expires_in if spec.expires_in is not None else (
+        SESSION_HOURS * 3600 if spec.scope == "session" else None)
+    return None if seconds is None else (given + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
+    """Grants by id, folded from `grant_given` / `grant_revoked` events (any order of chains)."""
+    grants: dict[str, Grant] = {}
+    revoked: dict[str, tuple[str, str]] = {}
+    for e in events:
+        p: Any = e.payload
+        if e.type == "grant_given":
+            grants[p.grant_id] = Grant(
+                grant_id=p.grant_id, effect=p.effect, scope=p.scope, tool=p.tool, paths=p.paths,
+                arguments=p.arguments, max_risk=p.max_risk, by=p.by, given_at=e.ts, expires_at=p.expires_at,
+                run_id=p.run_id, root_run_id=p.root_run_id, plan_id=p.plan_id, session_id=e.session_id)
+        elif e.type == "grant_revoked":
+            revoked.setdefault(p.grant_id, (e.ts, p.by))
+    for gid, (ts, by) in revoked.items():
+        if gid in grants:
+            grants[gid] = grants[gid].model_copy(update={"revoked_at": ts, "revoked_by": by})
+    return grants
+
+
+def session_grants(store: Store, session_id: str) -> dict[str, Grant]:
+    """The grants of one session: its own chain holds them, so this reads only that (a few events)."""
+    from .events import parse_event
+
+    return from_events(parse_event(d) for d in store.events.docs_for_chain(f"session:{session_id}"))
+
+
+def applicable(grants: Iterable[Grant], *, root_run_id: str, session_id: str, session_wide: bool,
+               at: datetime) -> list[Grant]:
+    """The grants that answer for a run now: its run tree's, and the session's when `session_wide` (a person
+    may be asked in this run; a headless policy or a replay brings its own answers)."""
+    out = []
+    for g in grants:
+        if not g.active(at) or g.session_id != session_id:
+            continue
+        if g.root_run_id == root_run_id or (g.scope == "session" and session_wide):
+            out.append(g)
+    return out
+
+
+def answering(grants: Iterable[Grant], tool: Tool | None, name: str, arguments: Mapping[str, Any], risk: Risk,
+              risk_reason: str | None) -> Grant | None:
+    """The grant that answers this call: a matching rejection first (a no is never overruled by a yes), then
+    an allow grant that covers it; None when the person must be asked."""
+    grants = list(grants)
+    for g in grants:
+        if rejects(g, tool, name, arguments):
+            return g
+    for g in grants:
+        if allows(g, tool, name, arguments, risk, risk_reason):
+            return g
+    return None
+
+
+def all_grants(store: Store) -> list[Grant]:
+    """Every grant of every session in the store, oldest first."""
+    grants = from_events(store.query_events(types=["grant_given", "grant_revoked"]))
+    return sorted(grants.values(), key=lambda g: g.given_at)
+
+
+def find(store: Store, grant_id: str) -> Grant:
+    """A grant by id or unique prefix (as run ids are found)."""
+    grants = all_grants(store)
+    exact_hit = [g for g in grants if g.grant_id == grant_id]
+    hits = exact_hit or [g for g in grants if grant_id and g.grant_id.startswith(grant_id.upper())]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise GrantError(f"no grant {grant_id!r} in {store.path}; `%agent grants` lists them")
+    raise GrantError(f"{grant_id!r} is the start of {len(hits)} grants; give more of the id")
+
+
+def _uses(store: Store) -> dict[str, int]:
+    uses: dict[str, int] = {}
+    for e in store.query_events(types=["tool_call_started", "authorization_denied"]):
+        gid = getattr(e.payload, "grant_id", None)
+        if gid:
+            uses[gid] = uses.get(gid, 0) + 1
+    return uses
+
+
+def _run_ended(store: Store, run_id: str | None) -> bool:
+    if not run_id:
+        return False
+    try:
+        return store.run_state(run_id).is_terminal
+    except Exception:  # a run the log no longer has whole: treat its grants as ended
+        return True
+
+
+def grants_table(store: Store, *, everything: bool = False) -> str:
+    """The grants as a table: id, what it answers, reach, what it covers, given when and by whom, state, uses."""
+    at = now()
+    rows = []
+    uses = _uses(store)
+    for g in all_grants(store):
+        state = g.status(at, run_ended=_run_ended(store, g.root_run_id))
+        if not everything and not state.startswith("active"):
+            continue
+        rows.append((g.grant_id, g.effect, "run " + (g.root_run_id or "")[-8:] if g.scope == "run" else "session",
+                     covers_text(g), f"{_hm(g.given_at)} by {g.by}", state, str(uses.get(g.grant_id, 0))))
+    if not rows:
+        hidden = "" if everything else " in force (--all shows ended ones too)"
+        return f"no grants{hidden} in {store.path.name}"
+    head = ("GRANT", "EFFECT", "FOR", "COVERS", "GIVEN", "STATE", "USED")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows])
+
+
+def revoke(store: Store, grant_id: str, *, by: str = "user", reason: str = "") -> str:
+    """End a grant now (a `grant_revoked` event); a grant already ended is an error and nothing is recorded."""
+    from .events import GrantRevoked
+
+    g = find(store, grant_id)
+    at = now()
+    if g.revoked_at is not None:
+        raise GrantError(f"grant {g.grant_id} was already revoked at {_hm(g.revoked_at)} by {g.revoked_by}; "
+                         "nothing changed")
+    if not g.active(at):
+        raise GrantError(f"grant {g.grant_id} expired at {_hm(g.expires_at or '')}; nothing to revoke")
+    if g.scope == "run" and _run_ended(store, g.root_run_id):
+        raise GrantError(f"grant {g.grant_id} ended with its run {g.root_run_id}; nothing to revoke")
+    store.append(GrantRevoked(grant_id=g.grant_id, by=by, reason=reason), session_id=g.session_id)
+    return (f"revoked grant {g.grant_id} ({covers_text(g)}, {'for its run' if g.scope == 'run' else 'for the session'})"
+            ": later calls it covered will ask again")
