@@ -43,7 +43,7 @@ def records(nb: Any) -> list[dict[str, Any]]:
 def test_every_notebook_but_real_models_is_tested() -> None:
     names = {p.name for p in NOTEBOOKS.glob("*.ipynb")}
     assert names == {"quickstart.ipynb", "autonomy.ipynb", "file-scope.ipynb", "kernel-tools.ipynb",
-                     "your-own-tools.ipynb", "replay.ipynb", "real-models.ipynb"}
+                     "your-own-tools.ipynb", "replay.ipynb", "real-models.ipynb", "mcp.ipynb"}
 
 
 def test_quickstart(folder: Path) -> None:
@@ -113,3 +113,20 @@ def test_replay_offline_and_verify(folder: Path) -> None:
     assert original["model"] == "nbagent/scripted" and replayed["model"] == "nbagent/replay"
     assert replayed["answer"] == original["answer"] and replayed["status"] == "completed"
     assert "every chain intact" in streams(nb) and "exit status 0" in streams(nb)
+
+
+def test_mcp_server_offline(folder: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("mcp_server_time") is None:
+        pytest.skip("mcp-server-time is not installed: pip install -e '.[test]' installs it")
+    _, nb = execute(folder, "mcp.ipynb", "all")
+    converted, clock = records(nb)
+    assert converted["status"] == "completed" and "**23:30** in Tokyo" in converted["answer"]
+    assert [s.get("tool") for s in converted["steps"] if s["kind"] == "tool"] == ["mcp__time__convert_time"]
+    assert not converted["decisions"]  # read-only: ran at L1 without asking
+    assert clock["status"] == "completed" and clock["decisions"][0]["by"] == "policy:all"
+    out = streams(nb)
+    assert "[MCP server time; readOnlyHint: true]" in out and "[MCP server clock; \"risk\" in" in out
+    assert "tool_call_started mcp__time__convert_time READ_ONLY" in out
+    assert "tool_call_started mcp__clock__get_current_time WRITE_HIGH_RISK" in out
