@@ -22,6 +22,7 @@ import errno
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,86 @@ STORE_SUFFIX = ".nbagent"
 FORMAT = "nbagent-store"
 FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 30.0
+
+try:
+    import fcntl
+except ImportError:  # Windows: filelock's portable lock
+    fcntl = None  # type: ignore[assignment]
+
+
+class _HeldLock:
+    """The store's write lock: `flock` on a descriptor opened once, not filelock's open-lock-close per acquire.
+
+    filelock opened, locked, truncated and closed the lock file on every append (~55 µs, three times a step); here
+    an acquire is one `flock(LOCK_EX | LOCK_NB)` and one `stat` of the path. The lock is the same kind filelock
+    takes (`flock` on the file `lock`), so processes running either version exclude each other. Re-entrant within
+    a process (the store's thread lock serialises threads first). Two cases would make a held descriptor lock the
+    wrong file: after `fork` the child's inherited descriptor shares the parent's lock (so the child opens its own),
+    and a lock file deleted or replaced (the timeout message suggests deleting it) leaves the descriptor on a
+    dead inode that other processes no longer open (so after locking, the path must still be that file).
+    """
+
+    POLL_S = 0.005
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._fd: int | None = None
+        self._pid = 0
+        self._depth = 0
+
+    def _open(self) -> int:
+        if self._fd is not None and self._pid != os.getpid():
+            self._fd = None  # inherited through fork: never lock or close the parent's description
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._pid = os.getpid()
+        return self._fd
+
+    def _drop(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd = None
+
+    def acquire(self) -> None:
+        if self._depth and self._pid == os.getpid():
+            self._depth += 1
+            return
+        self._depth = 0
+        deadline = None
+        while True:
+            fd = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.timeout
+                elif now >= deadline:
+                    raise Timeout(self.path) from None
+                time.sleep(self.POLL_S)
+                continue
+            try:
+                held, named = os.fstat(fd), os.stat(self.path)
+                same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._depth = 1
+                return
+            self._drop()  # the file was deleted or replaced while we held or waited for it: lock the new one
+
+    def release(self) -> None:
+        if self._depth <= 0:
+            return
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._depth == 0:
+            self._drop()
 
 
 class SessionRecord(BaseModel):
@@ -97,7 +178,11 @@ class Store:
             self._create_or_check()
         self._tlock = threading.RLock()
         self._leases: dict[str, FileLock] = {}  # leases taken by create_run, held by this process
-        self._flock = FileLock(str(path / "lock"), thread_local=False, timeout=LOCK_TIMEOUT_S)
+        self._flock: _HeldLock | FileLock = (
+            _HeldLock(str(path / "lock"), LOCK_TIMEOUT_S) if fcntl is not None
+            else FileLock(str(path / "lock"), thread_local=False, timeout=LOCK_TIMEOUT_S))
+        self._run_sessions: dict[str, str] = {}  # run id -> its session (never changes)
+        self._fold = threading.Lock()  # folding events into self._states
         self._log = EventLog(self.events_path)
         self.events = EventTable(self._log)
         self._db = open_tables(self.tables_path, readonly)
@@ -177,6 +262,8 @@ class Store:
 
     def close(self) -> None:
         self._log.close()
+        if isinstance(self._flock, _HeldLock):
+            self._flock.close()
 
     def __enter__(self) -> Store:
         return self
@@ -239,6 +326,12 @@ class Store:
             durable = payload.event_type in CHECKPOINT_TYPES if sync is None else sync
             written = self._log.append(record, sync=durable)
             event = parse_event(written)
+            if run_id is not None:
+                self._run_sessions.setdefault(run_id, session_id)
+                with self._fold:  # the run's state is folded up to this event: apply it (no second parse)
+                    state = self._states.get(run_id)
+                    if state is not None and state.event_count == self._log.chain_len(run_id) - 1:
+                        state.apply(event)
             if run_id is not None and payload.event_type in CHECKPOINT_TYPES:
                 self._checkpoint(run_id)
             return event
@@ -354,9 +447,13 @@ class Store:
         )
 
     def _session_of(self, run_id: str) -> str:
+        known = self._run_sessions.get(run_id)
+        if known is not None:
+            return known
         self._log.refresh()
         first = self._log.first(run_id)
         if first is not None:
+            self._run_sessions[run_id] = str(first["session_id"])
             return str(first["session_id"])
         row = self.runs.get(doc_id=run_id)
         if row is None:
@@ -421,12 +518,14 @@ class Store:
     def run_state(self, run_id: str) -> RunState:
         """The run's state, folded from its events; kept current incrementally."""
         run_id = run_id if run_id in self._states else self.resolve_run(run_id)
-        state = self._states.get(run_id)
-        if state is None:
-            state = self._states[run_id] = RunState()
         self._log.refresh()
-        for record in self._log.chain(run_id, state.event_count):
-            state.apply(parse_event(record))
+        with self._fold:
+            state = self._states.get(run_id)
+            if state is None:
+                state = self._states[run_id] = RunState()
+            if state.event_count < self._log.chain_len(run_id):
+                for record in self._log.chain(run_id, state.event_count):
+                    state.apply(parse_event(record))
         return state
 
     def get_run(self, run_id: str) -> RunRecord:
