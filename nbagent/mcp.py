@@ -351,14 +351,7 @@ class Server:
             try:
                 async with Client(transport, read_timeout_seconds=self.config.timeout,
                                   client_info=Implementation(name="nbagent", version=__version__)) as client:
-                    tools: list[Any] = []
-                    cursor = None
-                    for _ in range(100):  # pages
-                        page = await client.list_tools(cursor=cursor)
-                        tools.extend(page.tools)
-                        cursor = page.next_cursor
-                        if not cursor:
-                            break
+                    tools = await self._list(client)
                     self._client = client
                     if not ready.done():
                         ready.set_result(tools)
@@ -379,6 +372,18 @@ class Server:
             self._client = None
             if self.state == "running":
                 self.state = "stopped"
+
+    @staticmethod
+    async def _list(client: Any, cache_mode: str = "use") -> list[Any]:
+        tools: list[Any] = []
+        cursor = None
+        for _ in range(100):  # pages
+            page = await client.list_tools(cursor=cursor, cache_mode=cache_mode)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
 
     async def _start(self) -> list[Any]:
         if self._task is not None and not self._task.done():  # a session left from before it failed
@@ -438,24 +443,28 @@ class Server:
 
     # ------------------------------------------------------------------ from other threads
 
-    def start(self) -> concurrent.futures.Future[Any] | None:
-        """Start it (non-blocking) unless it runs or is starting; returns the future to wait on, or None."""
+    async def _ensure(self) -> list[Any]:
+        """The tools of a running server that still answers a ping; else (never started, failed, its process gone
+        since) a fresh start."""
+        client = self._client
+        if client is not None and self.state == "running":
+            try:  # a fresh listing: proves it answers (ping is gone from the 2026 protocol) and sees changed tools
+                return await asyncio.wait_for(self._list(client, "refresh"), min(self.config.timeout, 5))
+            except Exception:
+                self._failed("it stopped answering")
+        self.noise.clear()
+        return await self._start()
+
+    def start(self) -> concurrent.futures.Future[Any]:
+        """Make sure it runs (non-blocking): the future gives its tools, after a start when one is needed."""
         with self._lock:
-            if self.state == "running" and self._client is not None:
-                return None
             if self._starting is not None and not self._starting.done():
                 return self._starting
-            self.state, self.error = "new", None
-            self.noise.clear()
-            self._starting = _background().submit(self._start())
+            self._starting = _background().submit(self._ensure())
             return self._starting
 
-    def wait_started(self, future: concurrent.futures.Future[Any] | None, timeout: float) -> None:
+    def wait_started(self, future: concurrent.futures.Future[Any], timeout: float) -> None:
         """Block until the start ends (bounded); raise MCPConfigError with one clear line when it failed."""
-        if future is None:
-            if self.state != "running":
-                raise MCPConfigError(self._start_error(self.error or "it is not running"))
-            return
         try:
             tools = future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
@@ -640,6 +649,18 @@ def toolset(loaded: Loaded, folder: Path | None = None, taken: Iterable[str] = (
     """Start every enabled server (in parallel, each bounded by its timeout) and make its tools. `taken` names
     tools that exist already: an MCP tool of the same name is left out, with a line saying so."""
     out = Toolset(problems=list(loaded.problems))
+    try:
+        from mcp import Client  # noqa: F401  (the client of mcp 2.x)
+    except ImportError:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            have = f"mcp {version('mcp')} is installed"
+        except PackageNotFoundError:
+            have = "mcp is not installed"
+        if loaded.servers:
+            out.problems.append(f"MCP servers need the mcp package 2.3 or newer ({have}): pip install 'mcp>=2.3'")
+        return out
     wanted: list[Server] = []
     for name, config in loaded.servers.items():
         if config.disabled:

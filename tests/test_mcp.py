@@ -124,10 +124,25 @@ def test_a_real_server_tools_have_its_schema_and_risk() -> None:
 def test_servers_start_once_per_process() -> None:
     needs("mcp_server_time")
     first, _ = lines({"mcpServers": {"time": TIME}})
-    again, _ = lines({"mcpServers": {"time": TIME}})
     server = next(s for s in mcp._servers.values() if s.name == "time" and s.config.args == TIME["args"])
-    assert server.state == "running" and first[0].server == again[0].server == "time"
+    task = server._task
+    again, _ = lines({"mcpServers": {"time": TIME}})
+    assert server.state == "running" and server._task is task  # the same session: not started again
+    assert [t.name for t in first] == [t.name for t in again]
     assert len([s for s in mcp._servers.values() if s.name == "time" and s.config.args == TIME["args"]]) == 1
+
+
+def test_a_server_whose_process_died_between_runs_is_started_again() -> None:
+    import os
+    import signal
+
+    config = {"mcpServers": {"ok": broken("ok", 5, "", "pid-test")}}
+    found, _ = lines(config)
+    pid = int(asyncio.run(next(t for t in found if t.remote_name == "pid").call({})))
+    os.kill(pid, signal.SIGKILL)
+    again, problems = lines(config)  # the next run's listing finds it gone and starts it again
+    assert problems == []
+    assert int(asyncio.run(next(t for t in again if t.remote_name == "pid").call({}))) != pid
 
 
 def test_risk_from_annotations_read_only_runs_at_l1_a_destructive_call_is_proposed(repo: Path) -> None:
