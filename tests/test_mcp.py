@@ -331,3 +331,10 @@ def test_a_streamable_http_server_with_headers(http_server: str) -> None:
     assert asyncio.run(by["add"].call({"a": 2, "b": 3})) == {"result": 5}
     assert len(problems) == 1 and problems[0].startswith("MCP server 'refused' (the MCP config) did not start: ")
     assert f"URL {http_server}" in problems[0]
+
+
+def test_the_mcp_module_imports_no_ipython_widgets_or_litellm() -> None:
+    code = ("import sys, nbagent.mcp; bad = [m for m in ('IPython', 'ipywidgets', 'anywidget', 'litellm', 'ipykernel') "
+            "if m in sys.modules]; print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
