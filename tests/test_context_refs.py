@@ -277,3 +277,13 @@ def test_variables_and_cells_together_and_literal_braces() -> None:
     assert "`In[1]` (the source of cell [1]):\n```python\na = 1\n```" in final["content"]
     with pytest.raises(BadReference, match=r"\{Out\[3\]\} is this %%agent cell itself"):
         expand_all("{Out[3]}", {}, nb)
+
+
+def test_a_result_out_did_not_keep_is_given_in_its_text_form() -> None:
+    cap = OutputCapture(_Shell())
+    cap.current = 2
+    cap._add("execute_result", {"text/plain": "<b>bold</b> as text", "text/html": "<b>bold</b>"})
+    nb = Notebook(current=3, inputs=["", "a", "b"], results={}, captured=cap)  # Out's cache was off
+    _, _, refs = expand_all("{Out[2]}", {}, nb)
+    (final,), _ = for_model([notebook_message(refs, nb)], "nbagent/scripted")  # type: ignore[list-item]
+    assert "returned (text/html; its text form):\n```\n<b>bold</b> as text\n```" in final["content"]

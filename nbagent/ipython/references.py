@@ -251,9 +251,10 @@ def _out_parts(n: int, nb: Notebook) -> list[Any]:
                 parts.append("\n".join(lines))
                 parts.append(ImageRef(out.image, n))
                 lines = []
-        elif out.kind == "display_data":
+        elif out.kind == "display_data" or n not in nb.results:  # a result IPython's Out did not keep: its text
             others = [m for m in out.mimes if m != "text/plain"]
-            head = "displayed" + (f" ({', '.join(others)}; its text form)" if others else "")
+            verb = "displayed" if out.kind == "display_data" else "returned"
+            head = verb + (f" ({', '.join(others)}; its text form)" if others else "")
             lines.append(head + ":\n" + _fence(out.text or "") + (f"\n[… clipped: {out.text_truncated}]"
                                                                  if out.text_truncated else ""))
     if cell is not None and cell.dropped:
