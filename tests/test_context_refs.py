@@ -59,7 +59,7 @@ def notebook(k: Kernel) -> None:
     assert k.run(PNG_SOURCE + "from IPython.display import Image, display\nprint('hello')\n"
                  "display(Image(data=png(64, 32), format='png'))", cell_id="c2").ok
     assert not k.run("total = 10\ncount = 0\nmean = total / count", cell_id="c3").ok
-    assert k.run("y = 1", cell_id="c4").ok
+    assert k.run("%%capture\ny = 1", cell_id="c4").ok  # a magic: {In[5]} is it as typed
 
 
 # ------------------------------------------------------------------------------------------- in a real kernel
@@ -83,7 +83,7 @@ def test_in_out_err_and_an_image_reach_the_recorded_request_as_text_for_a_text_m
     assert 'returned: {"type": "int", "size_bytes": 28, "repr": "42"}' in context  # Out[2], summarised
     assert "printed:\n```\nhello\n```" in context
     assert "displayed a PNG image, 64\u00d732, 129 B, from cell [3]" in context and "base64" not in context
-    assert "`In[5]` (the source of cell [5]):\n```python\ny = 1\n```" in context  # {In[-1]}: the cell before
+    assert "`In[5]` (the source of cell [5]):\n```python\n%%capture\ny = 1\n```" in context  # {In[-1]}
     assert "`Err` (the last error of this kernel): ZeroDivisionError: division by zero" in context
     assert "mean = total / count" in context and "Traceback (most recent call last)" in context
     prompt = request["messages"][1]["content"]

@@ -7,7 +7,8 @@ variable (so an e-mail address or a decorator in the text is left alone). `{{` a
 
 The notebook (docs/context.md), all from this kernel's own history and nothing else:
 
-- `{In[n]}`: the source of cell [n] (IPython's `In`), clipped at `MAX_SOURCE` characters (said so);
+- `{In[n]}`: the source of cell [n] as typed (IPython's raw input history; `In` holds its Python form), clipped
+  at `MAX_SOURCE` characters (said so);
 - `{Out[n]}`: what cell [n] returned (IPython's `Out`, summarised as variables are), printed (when IPython's
   history recorded it) and displayed (outputs.py: text clipped, images as image parts for a model that takes
   images, described in a line for one that does not, or when too big);
@@ -61,9 +62,12 @@ class Notebook:
     def of(cls, shell: Any, captured: OutputCapture | None, last_error: dict[str, str] | None) -> Notebook:
         ns = getattr(shell, "user_ns", {}) or {}
         count = getattr(shell, "execution_count", None)
-        inputs = ns.get("In")
+        history = getattr(shell, "history_manager", None)
+        inputs = getattr(history, "input_hist_raw", None)  # as typed: `%matplotlib inline`, not In's Python form
+        if not isinstance(inputs, list) or len(inputs) < 2:
+            inputs = ns.get("In")
         results = ns.get("Out")
-        printed = getattr(getattr(shell, "history_manager", None), "outputs", None)
+        printed = getattr(history, "outputs", None)
         return cls(current=count - 1 if isinstance(count, int) and count > 1 else 1,
                    inputs=inputs if isinstance(inputs, list) else [],
                    results=results if isinstance(results, dict) else {},
