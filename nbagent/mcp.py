@@ -632,6 +632,11 @@ def _server(name: str, config: ServerConfig, source: str, folder: Path | None) -
     with _servers_lock:
         server = _servers.get(key)
         if server is None:
+            # the same server with an edited entry: the old process is stopped (in the background), not kept
+            for old_key, old in list(_servers.items()):
+                if old.name == name and old.folder == folder and old.source == source and old._task is not None:
+                    del _servers[old_key]
+                    _background().submit(old._stop_session())
             server = _servers[key] = Server(name, config, source, folder)
         return server
 

@@ -145,6 +145,24 @@ def test_a_server_whose_process_died_between_runs_is_started_again() -> None:
     assert int(asyncio.run(next(t for t in again if t.remote_name == "pid").call({}))) != pid
 
 
+def test_an_edited_entry_stops_the_old_server() -> None:
+    first, _ = lines({"mcpServers": {"edited": broken("ok", 5)}}, folder=Path(BROKEN).parent)
+    old = next(s for s in mcp._servers.values() if s.name == "edited")
+    pid = int(asyncio.run(next(t for t in first if t.remote_name == "pid").call({})))
+    again, _ = lines({"mcpServers": {"edited": broken("ok", 6)}}, folder=Path(BROKEN).parent)
+    assert [s for s in mcp._servers.values() if s.name == "edited"] != [old]
+    assert int(asyncio.run(next(t for t in again if t.remote_name == "pid").call({}))) != pid
+    mcp._background().submit(asyncio.sleep(0)).result(10)  # the old session's stop was queued before this
+    old_task = old._task
+    assert old_task is not None
+    mcp._background().submit(asyncio.wait_for(asyncio.shield(old_task), 20)).result(30)
+    assert old_task.done()
+    import os
+
+    with pytest.raises(ProcessLookupError):  # its process is gone
+        os.kill(pid, 0)
+
+
 def test_risk_from_annotations_read_only_runs_at_l1_a_destructive_call_is_proposed(repo: Path) -> None:
     needs("mcp_server_git")
     config = {"mcpServers": {"git": {"command": "python", "args": ["-m", "mcp_server_git"]}}}
