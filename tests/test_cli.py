@@ -17,7 +17,7 @@ from nbagent import events as E
 from nbagent.cli import build_parser, main
 from nbagent.store import Store, StoreReadOnly
 
-COMMANDS = ["runs", "show", "verify", "run"]
+COMMANDS = ["runs", "show", "verify", "run", "grants", "revoke"]
 
 
 def snapshot(folder: Path) -> dict[str, str]:
