@@ -65,6 +65,8 @@ REOPEN_REPS = 3
 
 TARGET_VS_TINYDB = 1000.0  # TinyDB default p99 at 10k / our p99 at 100k, at least
 TARGET_FLAT = 3.0  # our p99 at 100k / our p99 at 100, at most
+TARGET_REOPEN_S = 0.3  # issue 16: reopening 100k events, seconds, at most
+TARGET_REOPEN_MB = 60.0  # issue 16: memory held by a store reopened on 100k events, MB, at most
 
 _T0 = time.perf_counter()
 
@@ -327,6 +329,35 @@ def fmt_us(v: float | None) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}"
 
 
+def reopen_part(path: Path) -> dict[str, Any]:
+    """Reopen the store read-only (+ run_ids), REOPEN_REPS times: median seconds and RSS growth; and the baseline,
+    every line parsed with json.loads and kept (what reopening cost at least before the lazy index)."""
+    times, mems = [], []
+    for _ in range(REOPEN_REPS):
+        gc.collect()
+        before = rss_mb()
+        t0 = time.perf_counter()
+        ro = Store(path, readonly=True)
+        ro.run_ids()
+        times.append(time.perf_counter() - t0)
+        after = rss_mb()
+        if before is not None and after is not None:
+            mems.append(after - before)
+        ro.close()
+        del ro
+    gc.collect()
+    before = rss_mb()
+    t0 = time.perf_counter()
+    with open(path / "events.jsonl", "rb") as f:
+        parsed = [json.loads(line) for line in f]
+    base_s = time.perf_counter() - t0
+    after = rss_mb()
+    base_mb = (after - before) if before is not None and after is not None else None
+    del parsed
+    return {"reopen": statistics.median(times), "reopen_mb": statistics.median(mems) if mems else None,
+            "reopen_base": base_s, "reopen_base_mb": base_mb}
+
+
 def store_part(root: Path, sizes: tuple[int, ...], k: int, seed: int, rows: dict[int, Row],
                extra: dict[str, Any]) -> Path:
     """Our store: append latency at each size, then the measurements at the largest size."""
@@ -380,19 +411,7 @@ def store_part(root: Path, sizes: tuple[int, ...], k: int, seed: int, rows: dict
     extra["log_events"] = len(store.events)
     extra["line_bytes"] = events_path.stat().st_size / extra["log_events"]
     progress(f"store @ {top:,}: reopening read-only ({extra['file_mb']:.0f} MB)")
-    reopen_times = []
-    mem_before = mem_after = None
-    for _ in range(REOPEN_REPS):
-        gc.collect()
-        mem_before = rss_mb()
-        t0 = time.perf_counter()
-        ro = Store(store.path, readonly=True)
-        ro.run_ids()
-        reopen_times.append(time.perf_counter() - t0)
-        mem_after = rss_mb()
-        del ro
-    extra["reopen"] = statistics.median(reopen_times)
-    extra["reopen_mb"] = (mem_after - mem_before) if mem_before is not None and mem_after is not None else None
+    extra.update(reopen_part(store.path))
     extra["peak_store_mb"] = peak_rss_mb()
     store.close()
     return events_path
@@ -424,6 +443,38 @@ def tinydb_part(root: Path, sizes: tuple[int, ...], events_path: Path, rows: dic
     return tiny_file_mb
 
 
+def report_reopen(extra: dict[str, Any], top: int) -> None:
+    """Issue 16's targets for reopening (at 100k events)."""
+    note = "" if top >= 100_000 else f"  (measured at {top:,} events; the targets are for 100k)"
+    t, mb = extra["reopen"], extra["reopen_mb"]
+    print(f"  reopen {t:.3f} s <= {TARGET_REOPEN_S:g} s{note}   {'PASS' if t <= TARGET_REOPEN_S else 'FAIL'}")
+    if mb is not None:
+        print(f"  reopen memory {mb:.0f} MB <= {TARGET_REOPEN_MB:g} MB{note}   "
+              f"{'PASS' if mb <= TARGET_REOPEN_MB else 'FAIL'}")
+    print(f"  reopen / baseline (json.loads of every line) = {t / extra['reopen_base']:.2f} (for information)")
+
+
+def reopen_only(top: int, seed: int) -> int:
+    print(f"nbagent store benchmark (bench/store_bench.py --reopen-only): fill to {top:,} events, then reopen")
+    with tempfile.TemporaryDirectory(prefix="nbagent-bench-") as tmp:
+        store = Store(Path(tmp) / "nb.ipynb")
+        work = Workload.create(store, Payloads(seed))
+        progress(f"filling to {top:,} events")
+        t0 = time.perf_counter()
+        work.fill_to(top)
+        progress(f"filled in {time.perf_counter() - t0:.1f} s; reopening")
+        extra: dict[str, Any] = {"file_mb": store.events_path.stat().st_size / 1e6, "log_events": len(store.events)}
+        store.close()
+        extra.update(reopen_part(store.path))
+    print(f"  reopen: Store(readonly=True) + run_ids()     {extra['reopen']:8.3f} s  (median of {REOPEN_REPS}; "
+          f"{extra['log_events']:,} events, {extra['file_mb']:.1f} MB)")
+    print(f"  memory held by the reopened store            {extra['reopen_mb'] or 0:8.1f} MB  (RSS growth, median)")
+    print(f"  baseline: json.loads of every line, kept     {extra['reopen_base']:8.3f} s, "
+          f"{extra['reopen_base_mb'] or 0:.0f} MB")
+    report_reopen(extra, top)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="sizes up to 10k only (a smoke run)")
@@ -431,10 +482,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated log sizes, e.g. 100,1000,10000,100000")
     ap.add_argument("-k", type=int, default=2000, help="timed appends per size for our store (default 2000)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--reopen-only", action="store_true", help="fill to the largest size, then time reopening only")
     args = ap.parse_args(argv)
     sizes: tuple[int, ...] = tuple(sorted(set(args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES))))
     k: int = args.k
     top = sizes[-1]
+    if args.reopen_only:
+        return reopen_only(top if args.sizes else 100_000, args.seed)
 
     print("nbagent store benchmark (bench/store_bench.py)")
     print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}, "
@@ -490,7 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  reopen: Store(readonly=True) + run_ids()     {extra['reopen']:8.2f} s  (median of {REOPEN_REPS}; "
           f"{extra['log_events']:,} events, {extra['file_mb']:.1f} MB)")
     if extra["reopen_mb"] is not None:
-        print(f"  memory held by the reopened store            {extra['reopen_mb']:8.0f} MB  (RSS growth)")
+        print(f"  memory held by the reopened store            {extra['reopen_mb']:8.0f} MB  (RSS growth, median)")
+    print(f"  baseline: json.loads of every line, kept     {extra['reopen_base']:8.2f} s, "
+          f"{extra['reopen_base_mb'] or 0:.0f} MB")
     print(f"  peak RSS after the store part                {extra['peak_store_mb']:8.0f} MB  (writer store + "
           "a reopened copy in one process)")
     if tiny_file_mb is not None:
@@ -517,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     flat = ours_top_p99 / pct(rows[lo].ours, 99)
     verdict = "PASS" if flat <= TARGET_FLAT else "FAIL"
     print(f"  ours p99 @ {top:,} / ours p99 @ {lo:,} = {flat:.2f}   (target <= {TARGET_FLAT:g}, flat)  {verdict}")
+    report_reopen(extra, top)
     progress("done")
     return 0
 

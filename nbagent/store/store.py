@@ -478,13 +478,30 @@ class Store:
         since: str | None = None,
         until: str | None = None,
     ) -> list[EventBase]:
-        """Events matching every given filter, through TinyDB's Query. `since`/`until` are ISO timestamps."""
+        """Events matching every given filter, in log order. `since`/`until` are ISO timestamps.
+
+        With `run_id`, only that run's events are read (the log's index); otherwise every event is, through
+        TinyDB's Query.
+        """
+        if run_id is not None:
+            wanted = None if types is None else ({types} if isinstance(types, str) else set(types))
+
+            def keep(d: dict[str, Any]) -> bool:  # what the TinyDB query below tests, on one run's events
+                if d.get("run_id") != run_id:
+                    return False
+                if session_id is not None and d.get("session_id") != session_id:
+                    return False
+                if wanted is not None and d.get("type") not in wanted:
+                    return False
+                if since is not None and not ("ts" in d and d["ts"] >= since):
+                    return False
+                return until is None or ("ts" in d and d["ts"] <= until)
+
+            return [parse_event(d) for d in self.events.docs_for_chain(run_id) if keep(d)]
         q = Query()
         conds = []
         if session_id is not None:
             conds.append(q.session_id == session_id)
-        if run_id is not None:
-            conds.append(q.run_id == run_id)
         if types is not None:
             conds.append(q.type.one_of([types] if isinstance(types, str) else list(types)))
         if since is not None:
