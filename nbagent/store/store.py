@@ -56,12 +56,12 @@ class _HeldLock:
     """The store's write lock: `flock` on a descriptor opened once, not filelock's open-lock-close per acquire.
 
     filelock opened, locked, truncated and closed the lock file on every append (~55 µs, three times a step); here
-    an acquire is one `flock(LOCK_EX | LOCK_NB)` and one `stat` of the path. The lock is the same kind filelock
+    an acquire is one `flock(LOCK_EX | LOCK_NB)` and one `fstat`. The lock is the same kind filelock
     takes (`flock` on the file `lock`), so processes running either version exclude each other. Re-entrant within
     a process (the store's thread lock serialises threads first). Two cases would make a held descriptor lock the
     wrong file: after `fork` the child's inherited descriptor shares the parent's lock (so the child opens its own),
     and a lock file deleted or replaced (the timeout message suggests deleting it) leaves the descriptor on a
-    dead inode that other processes no longer open (so after locking, the path must still be that file).
+    dead inode that other processes no longer open (so after locking, the file must still have a link).
     """
 
     POLL_S = 0.005
@@ -105,12 +105,7 @@ class _HeldLock:
                     raise Timeout(self.path) from None
                 time.sleep(self.POLL_S)
                 continue
-            try:
-                held, named = os.fstat(fd), os.stat(self.path)
-                same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
-            except FileNotFoundError:
-                same = False
-            if same:
+            if os.fstat(fd).st_nlink > 0:  # still the file at `path` (deleted or renamed over: no link left)
                 self._depth = 1
                 return
             self._drop()  # the file was deleted or replaced while we held or waited for it: lock the new one

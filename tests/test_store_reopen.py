@@ -1,0 +1,128 @@
+"""The event log's lazy index (store/eventlog.py) and the store's held write lock (store/store.py `_HeldLock`).
+
+A reopened store reads exactly what was written, chain by chain, without parsing every line up front; lines
+that are not canonical JSON are still read; a line damaged inside is skipped with a warning when read (and
+`verify` reports it, as it reads the file itself); parsed events kept in memory are bounded. The write lock is
+one descriptor held open: it still excludes other store objects and processes, also after the lock file was
+deleted, and a forked child does not inherit its parent's hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from nbagent.events import Completed, Thinking, ToolCallStarted
+from nbagent.store import Store, StoreError
+from nbagent.store.eventlog import EventLog
+from nbagent.verify import verify_store
+
+
+def filled(tmp_path: Path, runs: int = 3, per_run: int = 20) -> tuple[Store, list[str]]:
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session()
+    other = store.session("other")
+    ids = []
+    for r in range(runs):
+        run = store.create_run(session.id if r % 2 == 0 else other.id, f"prompt {r}")
+        ids.append(run.id)
+        for i in range(per_run):
+            store.append(ToolCallStarted(call_id=f"c{i}", tool="noop", arguments={"i": i, "text": "é \" \\n"}),
+                         run_id=run.id)
+        store.append(Completed(summary="done"), run_id=run.id)
+    return store, ids
+
+
+def lines(store: Store) -> list[dict]:
+    return [json.loads(line) for line in store.events_path.read_text().splitlines()]
+
+
+def test_a_reopened_store_reads_every_chain_as_written(tmp_path: Path) -> None:
+    store, ids = filled(tmp_path)
+    written = lines(store)
+    again = Store(store.path, readonly=True)
+    assert again.run_ids() == sorted(ids)
+    for run_id in ids:
+        assert again.raw_events(run_id) == [r for r in written if r["run_id"] == run_id]
+        assert again.run_state(run_id).last_seq == 22
+    assert [e.id for e in again.query_events()] == [r["id"] for r in written]
+    assert [e.id for e in again.query_events(run_id=ids[1], types="completed")] == \
+        [r["id"] for r in written if r["run_id"] == ids[1] and r["type"] == "completed"]
+    assert len(again.events) == len(written) and again.events.get(doc_id=3)["id"] == written[2]["id"]
+    assert again.warnings == []
+
+
+def test_appends_continue_the_chains_of_a_reopened_log(tmp_path: Path) -> None:
+    store, ids = filled(tmp_path, runs=2)
+    store.close()
+    again = Store(store.path)
+    event = again.append(Thinking(text="more"), run_id=ids[0])
+    assert event.seq == 23 and event.prev_hash == again.raw_events(ids[0])[-2]["hash"]
+    assert verify_store(Store(store.path, readonly=True)).ok
+
+
+def test_a_line_that_is_not_canonical_is_read(tmp_path: Path) -> None:
+    store, ids = filled(tmp_path, runs=1, per_run=2)
+    records = lines(store)
+    text = "\n".join(json.dumps(r, indent=None, separators=(", ", ": ")) if i == 2 else json.dumps(r, sort_keys=True,
+                     separators=(",", ":"), ensure_ascii=False) for i, r in enumerate(records)) + "\n"
+    store.events_path.write_text(text)
+    again = Store(store.path, readonly=True)
+    assert again.raw_events(ids[0]) == [r for r in records if r["run_id"] == ids[0]]
+    assert again.warnings == []
+
+
+def test_a_line_damaged_inside_is_skipped_when_read_and_verify_reports_it(tmp_path: Path) -> None:
+    store, ids = filled(tmp_path, runs=1, per_run=3)
+    raw = store.events_path.read_bytes().split(b"\n")
+    raw[3] = raw[3].replace(b'"arguments":{', b'"arguments":{{', 1)  # still ends like a canonical line
+    store.events_path.write_bytes(b"\n".join(raw))
+    again = Store(store.path, readonly=True)
+    events = again.raw_events(ids[0])
+    assert len(events) == 4 and any("not a valid event" in w for w in again.warnings)
+    report = verify_store(Store(store.path, readonly=True))
+    assert not report.ok
+
+
+def test_parsed_events_kept_in_memory_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(EventLog, "KEEP", 10)
+    store, ids = filled(tmp_path, runs=2, per_run=30)
+    again = Store(store.path, readonly=True)
+    assert len(again.raw_events(ids[0])) == 32 and len(again.query_events()) == 66
+    assert len(again._log._cache) <= 10
+
+
+def test_the_write_lock_excludes_another_store_even_after_the_lock_file_was_deleted(tmp_path: Path) -> None:
+    a, ids = filled(tmp_path, runs=1, per_run=1)
+    b = Store(a.path)
+    (a.path / "lock").unlink()  # what the timeout message suggests when no kernel uses the notebook
+    a._flock.timeout = b._flock.timeout = 0.2
+    with b.locked(), pytest.raises(StoreError, match="held the store's lock"):
+        a.append(Thinking(text="blocked"), run_id=ids[0])
+    a.append(Thinking(text="free again"), run_id=ids[0])
+    with a.locked(), pytest.raises(StoreError):
+        b.append(Thinking(text="blocked"), run_id=ids[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_does_not_share_its_parents_hold(tmp_path: Path) -> None:
+    store, ids = filled(tmp_path, runs=1, per_run=1)
+    store._flock.timeout = 0.2
+    with store.locked():
+        pid = os.fork()
+        if pid == 0:  # the child: the parent holds the lock, so this must time out
+            try:
+                store.append(Thinking(text="child"), run_id=ids[0])
+                code = 1
+            except StoreError:
+                code = 0
+            except BaseException:
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.append(Thinking(text="parent"), run_id=ids[0])
+    assert [e["payload"].get("text") for e in store.raw_events(ids[0])][-1] == "parent"
