@@ -660,11 +660,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps (a smoke run)")
     ap.add_argument("--no-memory", action="store_true", help="skip the (slow) tracemalloc run")
     ap.add_argument("--profile", action="store_true", help="also profile one more run with cProfile and print it")
+    ap.add_argument("--durability", choices=("checkpoint", "step", "event"),
+                    help="the store's fsync setting (NBAGENT_DURABILITY); default: checkpoint")
     ap.add_argument("--what-if", default="", help=f"comma-separated patches to measure: {', '.join(WHAT_IF)}")
     args = ap.parse_args(argv)
     n = QUICK_STEPS if args.quick else args.steps
     if n < 20:
         ap.error("--steps must be at least 20")
+    if args.durability:
+        os.environ["NBAGENT_DURABILITY"] = args.durability
     what_if = {w.strip() for w in args.what_if.split(",") if w.strip()}
     if what_if - set(WHAT_IF):
         ap.error(f"unknown --what-if {sorted(what_if - set(WHAT_IF))}; choose from {', '.join(WHAT_IF)}")
@@ -675,7 +679,8 @@ async def amain(n: int, every: int, *, memory: bool, profile: bool, what_if: set
     asyncio.get_running_loop().set_task_factory(task_factory)
     print("nbagent runtime benchmark (bench/runtime_bench.py)")
     print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}, {os.cpu_count()} cpus; "
-          f"litellm {version('litellm')}, pydantic {version('pydantic')}; {n:,} tool steps")
+          f"litellm {version('litellm')}, pydantic {version('pydantic')}; {n:,} tool steps; store durability "
+          f"{os.environ.get('NBAGENT_DURABILITY') or 'checkpoint'}")
     for w in sorted(what_if):
         print(f"WHAT-IF {w}: {WHAT_IF[w]}. Not the shipped behaviour.")
     progress("instrumenting (importing litellm only for --what-if via-litellm)")

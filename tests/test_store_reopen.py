@@ -4,7 +4,7 @@ A reopened store reads exactly what was written, chain by chain, without parsing
 that are not canonical JSON are still read; a line damaged inside is skipped with a warning when read (and
 `verify` reports it, as it reads the file itself); parsed events kept in memory are bounded. The write lock is
 one descriptor held open: it still excludes other store objects and processes, also after the lock file was
-deleted, and a forked child does not inherit its parent's hold.
+deleted, and a forked child does not inherit its parent's hold. The durability setting fsyncs where it says.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nbagent.events import Completed, Thinking, ToolCallStarted
+from nbagent.events import Completed, LlmCalled, Thinking, ToolCallCompleted, ToolCallStarted
 from nbagent.store import Store, StoreError
 from nbagent.store.eventlog import EventLog
 from nbagent.verify import verify_store
@@ -126,3 +126,39 @@ def test_a_forked_child_does_not_share_its_parents_hold(tmp_path: Path) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     store.append(Thinking(text="parent"), run_id=ids[0])
     assert [e["payload"].get("text") for e in store.raw_events(ids[0])][-1] == "parent"
+
+
+@pytest.mark.parametrize(("durability", "synced"), [
+    ("checkpoint", ["run_started", "completed"]),
+    ("step", ["run_started", "tool_call_completed", "llm_called", "completed"]),
+    ("event", ["run_started", "tool_call_started", "tool_call_completed", "llm_called", "completed"]),
+])
+def test_durability_fsyncs_at_checkpoints_steps_or_every_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              durability: str, synced: list[str]) -> None:
+    store = Store(tmp_path / "nb.ipynb", durability=durability)
+    run = store.create_run(store.session().id, "p")
+    appended: list[str] = []
+    fsynced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if fd == store._log._fd:  # the log's, not the runs table's (rewritten at checkpoints)
+            fsynced.append(appended[-1])
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    original = store._log.append
+
+    def append(record: dict, *, sync: bool) -> dict:
+        appended.append(record["type"])
+        return original(record, sync=sync)
+
+    monkeypatch.setattr(store._log, "append", append)
+    store.append(ToolCallStarted(call_id="c", tool="noop", arguments={}), run_id=run.id)
+    store.append(ToolCallCompleted(call_id="c", tool="noop", result="ok"), run_id=run.id)
+    store.append(LlmCalled(model="m"), run_id=run.id)
+    store.append(Completed(summary="done"), run_id=run.id)
+    assert fsynced == [t for t in synced if t != "run_started"]
+    monkeypatch.setenv("NBAGENT_DURABILITY", "sometimes")
+    with pytest.raises(ValueError, match="durability"):
+        Store(tmp_path / "other.ipynb")

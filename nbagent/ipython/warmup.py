@@ -1,9 +1,12 @@
 """Warming up the first run while the kernel is idle.
 
 On a fresh kernel the first `%%agent` cell used to spend seconds before its first model call importing litellm
-(even the offline models are served through it) and what its first call pulls in (its MCP handler, the token
-encoder, the run view's widget modules). `%load_ext nbagent` stays cheap: once its cell has ended, a daemon thread
-imports those modules while the kernel waits for the next cell.
+and what its first call pulls in (its MCP handler, the token encoder, the run view's widget modules). The offline
+models no longer need litellm (nbagent.llm calls them directly), but a real provider's first cell does.
+`%load_ext nbagent` stays cheap: once its cell has ended, a daemon thread imports those modules while the kernel
+waits for the next cell: first what every first run needs (nbagent's own modules, the widget, ~0.1 s), then
+litellm and what its first call loads (~2.5 s). `offline_ready()` says when the first part is done: a cell that
+runs an offline model needs nothing from the second (see `wait_offline`).
 
 Two threads importing at once could meet in a circular import (Python then hands one of them a half-initialised
 module) or, with some C extensions, wait on each other. So the warm-up never overlaps other work of the kernel:
@@ -27,12 +30,9 @@ from typing import Any
 
 log = logging.getLogger("nbagent.ipython")
 
-# What a first run imports beyond `%load_ext` (measured with `python -X importtime` on a first scripted run):
-# litellm itself (through nbagent.llm, which sets its environment first), then what its first completion loads.
-MODULES = (
-    "litellm.responses.mcp.chat_completions_handler",
-    "litellm.litellm_core_utils.default_encoding",
-    "litellm.proxy.openai_files_endpoints.common_utils",
+# What any first run imports beyond `%load_ext` (measured with `python -X importtime` on a first scripted run),
+# none of which imports litellm: imported first.
+OWN_MODULES = (
     "tenacity",
     "nbagent.models.provider",
     "nbagent.models.scripted",
@@ -42,17 +42,38 @@ MODULES = (
     "nbagent.tools.files",
     "nbagent.ui.widget",
 )
+# Then litellm itself (through nbagent.llm, which sets its environment first) and what its first completion loads.
+MODULES = (
+    "litellm.responses.mcp.chat_completions_handler",
+    "litellm.litellm_core_utils.default_encoding",
+    "litellm.proxy.openai_files_endpoints.common_utils",
+)
 
 _thread: threading.Thread | None = None
-_state: dict[str, Any] = {"seconds": None, "failed": []}
+_offline = threading.Event()  # OWN_MODULES are imported
+_state: dict[str, Any] = {"seconds": None, "offline_seconds": None, "failed": []}
 
 
 def enabled() -> bool:
     return os.environ.get("NBAGENT_WARMUP", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def _import(names: tuple[str, ...]) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            _state["failed"].append(f"{name}: {exc}")
+            log.debug("warm-up: %s not imported: %s", name, exc)
+
+
 def _work() -> None:
     started = time.perf_counter()
+    try:
+        _import(OWN_MODULES)
+    finally:
+        _state["offline_seconds"] = round(time.perf_counter() - started, 3)
+        _offline.set()
     try:
         from ..llm import import_litellm
 
@@ -61,12 +82,7 @@ def _work() -> None:
         _state["failed"].append(f"litellm: {exc}")
         log.debug("warm-up: litellm not imported: %s", exc)
         return
-    for name in MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            _state["failed"].append(f"{name}: {exc}")
-            log.debug("warm-up: %s not imported: %s", name, exc)
+    _import(MODULES)
     _state["seconds"] = round(time.perf_counter() - started, 3)
 
 
@@ -94,6 +110,18 @@ async def wait() -> None:
     """Await the warm-up without blocking the kernel's event loop (comm messages, interrupts)."""
     while running():
         await asyncio.sleep(0.05)
+
+
+def offline_ready() -> bool:
+    """True when what an offline model's run needs is imported (or no warm-up runs): such a run can start while
+    litellm is still being imported, as it imports nothing of litellm's."""
+    return not running() or _offline.is_set()
+
+
+async def wait_offline() -> None:
+    """Await the first part of the warm-up only (nbagent's own modules, ~0.1 s): for a cell with an offline model."""
+    while not offline_ready():
+        await asyncio.sleep(0.01)
 
 
 def status() -> dict[str, Any]:

@@ -45,6 +45,11 @@ STORE_SUFFIX = ".nbagent"
 FORMAT = "nbagent-store"
 FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 30.0
+# When appends are made durable (fsync): "checkpoint" (the default) at waits, decisions and ends; "step" also at the
+# end of every model turn and every tool call, one fsync covering the step's events (group commit: a power loss
+# loses at most the step in progress, as LangGraph's checkpoint per super-step); "event" at every event.
+DURABILITY = ("checkpoint", "step", "event")
+STEP_END_TYPES = frozenset({"llm_called", "tool_call_completed", "tool_call_failed", "authorization_denied"})
 
 try:
     import fcntl
@@ -159,7 +164,12 @@ def store_path_for(notebook: str | Path) -> Path:
 
 
 class Store:
-    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path, *, readonly: bool = False, durability: str | None = None) -> None:
+        durability = durability or os.environ.get("NBAGENT_DURABILITY") or "checkpoint"
+        if durability not in DURABILITY:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITY)} (NBAGENT_DURABILITY), "
+                             f"not {durability!r}")
+        self.durability = durability
         path = Path(path)
         if path.suffix == ".ipynb":
             path = store_path_for(path)
@@ -303,7 +313,8 @@ class Store:
         parent_event_id: str | None = None,
         sync: bool | None = None,
     ) -> EventBase:
-        """Record one event; returns it with its seq and hash. Durable (fsync) at checkpoints by default."""
+        """Record one event; returns it with its seq and hash. Durable (fsync) at checkpoints by default; see
+        DURABILITY for the store's setting (`Store(durability=...)` or NBAGENT_DURABILITY)."""
         with self.locked():
             if session_id is None:
                 if run_id is None:
@@ -318,7 +329,9 @@ class Store:
                 "parent_event_id": parent_event_id,
                 "payload": payload.model_dump(mode="json", fallback=repr),
             }
-            durable = payload.event_type in CHECKPOINT_TYPES if sync is None else sync
+            durable = sync if sync is not None else (
+                payload.event_type in CHECKPOINT_TYPES or self.durability == "event"
+                or (self.durability == "step" and payload.event_type in STEP_END_TYPES))
             written = self._log.append(record, sync=durable)
             event = parse_event(written)
             if run_id is not None:
