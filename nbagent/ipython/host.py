@@ -237,9 +237,24 @@ class NotebookHost:
         self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
         self.current_cell: str | None = None  # the cell and run being driven (for insert_code_cell)
         self.current_run: str | None = None
+        from .outputs import install as capture_outputs
+        from .parameters import Parameters
+
+        self.outputs = capture_outputs(shell)  # what cells display, for {Out[n]} (outputs.py)
+        self.parameters = Parameters()  # papermill's -p values (parameters.py)
+        if self.cell_id() is None:  # papermill sends no cell ids; its cells run before %load_ext count too
+            self.parameters.scan(getattr(shell, "user_ns", {}).get("In"), before=-1)
         events = getattr(shell, "events", None)
         if events is not None:
             events.register("post_run_cell", self._after_cell)
+            events.register("post_run_cell", self._parameters_cell)
+
+    def _parameters_cell(self, result: Any) -> None:
+        """A papermill parameters cell (parameters.py), taken only when no cell id came with it: papermill sends
+        none, JupyterLab and `nbagent run` always do."""
+        source = getattr(getattr(result, "info", None), "raw_cell", "") or ""
+        if source.lstrip().startswith("# Parameters") and self.cell_id() is None:
+            self.parameters.observe(source, getattr(result, "execution_count", None))
 
     def _after_cell(self, result: Any) -> None:
         """Remember the last failing cell: its source, the exception and the traceback (for %agent fix)."""
@@ -310,13 +325,16 @@ class NotebookHost:
             if note:
                 self._noted_old_section = True
                 print(note, file=sys.stderr)
+        params = self.parameters.as_dict() if hasattr(self, "parameters") else None
         return {name: resolve(name, getattr(args, name, None) if args is not None else None, self.overrides,
-                              self.config) for name in SETTINGS}
+                              self.config, params) for name in SETTINGS}
 
     def user_tools(self) -> list[Tool]:
         return [v for k, v in self.shell.user_ns.items() if isinstance(v, Tool) and not k.startswith("_")]
 
-    def all_tools(self) -> list[Tool]:
+    def all_tools(self, mcp: str | None = None) -> list[Tool]:
+        """Built-in tools, the notebook's `@tool`s, then the MCP servers' tools: mcp.json beside the notebook and
+        `mcp` (the cell's --mcp, else the `mcp` setting); each MCP problem is one line on stderr (docs/mcp.md)."""
         from ..blobs import BlobStore
         from ..scope import Scope
         from ..tools.files import file_tools
@@ -327,7 +345,14 @@ class NotebookHost:
         builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel_tools(self.shell.user_ns)
                    + [insert_cell_tool(lambda: (self.current_cell, self.current_run))])
         names = {t.name for t in builtin}
-        return builtin + [t for t in self.user_tools() if t.name not in names]
+        tools = builtin + [t for t in self.user_tools() if t.name not in names]
+        from ..mcp import notebook_toolset
+
+        setting = mcp if mcp is not None else self.settings()["mcp"][0]
+        found = notebook_toolset(self.folder, setting or None, taken={t.name for t in tools})
+        for line in found.problems:
+            print(redact(f"nbagent: {line}"), file=sys.stderr)
+        return tools + found.tools
 
     # ------------------------------------------------------------------ %%agent
 
@@ -339,13 +364,17 @@ class NotebookHost:
         prompt = body.strip()
         if not prompt:
             raise UsageError("%%agent: the cell has no request; write it below the %%agent line")
-        from .references import context_message, expand
+        from .references import Notebook, context_message, expand_all, notebook_message, too_big_notes
 
-        prompt, names = expand(prompt, self.shell.user_ns)
-        context = [m for m in [context_message(names, self.shell.user_ns)] if m]
+        notebook = Notebook.of(self.shell, self.outputs, self.last_error)  # {In[n]}, {Out[n]}, {Err}
+        prompt, names, refs = expand_all(prompt, self.shell.user_ns, notebook)
+        context = [m for m in [context_message(names, self.shell.user_ns), notebook_message(refs, notebook)] if m]
+        for note in too_big_notes(refs, notebook):
+            print(note, file=sys.stderr)
         await self.start_run(args, prompt, context)
 
     async def start_run(self, args: Any, prompt: str, context: list[dict[str, Any]]) -> None:
+        self.parameters.check()  # a bad papermill value fails here, in one line
         cfg = {k: v for k, (v, _) in self.settings(args).items()}
         store = self.store
         session = store.session(cfg["session"], notebook=self.notebook.name)
@@ -373,6 +402,12 @@ class NotebookHost:
             options["script"] = str(self._path(cfg["script"]))
         agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay,
                                 recorded_from=cell_runs[-1].id if cell_runs else None)
+        from .references import for_model
+
+        # images: parts for a model that takes them (a replay: as the recorded run's model did), else described
+        context, notes = for_model(context, store.run_state(replay).model if replay else agent.model)
+        for note in notes:
+            print(note, file=sys.stderr)
         tools = [t.strip() for t in args.tools.split(",")] if args.tools else None
         await self.drive(agent, lambda: agent.run(prompt, previous_run_id=previous, fork_of=fork_of,
                                                   cell_id=cell_id, tools=tools, options=options,
@@ -397,7 +432,7 @@ class NotebookHost:
         budget = Budget(max_steps=int(cfg.get("max_steps") or 50), max_cost=float(cfg.get("budget") or 0) or None)
         return RuntimeAgent(
             model=None if script is not None and (model in (None, "nbagent/scripted")) else model,
-            script=script, replay=replay, tools=self.all_tools(), autonomy=cfg.get("autonomy") or "L1",
+            script=script, replay=replay, tools=self.all_tools(cfg.get("mcp")), autonomy=cfg.get("autonomy") or "L1",
             decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
         )
 
@@ -622,12 +657,57 @@ class NotebookHost:
         except StoreError:
             return False
 
+    def _grant_spec(self, args: Any, run: str | None, effect: str) -> Any:
+        """The grant a `%agent approve|deny --for ...` asks for, checked against the plan it decides: a pattern
+        that covers none of the plan's calls is one line, and nothing is decided."""
+        from .. import grants
+
+        if args.reach is None:
+            if args.paths or args.arg_patterns or args.expires:
+                raise UsageError(f"%agent {'approve' if effect == 'allow' else 'deny'}: --path, --arg and --expires "
+                                 "shape a grant; add --for run or --for session")
+            return None
+        pairs = {}
+        for pair in args.arg_patterns or []:
+            if "=" not in pair:
+                raise UsageError(f"--arg {pair!r}: write NAME=GLOB, e.g. --arg mode=w")
+            key, value = pair.split("=", 1)
+            pairs[key.strip()] = value
+        try:
+            spec = grants.GrantSpec(scope=args.reach, paths=args.paths, arguments=pairs,
+                                    expires_in=grants.parse_duration(args.expires) if args.expires else None)
+            run_id = self._waiting_run(run, "approve" if effect == "allow" else "deny")
+            state = self.store.run_state(run_id)
+            pending = state.pending
+            if pending is None or pending.kind != "approval":
+                raise UsageError(f"run {run_id} is not waiting for an approval; a grant needs a plan to decide")
+            tools = {t.name: t for t in self.all_tools()}
+            grants.for_plan(pending.steps, state.autonomy, spec, effect, tools)  # type: ignore[arg-type]
+        except grants.GrantError as exc:
+            raise UsageError(f"%agent {'approve' if effect == 'allow' else 'deny'}: {exc}") from None
+        return spec
+
     async def cmd_approve(self, args: Any) -> None:
-        await self._decide(args.run, Verdict.approve(by="%agent approve"))
+        grant = self._grant_spec(args, args.run, "allow")
+        await self._decide(args.run, Verdict.approve(by="%agent approve", grant=grant))
 
     async def cmd_deny(self, args: Any) -> None:
         run, reason = self._split(args.words)
-        await self._decide(run, Verdict.deny(reason, by="%agent deny"), command="deny")
+        grant = self._grant_spec(args, run, "reject")
+        await self._decide(run, Verdict.deny(reason, by="%agent deny", grant=grant), command="deny")
+
+    async def cmd_grants(self, args: Any) -> None:
+        from ..grants import grants_table
+
+        print(grants_table(self.store, everything=args.all))
+
+    async def cmd_revoke(self, args: Any) -> None:
+        from ..grants import GrantError, revoke
+
+        try:
+            print(revoke(self.store, args.grant, by="%agent revoke", reason=" ".join(args.reason)))
+        except GrantError as exc:
+            raise UsageError(f"%agent revoke: {exc}") from None
 
     async def cmd_refine(self, args: Any) -> None:
         run, feedback = self._split(args.words)
@@ -666,8 +746,12 @@ class NotebookHost:
     async def cmd_tools(self, args: Any) -> None:
         from ..tools.control import CONTROL_TOOLS
 
-        for t in [*self.all_tools(), *CONTROL_TOOLS.values()]:
-            print(f"{t.name:<20} {t.risk.value:<16} {t.description}")
+        tools = [*self.all_tools(), *CONTROL_TOOLS.values()]
+        width = max([20, *(len(t.name) for t in tools)])  # MCP tools' names (mcp__SERVER__TOOL) are longer
+        for t in tools:
+            server = getattr(t, "server", None)  # an MCP server's tool (nbagent/mcp.py): say which, and why that risk
+            where = f"[MCP server {server}; {t.risk_reason}] " if server else ""  # type: ignore[attr-defined]
+            print(f"{t.name:<{width}} {t.risk.value:<16} {where}{t.description}")
 
     async def cmd_models(self, args: Any) -> None:
         from ..models.detect import NO_MODEL, candidates

@@ -1,9 +1,10 @@
 """Options of `%%agent` and `%agent`, and where their defaults come from.
 
-Precedence, highest first: the cell's own options, `%agent config key=value`, traitlets config
+Precedence, highest first: the cell's own options, papermill parameters (`-p approve all`; see parameters.py),
+`%agent config key=value`, traitlets config
 (`%config NbAgent.model = "..."`, or `c.NbAgent.model` in ipython_config.py), environment variables (`NBAGENT_MODEL`,
 `NBAGENT_AUTONOMY`, `NBAGENT_APPROVE`, `NBAGENT_MAX_STEPS`, `NBAGENT_BUDGET`, `NBAGENT_SCRIPT`,
-`NBAGENT_SESSION`), then the built-in default.
+`NBAGENT_SESSION`, `NBAGENT_MCP`), then the built-in default.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def cell_parser() -> argparse.ArgumentParser:
                    help="replay a recorded run offline, with no model call (default: this cell's last run)")
     p.add_argument("--script", help="JSON script of turns for the offline scripted model (implies "
                                     "--model nbagent/scripted)")
+    p.add_argument("--mcp", metavar="FILE", help="MCP servers' config (mcpServers JSON), added to mcp.json beside "
+                                                 "the notebook (docs/mcp.md)")
     return p
 
 
@@ -67,9 +70,18 @@ def line_parser() -> argparse.ArgumentParser:
     s.add_argument("run", metavar="RUN", nargs="?", help="only this run")
     s = sub.add_parser("approve", help="approve the plan a run is waiting on", add_help=False)
     s.add_argument("run", metavar="RUN", nargs="?", help="default: the run waiting for a decision")
+    grant_options(s)
     for name, what in (("deny", "REASON"), ("refine", "FEEDBACK")):
         s = sub.add_parser(name, help=f"{name} the plan a run is waiting on, with a {what.lower()}", add_help=False)
         s.add_argument("words", metavar=f"[RUN] {what}", nargs="*", help=f"optional run id, then the {what.lower()}")
+        if name == "deny":
+            grant_options(s)
+    s = sub.add_parser("grants", help="the grants given in this notebook: what each covers, until when, used how often",
+                       add_help=False)
+    s.add_argument("--all", action="store_true", help="also the revoked, expired and ended ones")
+    s = sub.add_parser("revoke", help="end a grant now: later calls it covered ask again", add_help=False)
+    s.add_argument("grant", metavar="GRANT", help="grant id or unique prefix (%%agent grants lists them)")
+    s.add_argument("reason", metavar="REASON", nargs="*", help="optional: why, for the log")
     s = sub.add_parser("answer", help="answer the question a run is waiting on", add_help=False)
     s.add_argument("words", metavar="[RUN] TEXT", nargs="*")
     s = sub.add_parser("resume", help="resume a run left waiting or interrupted (after a restart too)",
@@ -93,6 +105,18 @@ def line_parser() -> argparse.ArgumentParser:
     return p
 
 
+def grant_options(s: argparse.ArgumentParser) -> None:
+    """Options of a decision that also answers later calls of the same kind (nbagent/grants.py)."""
+    s.add_argument("--for", dest="reach", choices=["run", "session"],
+                   help="also answer later matching calls: for the rest of this run, or this session (8 h)")
+    s.add_argument("--path", dest="paths", action="append", metavar="PATTERN",
+                   help="with --for: the paths covered (gitignore patterns from the notebook's folder, e.g. "
+                        "'data/*.csv'); default: exactly the paths the plan names; repeatable")
+    s.add_argument("--arg", dest="arg_patterns", action="append", metavar="NAME=GLOB",
+                   help="with --for: another argument the calls must match; repeatable")
+    s.add_argument("--expires", metavar="DURATION", help="with --for: end the grant after 30m, 2h, 1d...")
+
+
 def parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace:
     try:
         argv = shlex.split(line)
@@ -114,18 +138,22 @@ class NbAgent(Configurable):
     budget = Float(0.0, help="model cost per run, in dollars (0: no limit)").tag(config=True)
     script = Unicode("", help="script of the offline scripted model").tag(config=True)
     session = Unicode("default", help="the conversation cells continue").tag(config=True)
+    mcp = Unicode("", help="MCP servers: a config file (mcpServers JSON) or the JSON itself").tag(config=True)
 
 
-SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "script", "session")
+SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "script", "session", "mcp")
 _DEFAULTS = {"model": "", "autonomy": "L1", "approve": "", "max_steps": 50, "budget": 0.0, "script": "",
-             "session": "default"}
+             "session": "default", "mcp": ""}
 _CASTS = {"max_steps": int, "budget": float}
 
 
-def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: NbAgent) -> tuple[Any, str]:
-    """(value, where it came from) for one setting."""
+def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: NbAgent,
+            parameters: dict[str, tuple[Any, str]] | None = None) -> tuple[Any, str]:
+    """(value, where it came from) for one setting. `parameters`: papermill's, name -> (value, where)."""
     if cell_value not in (None, ""):
         return cell_value, "cell option"
+    if parameters and name in parameters:
+        return parameters[name]
     if name in overrides:
         return overrides[name], "%agent config"
     traited = getattr(config, name)
