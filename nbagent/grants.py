@@ -371,7 +371,7 @@ def grants_table(store: Store, *, everything: bool = False) -> str:
         state = g.status(at, run_ended=_run_ended(store, g.root_run_id))
         if not everything and not state.startswith("active"):
             continue
-        rows.append((g.grant_id, g.effect, "run " + (g.root_run_id or "")[-8:] if g.scope == "run" else "session",
+        rows.append((g.grant_id, g.effect, "run " + (g.root_run_id or "")[:12] if g.scope == "run" else "session",
                      covers_text(g), f"{_hm(g.given_at)} by {g.by}", state, str(uses.get(g.grant_id, 0))))
     if not rows:
         hidden = "" if everything else " in force (--all shows ended ones too)"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import stat
 import time
 from pathlib import Path
@@ -196,8 +197,10 @@ class _Folder:
 
     def current(self, path: str) -> tuple[str | None, bytes | None]:
         """(sha256, content) of the file now, (None, None) when absent; ToolError when it is not a plain file."""
-        _, _, rel = self.guard.contain(path)  # outside or excluded now: refused (ScopeDenied)
-        st = self.guard.fs.lstat(rel)
+        self.guard.contain(path)  # outside or excluded now: refused (ScopeDenied)
+        # the name itself, not what it resolves to: a link put where the run left a file is refused as such
+        lexical = os.path.relpath(os.path.normpath(self.guard.scope.root / path), self.guard.scope.root)
+        st = self.guard.fs.lstat(Path(lexical).as_posix())
         if st is None:
             return None, None
         if stat.S_ISLNK(st.st_mode):

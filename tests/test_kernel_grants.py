@@ -72,3 +72,22 @@ def test_approve_for_the_session_in_a_cell_then_list_and_revoke(kernel: Kernel) 
     assert "already revoked" in error(twice) and "nothing changed" in error(twice)
     assert "no grants in force" in text(kernel.run("%agent grants", cell_id="c10"))
     assert first.ok
+
+
+def test_undo_in_a_kernel_after_a_real_restart(kernel: Kernel) -> None:
+    """A run changes files; the kernel is restarted (a new process); `%agent undo RUN` there puts them back."""
+    (kernel.folder / "notes.md").write_text("mine\n")
+    script(kernel.folder / "s.json", write("notes.md", "agent\n"),
+           {"tool_calls": [{"name": "create_file", "arguments": {"path": "new.md", "content": "n\n"}}]},
+           {"content": "Done."})
+    done = kernel.run("%%agent --script s.json --approve all\nedit", cell_id="c1")
+    assert done.ok, error(done)
+    assert (kernel.folder / "notes.md").read_text() == "agent\n" and (kernel.folder / "new.md").exists()
+    run_id = Store(kernel.folder / "test.nbagent", readonly=True).list_runs()[-1].id
+    kernel.restart()
+    assert kernel.run("%load_ext nbagent", cell_id="c2").ok
+    undone = kernel.run(f"%agent undo {run_id}", cell_id="c3")
+    assert undone.ok, error(undone) + undone.stderr
+    assert (kernel.folder / "notes.md").read_text() == "mine\n" and not (kernel.folder / "new.md").exists()
+    runs = Store(kernel.folder / "test.nbagent", readonly=True).list_runs()
+    assert runs[-1].model == "nbagent/undo" and runs[-1].status.value == "completed"

@@ -43,7 +43,8 @@ def records(nb: Any) -> list[dict[str, Any]]:
 def test_every_notebook_but_real_models_is_tested() -> None:
     names = {p.name for p in NOTEBOOKS.glob("*.ipynb")}
     assert names == {"quickstart.ipynb", "autonomy.ipynb", "file-scope.ipynb", "kernel-tools.ipynb",
-                     "your-own-tools.ipynb", "replay.ipynb", "real-models.ipynb", "mcp.ipynb"}
+                     "your-own-tools.ipynb", "replay.ipynb", "real-models.ipynb", "mcp.ipynb",
+                     "grants-and-undo.ipynb"}
 
 
 def test_quickstart(folder: Path) -> None:
@@ -130,3 +131,16 @@ def test_mcp_server_offline(folder: Path) -> None:
     assert "[MCP server time; readOnlyHint: true]" in out and "[MCP server clock; \"risk\" in" in out
     assert "tool_call_started mcp__time__convert_time READ_ONLY" in out
     assert "tool_call_started mcp__clock__get_current_time WRITE_HIGH_RISK" in out
+
+
+def test_grants_and_undo(folder: Path) -> None:
+    """A decision "for this run" answers the next write of the same file; then undo removes what the run made."""
+    result, nb = execute(folder, "grants-and-undo.ipynb", "none")
+    journal, undone = records(nb)[-1], None
+    assert journal["status"] == "completed" and journal["totals"]["tool_calls"] == 3
+    granted = [s for s in journal["steps"] if s.get("grant_id")]
+    assert len(granted) == 1 and granted[0]["detail"].startswith("allowed by grant ")
+    assert "ended with its run" in streams(nb) and "removed journal.md" in streams(nb)
+    assert not (folder / "journal.md").exists()
+    undone = [line for line in result.stdout.splitlines() if "undo run" in line]
+    assert undone and "completed" in undone[0]

@@ -248,3 +248,27 @@ def test_a_restore_that_fails_puts_back_what_the_undo_had_restored(folder: Path,
     assert state.status == RunStatus.COMPLETED_WITH_ERRORS
     assert [(s.tool, s.status) for s in state.steps.values()] == [("restore_file", "ok"), ("restore_file", "failed"),
                                                                   ("restore_file", "ok")]
+
+
+def test_a_file_now_a_symlink_or_a_damaged_copy_is_refused_and_nothing_changes(folder: Path) -> None:
+    run = agent_run(folder, [call("write_file", path="notes.md", content="agent\n"),
+                             call("create_file", path="new.md", content="n\n")], "done")
+    store = store_of(folder)
+    (folder / "new.md").unlink()
+    (folder / "new.md").symlink_to(folder / "keep.txt")  # a link where the run left a file
+    after = {p.name: (p.is_symlink(), p.read_text()) for p in folder.iterdir() if p.is_file()}
+    with pytest.raises(UndoError, match=r"new.md: .*symbolic link; nothing was changed"):
+        undo(store, run)
+    assert {p.name: (p.is_symlink(), p.read_text()) for p in folder.iterdir() if p.is_file()} == after
+    (folder / "new.md").unlink()
+    (folder / "new.md").write_text("n\n")
+    # the copy of notes.md's old content, altered on disk: never restored, and nothing else is either
+    before_sha = next(e.payload.result["before_sha256"] for e in store.run_events(run)
+                      if e.type == "tool_call_completed" and e.payload.tool == "write_file")
+    blob = BlobStore.of_store(store.path).path(before_sha)
+    blob.chmod(0o644)
+    blob.write_bytes(b"# Notes\ntampered\n")
+    with pytest.raises(UndoError, match=r"notes.md: .*nothing was changed"):
+        undo(store, run)
+    assert (folder / "notes.md").read_text() == "agent\n" and (folder / "new.md").read_text() == "n\n"
+    assert [r for r in store.list_runs() if r.model == UNDO_MODEL] == []

@@ -551,7 +551,8 @@ class NotebookHost:
     # ------------------------------------------------------------------ %agent
 
     async def run_line(self, line: str) -> Any:
-        args = parse(line_parser(), line)
+        # `{name}` and `$name` expand as in any line magic (`%agent undo {run_id}`), as `%%agent`'s own line does
+        args = parse(line_parser(), self.shell.var_expand(line) if hasattr(self.shell, "var_expand") else line)
         if args.help or not args.command:
             print(line_parser().format_help())
             return None
