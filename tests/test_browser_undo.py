@@ -28,6 +28,7 @@ from test_browser import (  # noqa: F401  (browser, lab, page are fixtures)
     finished_record,
     lab,
     page,
+    save,
     saved_record,
     shot,
     start_flow,
@@ -202,3 +203,38 @@ def test_the_undo_panel_runs_the_undo_once_and_reports(tmp_path: Path) -> None:
     broken._on_custom(broken, {"event": "undo"}, [])
     assert broken.result == {"state": "error", "text": "no such run"}
     broken.close()
+
+
+def test_click_undo_on_the_finished_run_and_see_the_file_restored(page: Page, lab: Lab) -> None:  # noqa: F811
+    """The finished run's record offers "Undo…": it puts `%agent undo RUN` in a new cell below and runs it, and
+    the panel there asks first (each file and what happens to it) before the files are put back."""
+    notebook = write_flow(lab, "undo-click", [create("report.md", "# Report\n", "I'll write the report."),
+                                              overwrite("notes.md", "agent notes\n"), {"content": "Done."}],
+                          files={"notes.md": "my notes\n"}, prompt="Write the report and update the notes")
+    folder = notebook.parent
+    start_flow(page, lab, notebook)
+    waiting_card(page, 1, "Create report.md")
+    button(page, "Create report.md").click()
+    waiting_card(page, 2, "Overwrite notes.md")
+    button(page, "Overwrite notes.md").click()
+    record = finished_record(page)
+    offer = record.get_by_role("button", name="Undo…", exact=True)
+    offer.scroll_into_view_if_needed()
+    shot(page, "undo-click-1-record-offers")
+    offer.click()
+
+    panel = undo_panel(page)  # in the new cell below, which holds the very line the record shows
+    run_id = Store(notebook.with_suffix(".nbagent"), readonly=True).list_runs()[-1].id
+    save(page, notebook)
+    sources = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]]
+    assert sources[-1] == f"%agent undo {run_id}"
+    panel.get_by_role("button", name="Undo", exact=True).click()
+    ask = panel.locator(".nbv-undo-ask")
+    expect(ask.locator("li", has_text="report.md")).to_contain_text("removed")
+    expect(ask.locator("li", has_text="notes.md")).to_contain_text("restored")
+    assert (folder / "notes.md").read_text() == "agent notes\n"  # nothing changed before the confirmation
+    panel.get_by_role("button", name="Undo 2 changes", exact=True).click()
+    expect(panel.locator(".nbv-undo-done")).to_contain_text("2 files put back", timeout=30_000)
+    shot(page, "undo-click-2-done")
+    wait_until(lambda: not (folder / "report.md").exists(), 10, "report.md removed")
+    assert (folder / "notes.md").read_text() == "my notes\n"

@@ -10,6 +10,7 @@
  * dependency on @jupyterlab/notebook: JupyterLab provides the objects at run time.
  */
 
+import { UNDO_EVENT } from './view';
 import records from './records';
 
 export const COMM_TARGET = 'nbagent.cells';
@@ -39,14 +40,20 @@ interface IKernel {
 }
 
 interface INotebookLike {
+  node?: HTMLElement;
   sessionContext?: {
     session?: { kernel?: IKernel | null } | null;
     kernelChanged: ISignal<{ newValue: IKernel | null }>;
   };
-  content?: { model?: { sharedModel?: ISharedNotebook } | null };
+  content?: {
+    model?: { sharedModel?: ISharedNotebook } | null;
+    widgets?: readonly { node: HTMLElement }[];
+    activeCellIndex?: number;
+  };
 }
 
 export interface IApp {
+  commands?: { execute(id: string, args?: unknown): Promise<unknown> };
   shell: {
     widgets(area?: string): Iterable<unknown>;
     currentChanged?: ISignal<unknown>;
@@ -121,6 +128,30 @@ function scan(app: IApp): void {
   }
 }
 
+/**
+ * The record's Undo button (index.ts): insert `%agent undo RUN` in a new cell below the record's cell and run it,
+ * as a person would; the notebook keeps that cell, so the undo is as visible as the run it undoes.
+ */
+export function undoBelow(app: IApp, target: Node, runId: string): boolean {
+  for (const widget of app.shell.widgets('main')) {
+    const panel = widget as INotebookLike;
+    const cells = panel.content?.widgets;
+    const nb = panel.content?.model?.sharedModel;
+    if (!panel.node?.contains(target) || !cells || !nb || !panel.content) {
+      continue;
+    }
+    const at = cells.findIndex(cell => cell.node.contains(target));
+    if (at < 0) {
+      return false;
+    }
+    nb.insertCell(at + 1, { cell_type: 'code', source: `%agent undo ${runId}`, metadata: {} });
+    panel.content.activeCellIndex = at + 1;
+    void app.commands?.execute('notebook:run-cell');
+    return true;
+  }
+  return false;
+}
+
 const plugin = {
   id: 'nbagent-labextension:cells',
   description: 'Inserts the code cells an nbagent run proposes below its %%agent cell.',
@@ -131,6 +162,12 @@ const plugin = {
     app.shell.currentChanged?.connect(rescan);
     void app.restored?.then(rescan);
     rescan();
+    document.addEventListener(UNDO_EVENT, event => {
+      const runId = (event as CustomEvent<{ run_id?: string }>).detail?.run_id;
+      if (runId && /^[0-9A-Za-z]+$/.test(runId) && event.target instanceof Node) {
+        undoBelow(app, event.target, runId);
+      }
+    });
   }
 };
 

@@ -7,7 +7,7 @@
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
-import { IRunView, renderView } from './view';
+import { IRunView, renderView, UNDO_EVENT } from './view';
 
 export const MIME_TYPE = 'application/vnd.nbagent.run+json';
 
@@ -32,6 +32,7 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
         throw new Error('the record is not an object');
       }
       renderView(this.node, data as IRunView, { open: this.open });
+      offerUndo(this.node, data as IRunView);
     } catch (err) {
       this.node.replaceChildren();
       const pre = document.createElement('pre');
@@ -41,6 +42,28 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
     }
     return Promise.resolve();
   }
+}
+
+/**
+ * A finished run that changed files: its record's "↶ Undo %agent undo RUN" line gets a button. A record has no
+ * kernel of its own, so the button asks the notebook (an event the cells plugin handles) to insert that very line
+ * in a new cell below and run it: the Undo panel there shows what will change and asks before anything does.
+ */
+function offerUndo(node: HTMLElement, view: IRunView): void {
+  const hint = node.querySelector('.nbv-undo-hint');
+  if (!hint || !view.run_id) {
+    return;
+  }
+  const button = document.createElement('button');
+  button.type = 'button';
+  button.className = 'nbv-btn nbv-quiet nbv-undo-offer';
+  button.textContent = 'Undo…';
+  button.title = `insert and run %agent undo ${view.run_id} below: it shows what will change and asks first`;
+  button.addEventListener('click', () => {
+    node.dispatchEvent(new CustomEvent(UNDO_EVENT, { bubbles: true, detail: { run_id: view.run_id } }));
+  });
+  hint.appendChild(document.createTextNode(' '));
+  hint.appendChild(button);
 }
 
 export const rendererFactory: IRenderMime.IRendererFactory = {

@@ -70,3 +70,6 @@ export const approvalQuestion: (plan: IPlan) => string = shared.approvalQuestion
 
 /** The confirm button of a denial: "Deny: delete data.txt", "Deny these 3 actions". */
 export const denyLabel: (plan: IPlan) => string = shared.denyLabel;
+
+/** The DOM event a record's Undo button sends (index.ts); the cells plugin (cells.ts) answers it in the notebook. */
+export const UNDO_EVENT = 'nbagent-undo';
