@@ -900,7 +900,12 @@ class Agent:
 
     def _prefix(self, run_id: str, state: RunState) -> list[dict[str, Any]]:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return system + (self.conversation(state.previous_run_id) if state.previous_run_id else [])
+        history = self.conversation(state.previous_run_id) if state.previous_run_id else []
+        if self._local is None and _has_images(history) and not _takes_images(self.model):
+            # an image an earlier run sent to a model that takes them ({Out[n]}): described to one that does not
+            # (offline models and replays get the history as recorded, so a replay asks what was asked)
+            history = _images_described(history)
+        return system + history
 
     def _root_of(self, run_id: str) -> str:
         state = self.store.run_state(run_id)
@@ -931,6 +936,33 @@ class Agent:
 
 class RunStateError(Exception):
     """The run is not in a state that allows what was asked (resume a finished run, answer a running one)."""
+
+
+def _has_images(messages: list[dict[str, Any]]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(
+        isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"]) for m in messages)
+
+
+def _takes_images(model: str) -> bool:
+    try:
+        from .llm import import_litellm  # its local price table, never a network fetch
+
+        return bool(import_litellm().supports_vision(model=model))
+    except Exception:  # a model litellm does not know: text only, the safe side
+        return False
+
+
+def _images_described(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = [{"type": "text", "text": "(an image shown earlier in this conversation; this model does not "
+                                                "take images)"}
+                       if isinstance(p, dict) and p.get("type") == "image_url" else p for p in content]
+            m = {**m, "content": content}
+        out.append(m)
+    return out
 
 
 def _closed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

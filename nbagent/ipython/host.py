@@ -396,6 +396,9 @@ class NotebookHost:
             else:
                 raise UsageError("%%agent --replay: this cell has no recorded run; name one: --replay RUN")
         options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
+        if cfg.get("mcp") and not str(cfg["mcp"]).lstrip().startswith("{"):
+            options["mcp"] = cfg["mcp"]  # a file's name, so a resume finds the same servers (never inline JSON:
+            # its headers may hold tokens, and the log keeps what it is given)
         if os.environ.get("NBAGENT_EXECUTION"):  # `nbagent run` counts only the runs its own kernel made
             options["execution"] = os.environ["NBAGENT_EXECUTION"]
         if cfg["script"]:
@@ -738,7 +741,8 @@ class NotebookHost:
         opts = state.options
         cfg = {k: v for k, (v, _) in self.settings().items()}
         cfg.update(model=state.model, autonomy=state.autonomy.value, script=opts.get("script", ""),
-                   max_steps=opts.get("max_steps", cfg["max_steps"]), budget=opts.get("budget", cfg["budget"]))
+                   max_steps=opts.get("max_steps", cfg["max_steps"]), budget=opts.get("budget", cfg["budget"]),
+                   mcp=opts.get("mcp", cfg.get("mcp")))  # the run's own MCP servers, after a restart too
         if state.model == "nbagent/replay":
             raise UsageError(f"run {run_id} was a replay; re-run its cell to replay again")
         session = self.store.get_session(state.session_id)
