@@ -6,9 +6,9 @@ no run id), so every run of the session, every kernel and the CLI read the same 
 checks them with the rest of the log. A grant holds:
 
 - `effect`: `allow` answers yes, `reject` answers no;
-- `scope`: `run` (the run it was given in, with its sub-agents, until the run ends) or `session` (every run of
-  the notebook's agent session until it expires: 8 hours unless said otherwise); "this call only" is a plain
-  approval, not a grant;
+- `scope`: `run` (the run tree it was given in: the cell's run and its sub-agents, until it ends) or `session`
+  (every run of the notebook's agent session until it expires: 8 hours unless said otherwise); "this call only" is
+  a plain approval, not a grant;
 - what it covers: one `tool`; `paths`, patterns every path the call names must match (gitignore syntax anchored
   at the notebook's folder: `*` stays inside a folder, `**` crosses folders); `arguments`, glob patterns for
   other arguments; and, for `allow`, `max_risk`, the risk of what the person saw.
