@@ -55,6 +55,31 @@ def test_a_reopened_store_reads_every_chain_as_written(tmp_path: Path) -> None:
     assert again.warnings == []
 
 
+def test_queries_on_type_and_time_read_only_what_can_match_and_answer_as_a_scan(tmp_path: Path) -> None:
+    from tinydb import Query
+
+    store, _ = filled(tmp_path, runs=3, per_run=5)
+    written = lines(store)
+    middle = written[len(written) // 2]["ts"]
+    q = Query()
+    again = Store(store.path, readonly=True)
+    for cond, expect in [
+        (q.type == "completed", [r for r in written if r["type"] == "completed"]),
+        ((q.type == "tool_call_started") & (q.ts >= middle), [r for r in written if r["type"] == "tool_call_started"
+                                                               and r["ts"] >= middle]),
+        (q.type.one_of(["run_started", "completed"]) & (q.ts <= middle),
+         [r for r in written if r["type"] in ("run_started", "completed") and r["ts"] <= middle]),
+        (q.ts >= middle, [r for r in written if r["ts"] >= middle]),
+        (q.seq == 2, [r for r in written if r["seq"] == 2]),  # nothing indexable: a scan
+    ]:
+        assert [d["id"] for d in again.events.search(cond)] == [r["id"] for r in expect]
+        assert again.events.count(cond) == len(expect)
+    candidates = again._log.candidates(((q.type == "completed") & (q.ts >= middle))._hash)
+    assert candidates is not None and len(candidates) < len(written)
+    assert [e.id for e in again.query_events(types=["completed"], since=middle)] == \
+        [r["id"] for r in written if r["type"] == "completed" and r["ts"] >= middle]
+
+
 def test_appends_continue_the_chains_of_a_reopened_log(tmp_path: Path) -> None:
     store, ids = filled(tmp_path, runs=2)
     store.close()

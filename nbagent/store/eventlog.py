@@ -55,9 +55,10 @@ _READONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
 # The end of a canonical line: the event's own run_id, seq, session_id, ts and type, then "}" and the newline.
 # Anchored on the newline, it can only match the top-level fields (a line holds no raw newline, so nothing nested
 # in the payload is followed by one).
-_TAIL = re.compile(rb'"run_id":(?:null|"([^"\n]*)"),"seq":\d+,"session_id":"([^"\n]*)","ts":"[^"\n]*",'
-                   rb'"type":"[^"\n]*"\}\n')
-_CHUNK = 32 << 20  # bytes read at once when indexing
+_TAIL = re.compile(rb'"run_id":(?:null|"([^"\n]*)"),"seq":\d+,"session_id":"([^"\n]*)","ts":"([^"\n]*)",'
+                   rb'"type":"([^"\n]*)"\}\n')
+_CHUNK = 8 << 20  # bytes read at once when indexing
+TS_WIDTH = 27
 
 
 class _Docs(Mapping[str, dict[str, Any]]):
@@ -101,6 +102,10 @@ class EventLog:
         self._starts = array("q")  # ordinal -> byte offset of the event's line
         self._ends = array("q")  # ordinal -> byte offset just after the event's JSON (before its newline)
         self.by_chain: dict[str, list[int]] = {}  # chain key -> ordinals (0-based) in file order
+        self.by_type: dict[str, list[int]] = {}  # event type -> ordinals in file order
+        # ordinal -> its ts as written, TS_WIDTH bytes each ("2026-11-23T01:38:18.491125Z"); others in _ts_other
+        self._ts = bytearray()
+        self._ts_other: dict[int, bytes | None] = {}  # another width, or None: not comparable as bytes
         self._heads: dict[str, tuple[int, str]] = {}  # chain key -> (last seq, last hash), when known
         self._cache: OrderedDict[int, dict[str, Any]] = OrderedDict()  # ordinal -> parsed record
         self._bad: set[int] = set()  # indexed lines that turned out not to parse
@@ -126,7 +131,7 @@ class EventLog:
     def _reader(self) -> int | None:
         if self._rfd is None:
             try:
-                self._rfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                self._rfd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
                 return None
         return self._rfd
@@ -171,11 +176,14 @@ class EventLog:
         base = self._offset
         if len(found) != data.count(b"\n", 0, stop):
             return self._index_slowly(data, stop)  # a line that is not canonical (or blank): parse line by line
-        starts, ends, by_chain, heads = self._starts, self._ends, self.by_chain, self._heads
+        starts, ends, by_chain, by_type, heads, stamps = (self._starts, self._ends, self.by_chain, self.by_type,
+                                                          self._heads, self._ts)
         keys: dict[tuple[bytes, bytes], str] = {}
+        kinds: dict[bytes, list[int]] = {}
         find = data.find
         pos = 0
-        for run, session in found:
+        i = len(starts)
+        for run, session, ts, kind in found:
             key = keys.get((run, session))
             if key is None:
                 key = keys[(run, session)] = run.decode() if run else "session:" + session.decode()
@@ -185,8 +193,19 @@ class EventLog:
             chain = by_chain.get(key)
             if chain is None:
                 chain = by_chain[key] = []
-            chain.append(len(starts) - 1)
+            chain.append(i)
+            same = kinds.get(kind)
+            if same is None:
+                name = kind.decode("utf-8", "replace")
+                same = kinds[kind] = by_type.setdefault(name if b"\\" not in kind else "", [])
+            same.append(i)
+            if len(ts) == TS_WIDTH and ts.isascii() and b"\\" not in ts:
+                stamps += ts
+            else:
+                stamps += bytes(TS_WIDTH)
+                self._ts_other[i] = ts if ts.isascii() and b"\\" not in ts else None
             pos = nl + 1
+            i += 1
         for key in keys.values():
             heads.pop(key, None)  # known again when needed (the chain's last event)
         self._lines += len(found)
@@ -288,6 +307,44 @@ class EventLog:
         """Events indexed so far (read or written)."""
         return len(self._starts)
 
+    def candidates(self, hashval: Any) -> list[int] | None:
+        """The events that can match a TinyDB query with this hash, in log order, from the index alone (its tests
+        on `type` and `ts`: ==, one_of, >=, <=, joined by &); None when the query tests neither (read them all).
+        The query itself is still applied to each candidate."""
+        parts = list(hashval[1]) if isinstance(hashval, tuple) and hashval and hashval[0] == "and" else [hashval]
+        types: set[str] | None = None
+        lo = hi = None
+        for part in parts:
+            if not (isinstance(part, tuple) and len(part) == 3 and isinstance(part[1], tuple) and len(part[1]) == 1):
+                continue
+            op, (field,), value = part
+            if field == "type" and op == "==" and isinstance(value, str):
+                types = {value} if types is None else types & {value}
+            elif field == "type" and op == "one_of" and all(isinstance(v, str) for v in value):
+                types = set(value) if types is None else types & set(value)
+            elif field == "ts" and op == ">=" and isinstance(value, str) and value.isascii():
+                lo = value.encode() if lo is None else max(lo, value.encode())
+            elif field == "ts" and op == "<=" and isinstance(value, str) and value.isascii():
+                hi = value.encode() if hi is None else min(hi, value.encode())
+        if types is None and lo is None and hi is None:
+            return None
+        out: Iterable[int]
+        if types is None:
+            out = range(len(self._starts))
+        else:
+            lists = [lst for t in (*types, "") if (lst := self.by_type.get(t))]  # "": types not indexable
+            out = lists[0] if len(lists) == 1 else sorted(i for lst in lists for i in lst)
+        if lo is not None or hi is not None:
+            stamps, other, w = self._ts, self._ts_other, TS_WIDTH
+
+            def fits(i: int) -> bool:
+                ts = other.get(i, b"") if i in other else bytes(stamps[i * w:(i + 1) * w])
+                return ts is None or ((lo is None or ts >= lo) and (hi is None or ts <= hi))
+
+            out = [i for i in out if fits(i)]
+        return list(out)
+        return out
+
     def chain_len(self, key: str) -> int:
         return len(self.by_chain.get(key, ()))
 
@@ -323,6 +380,14 @@ class EventLog:
         self._ends.append(end)
         key = chain_key(record.get("run_id"), record.get("session_id", ""))
         self.by_chain.setdefault(key, []).append(i)
+        kind, ts = record.get("type"), record.get("ts")
+        self.by_type.setdefault(kind if isinstance(kind, str) else "", []).append(i)
+        raw = ts.encode() if isinstance(ts, str) and ts.isascii() else None
+        if raw is not None and len(raw) == TS_WIDTH:
+            self._ts += raw
+        else:
+            self._ts += bytes(TS_WIDTH)
+            self._ts_other[i] = raw
         self._heads[key] = (record.get("seq", 0), record.get("hash", ""))
         self._keep(i, record)
 
@@ -387,7 +452,8 @@ class EventLog:
     def _writer(self) -> int:
         if self._fd is None:
             try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                                   0o644)
             except OSError as exc:
                 if exc.errno in _READONLY_ERRNOS:
                     raise StoreReadOnly(self.path, exc.strerror or str(exc)) from exc
@@ -453,7 +519,21 @@ class EventTable(Table):
 
     def search(self, cond: Any) -> list[Document]:
         self._sync()
-        return super().search(cond)
+        hashval = getattr(cond, "_hash", None)
+        candidates = self._log.candidates(hashval) if hashval is not None else None
+        if candidates is None:
+            return super().search(cond)
+        cached = self._query_cache.get(cond)
+        if cached is not None:
+            return cached[:]
+        docs = []
+        for i in candidates:
+            record = self._log.record(i, keep=False)
+            if record is not None and cond(record):
+                docs.append(self.document_class(record, self.document_id_class(str(i + 1))))
+        if cond.is_cacheable():
+            self._query_cache[cond] = docs[:]
+        return docs
 
     def docs_for_chain(self, key: str) -> list[dict[str, Any]]:
         """Fast path for one run's events: an index lookup instead of a scan."""

@@ -82,7 +82,7 @@ class _HeldLock:
         if self._fd is not None and self._pid != os.getpid():
             self._fd = None  # inherited through fork: never lock or close the parent's description
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
             self._pid = os.getpid()
         return self._fd
 
