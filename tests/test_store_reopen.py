@@ -106,6 +106,9 @@ def test_a_line_damaged_inside_is_skipped_when_read_and_verify_reports_it(tmp_pa
     raw[3] = raw[3].replace(b'"arguments":{', b'"arguments":{{', 1)  # still ends like a canonical line
     store.events_path.write_bytes(b"\n".join(raw))
     again = Store(store.path, readonly=True)
+    state = again.run_state(ids[0])  # the fold meets the damaged line first
+    assert state.event_count == 4 and len(state.steps) == 2
+    assert again.run_state(ids[0]).event_count == 4 and len(again.run_state(ids[0]).steps) == 2  # not applied twice
     events = again.raw_events(ids[0])
     assert len(events) == 4 and any("not a valid event" in w for w in again.warnings)
     report = verify_store(Store(store.path, readonly=True))

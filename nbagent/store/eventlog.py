@@ -30,6 +30,7 @@ file agrees on them. They are positions, not identities: the identity of an even
 
 from __future__ import annotations
 
+import bisect
 import errno
 import hashlib
 import logging
@@ -290,11 +291,24 @@ class EventLog:
                 record = load_record(line)
             except ValueError as exc:
                 self._bad.add(i)
+                self._unindex(i)
                 self._warn(f"{self.path}: event {i + 1} (at byte {start}) is not a valid event ({exc}); skipped")
                 return None
             if keep:
                 self._keep(i, record)
         return record
+
+    def _unindex(self, i: int) -> None:
+        """Take a line found damaged out of its chain and type lists (positions in a chain count events that
+        parse, as run states do), as if it had been skipped when indexed."""
+        for lists in (self.by_chain, self.by_type):
+            for key, ordinals in lists.items():
+                at = bisect.bisect_left(ordinals, i)
+                if at < len(ordinals) and ordinals[at] == i:
+                    del ordinals[at]
+                    if lists is self.by_chain:
+                        self._heads.pop(key, None)
+                    break
 
     def _keep(self, i: int, record: dict[str, Any]) -> None:
         cache = self._cache
