@@ -146,20 +146,26 @@ class RecordedDecider(Decider):
         verdicts: list[Verdict] = []
         answers: list[Answer] = []
         by = f"recorded:{source}"
+        # a recorded grant is given again pinned: for the replayed run only, answering just the calls it answered
+        # in the recording (their digests), so a grant revoked or expired there never answers more here
+        answered: dict[str, list[str]] = {}
+        for e in events:
+            gid = getattr(e.payload, "grant_id", None) if e.type in ("tool_call_started",
+                                                                     "authorization_denied") else None
+            if gid and getattr(e.payload, "digest", None):
+                answered.setdefault(gid, []).append(e.payload.digest)
         given: dict[tuple[str, str], list[GrantTerms]] = {}
-        terms_of: dict[str, GrantTerms] = {}
+        standing: list[GrantTerms] = []
         runs = {e.run_id for e in events if e.run_id}
         for e in events:
-            if e.type == "grant_given":
-                terms = GrantTerms.model_validate(e.payload.model_dump(mode="json"))
-                terms_of[e.payload.grant_id] = terms
-                if e.payload.run_id in runs:
-                    given.setdefault((e.payload.run_id, e.payload.plan_id or ""), []).append(terms)
-        used = {e.payload.grant_id for e in events
-                if e.type in ("tool_call_started", "authorization_denied") and getattr(e.payload, "grant_id", None)}
-        own = {g for gs in given.values() for g in map(id, gs)}
-        standing = [terms_of[g].model_copy(update={"scope": "run"}) for g in sorted(used)
-                    if g in terms_of and id(terms_of[g]) not in own]
+            if e.type != "grant_given" or e.payload.grant_id not in answered:
+                continue
+            terms = GrantTerms.model_validate(e.payload.model_dump(mode="json")).model_copy(
+                update={"scope": "run", "pinned": True, "digests": answered[e.payload.grant_id]})
+            if e.payload.run_id in runs and e.payload.plan_id:
+                given.setdefault((e.payload.run_id, e.payload.plan_id), []).append(terms)
+            else:
+                standing.append(terms)
         for e in events:
             p = e.payload
             if e.type == "plan_approved":

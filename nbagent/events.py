@@ -256,6 +256,7 @@ class AuthorizationDenied(Payload):
     target: str | None = None
     rule: str | None = None
     grant_id: str | None = None  # a reject grant that answered no (rule grant.reject)
+    digest: str | None = None  # then, the call it answered (approval.call_digest), as tool_call_started has it
 
 
 class GrantGiven(Payload):
@@ -275,6 +276,9 @@ class GrantGiven(Payload):
     root_run_id: str | None = None  # the run tree a run-scoped grant covers
     plan_id: str | None = None
     request_id: str | None = None
+    # a replay's grant answers only the recorded calls it answered, by digest, each as often as listed
+    pinned: bool = False
+    digests: list[str] = Field(default_factory=list)
 
 
 class GrantRevoked(Payload):

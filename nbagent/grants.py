@@ -9,9 +9,12 @@ checks them with the rest of the log. A grant holds:
 - `scope`: `run` (the run tree it was given in: the cell's run and its sub-agents, until it ends) or `session`
   (every run of the notebook's agent session until it expires: 8 hours unless said otherwise); "this call only" is
   a plain approval, not a grant;
-- what it covers: one `tool`; `paths`, patterns every path the call names must match (gitignore syntax anchored
-  at the notebook's folder: `*` stays inside a folder, `**` crosses folders); `arguments`, glob patterns for
-  other arguments; and, for `allow`, `max_risk`, the risk of what the person saw.
+- what it covers: one `tool`; `paths`, glob patterns every path the call names must match, whole, from the
+  notebook's folder (`*` stays inside a folder, `**` crosses folders, `data/` is everything under `data`; by
+  default the exact paths the person saw); `arguments`, glob patterns for other arguments; and, for `allow`,
+  `max_risk`, the risk of what the person saw. A call that names no path is granted only with argument patterns
+  (a grant for "any code" is never given by a click). A replay's grants are `pinned`: they answer only the very
+  calls (tool and arguments, as many times) the recorded grant answered.
 
 Grants only answer questions: a call the autonomy table runs without asking, or refuses, is not touched. An allow
 grant never covers a higher risk than the one approved, another tool, or a write Python would run (`risk.py`):
@@ -29,9 +32,8 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from pathspec import PathSpec
-from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 from pydantic import BaseModel, Field
+from wcmatch import glob as wcglob
 
 from .events import canonical_json
 from .levels import Risk
@@ -66,6 +68,9 @@ class GrantTerms(BaseModel):
     paths: list[str] = Field(default_factory=list)
     arguments: dict[str, str] = Field(default_factory=dict)
     max_risk: Risk = Risk.READ_ONLY
+    # a replay's grant: it answers only these calls (`approval.call_digest`), each as often as it is listed
+    pinned: bool = False
+    digests: list[str] = Field(default_factory=list)
 
 
 def covers_text(terms: GrantTerms) -> str:
@@ -75,6 +80,8 @@ def covers_text(terms: GrantTerms) -> str:
     parts += [f"{k}={v}" for k, v in sorted(terms.arguments.items())]
     if terms.effect == "allow":
         parts.append(f"up to {terms.max_risk.value}")
+    if terms.pinned:
+        parts.append(f"(as recorded: {len(terms.digests)} call(s))")
     return " ".join(parts)
 
 
@@ -139,28 +146,37 @@ def normal_path(value: str) -> str:
     return norm[2:] if norm.startswith("./") else norm
 
 
+_GLOB = wcglob.GLOBSTAR | wcglob.DOTGLOB | wcglob.FORCEUNIX
+
+
 def exact(path: str) -> str:
     """A pattern matching exactly this path (what a person saw on the card)."""
-    return GitIgnoreSpecPattern.escape(normal_path(path))
+    return wcglob.escape(normal_path(path), unix=True)
+
+
+def whole_folder(path: str) -> bool:
+    """The folder itself (`""`, `.`, `/`): no grant is ever given or matched for it."""
+    return normal_path(path) in ("", ".", "/")
 
 
 @lru_cache(maxsize=512)
-def _spec(pattern: str) -> PathSpec:
-    return PathSpec.from_lines("gitignore", ["/" + pattern.lstrip("/")])
+def _pattern(pattern: str) -> str:
+    return pattern + "**" if pattern.endswith("/") else pattern  # `data/`: everything under data
 
 
 def path_matches(pattern: str, value: str) -> bool:
-    """True when `pattern` (anchored at the notebook's folder) covers the path `value`.
+    """True when `pattern` covers the whole path `value`, from the notebook's folder.
 
-    A path that climbs out (`..`) or is absolute is covered only by its exact pattern: a wildcard given for the
-    folder never reaches past it.
+    Never by a folder's name alone: `out` covers the file `out`, not `out/x` (write `out/` or `out/**` for that).
+    The folder itself, a path that climbs out (`..`) or an absolute one is covered only by its own exact pattern,
+    and an absolute pattern covers nothing else: a wildcard given for the folder never reaches past it.
     """
     norm = normal_path(value)
-    if norm.startswith("/") or norm == ".." or norm.startswith("../"):
+    if whole_folder(norm) or not pattern:
+        return False
+    if norm.startswith("/") or norm == ".." or norm.startswith("../") or pattern.startswith(("/", "../")):
         return pattern == exact(norm)
-    if not norm or norm == ".":
-        return pattern == exact(norm)
-    return _spec(pattern).match_file(norm)
+    return wcglob.globmatch(norm, _pattern(pattern), flags=_GLOB)
 
 
 def _argument_text(value: Any) -> str:
@@ -180,7 +196,13 @@ def covers(terms: GrantTerms, tool: Tool | None, name: str, arguments: Mapping[s
     """
     if name != terms.tool:
         return False
+    if terms.pinned:
+        from .approval import call_digest
+
+        return call_digest(name, dict(arguments)) in terms.digests
     values = [v for _, v in tool.paths(dict(arguments))] if tool is not None else []
+    if not values and not terms.arguments:
+        return False  # nothing pins what it covers: "any arguments" is never granted
     if not all(any(path_matches(p, v) for p in terms.paths) for v in values):
         return False
     for key, pattern in terms.arguments.items():
@@ -232,8 +254,16 @@ def terms_for(steps: Iterable[PlanStep], spec: GrantSpec, effect: Literal["allow
         if effect == "allow" and step.risk_reason:
             left_out.append(f"{label}: {step.risk_reason}; it is approved this once only")
             continue
+        named = [v for _, v in (tool.paths(step.arguments) if tool is not None else [])]
+        if any(whole_folder(v) for v in named):
+            left_out.append(f"{label}: it names the whole folder; it is decided this once only")
+            continue
+        if not named and not spec.arguments:
+            left_out.append(f"{label}: it names no path, so a grant would cover any arguments; it is decided this "
+                            "once only (a grant for it needs --arg patterns)")
+            continue
         if spec.paths is None:
-            paths = sorted({exact(v) for _, v in (tool.paths(step.arguments) if tool is not None else [])})
+            paths = sorted({exact(v) for v in named})
         else:
             paths = list(dict.fromkeys(p.strip() for p in spec.paths if p.strip()))
         candidate = GrantTerms(effect=effect, scope=spec.scope, tool=step.tool, paths=paths,
@@ -283,7 +313,8 @@ def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
             grants[p.grant_id] = Grant(
                 grant_id=p.grant_id, effect=p.effect, scope=p.scope, tool=p.tool, paths=p.paths,
                 arguments=p.arguments, max_risk=p.max_risk, by=p.by, given_at=e.ts, expires_at=p.expires_at,
-                run_id=p.run_id, root_run_id=p.root_run_id, plan_id=p.plan_id, session_id=e.session_id)
+                run_id=p.run_id, root_run_id=p.root_run_id, plan_id=p.plan_id, session_id=e.session_id,
+                pinned=bool(getattr(p, "pinned", False)), digests=list(getattr(p, "digests", None) or []))
         elif e.type == "grant_revoked":
             revoked.setdefault(p.grant_id, (e.ts, p.by))
     for gid, (ts, by) in revoked.items():
@@ -297,6 +328,26 @@ def session_grants(store: Store, session_id: str) -> dict[str, Grant]:
     from .events import parse_event
 
     return from_events(parse_event(d) for d in store.events.docs_for_chain(f"session:{session_id}"))
+
+
+def vouched(store: Store, grant: Grant) -> bool:
+    """A grant the log backs: its run is of its session, and the decision that gave it lists it with these very
+    terms (a replay's pinned grant: given at its own run's start, by the recording). A `grant_given` appended or
+    edited by hand, with no decision behind it, answers nothing."""
+    try:
+        state = store.run_state(grant.run_id or "")
+    except Exception:
+        return False
+    if state.session_id != grant.session_id:
+        return False
+    if grant.plan_id is None:
+        return grant.pinned and grant.scope == "run" and grant.root_run_id == grant.run_id \
+            and grant.by.startswith("recorded:")
+    kind = "approved" if grant.effect == "allow" else "rejected"
+    text = covers_text(grant)
+    return any(d.plan_id == grant.plan_id and d.kind == kind and any(
+        g.get("grant_id") == grant.grant_id and g.get("covers") == text and g.get("scope") == grant.scope
+        for g in d.grants) for d in state.decisions)
 
 
 def applicable(grants: Iterable[Grant], *, root_run_id: str, session_id: str, session_wide: bool,
@@ -354,10 +405,11 @@ def _uses(store: Store) -> dict[str, int]:
 
 
 def _run_ended(store: Store, run_id: str | None) -> bool:
+    """A run that can no longer go on (an interrupted or waiting one can be resumed: its grants still answer)."""
     if not run_id:
         return False
     try:
-        return store.run_state(run_id).is_terminal
+        return store.run_state(run_id).status.value in ("completed", "completed_with_errors", "failed", "superseded")
     except Exception:  # a run the log no longer has whole: treat its grants as ended
         return True
 

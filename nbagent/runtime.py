@@ -660,7 +660,8 @@ class Agent:
         return self.store.append(GrantGiven(
             grant_id=grant_id or new_id(), effect=terms.effect, scope=terms.scope, tool=terms.tool, paths=terms.paths,
             arguments=terms.arguments, max_risk=terms.max_risk, by=by, expires_at=expires_at, run_id=run_id,
-            root_run_id=root, plan_id=plan_id, request_id=request_id), session_id=session_id)
+            root_run_id=root, plan_id=plan_id, request_id=request_id, pinned=terms.pinned, digests=terms.digests),
+            session_id=session_id)
 
     def _grants(self, ctx: _Ctx, state: RunState) -> list[grants_.Grant]:
         """The grants in force for this run now (re-read when the session's chain grew: a grant or a revoke)."""
@@ -669,10 +670,34 @@ class Agent:
         if len(docs) != ctx.grants_seen:
             from .events import parse_event
 
-            ctx.grants = grants_.from_events(parse_event(d) for d in docs)
+            # only grants the log backs with the decision that gave them (grants.vouched): a hand-made one is inert
+            ctx.grants = {g.grant_id: g for g in grants_.from_events(parse_event(d) for d in docs).values()
+                          if grants_.vouched(self.store, g)}
             ctx.grants_seen = len(docs)
-        return grants_.applicable(ctx.grants.values(), root_run_id=ctx.root_id, session_id=state.session_id or "",
-                                  session_wide=self.decider.session_grants, at=grants_.now())
+        found = grants_.applicable(ctx.grants.values(), root_run_id=ctx.root_id, session_id=state.session_id or "",
+                                   session_wide=self.decider.session_grants, at=grants_.now())
+        return self._unspent(found) if any(g.pinned for g in found) else found
+
+    def _unspent(self, found: list[grants_.Grant]) -> list[grants_.Grant]:
+        """A replay's pinned grants, less the recorded calls they already answered in this replay."""
+        pinned = {g.grant_id for g in found if g.pinned}
+        used: dict[str, list[str]] = {}
+        for e in self.store.query_events(types=["tool_call_started", "authorization_denied"]):
+            gid = getattr(e.payload, "grant_id", None)
+            if gid in pinned:
+                used.setdefault(gid, []).append(getattr(e.payload, "digest", None) or "")
+        out = []
+        for g in found:
+            if g.pinned:
+                left = list(g.digests)
+                for d in used.get(g.grant_id, []):
+                    if d in left:
+                        left.remove(d)
+                if not left:
+                    continue
+                g = g.model_copy(update={"digests": left})
+            out.append(g)
+        return out
 
     async def _execute(self, ctx: _Ctx, call: ToolCallRequest, parent: str | None) -> None:
         run_id = ctx.run_id
@@ -705,8 +730,10 @@ class Agent:
         if denial is None and not gate.ok:
             denial = Denial(rule=gate.rule or "approval.missing", reason=gate.reason)
         if denial is not None:
+            by_grant = denial.rule == "grant.reject"
             self._deny(run_id, call.id, call.name, denial, tool.target(args), parent,
-                       grant_id=gate.grant_id if denial.rule == "grant.reject" else None)
+                       grant_id=gate.grant_id if by_grant else None,
+                       digest=call_digest(call.name, args) if by_grant else None)
             return
         if fact is not None:  # nothing ran: a failed call the model sees, listed with errors, not with denials
             self._record(run_id, ToolCallFailed(call_id=call.id, tool=call.name, error=fact.reason,
@@ -857,9 +884,9 @@ class Agent:
                 yield e.payload.child_run_id  # type: ignore[attr-defined]
 
     def _deny(self, run_id: str, call_id: str | None, tool: str, denial: Denial, target: str | None,
-              parent: str | None = None, grant_id: str | None = None) -> None:
+              parent: str | None = None, grant_id: str | None = None, digest: str | None = None) -> None:
         self._record(run_id, AuthorizationDenied(call_id=call_id, tool=tool, reason=denial.reason, target=target,
-                                                 rule=denial.rule, grant_id=grant_id), parent=parent)
+                                                 rule=denial.rule, grant_id=grant_id, digest=digest), parent=parent)
 
     def _finish(self, run_id: str, ctx: _Ctx) -> None:
         state = self.store.run_state(run_id)

@@ -44,8 +44,9 @@ def named_paths(value: Any, key: str = "", where: str = "", depth: int = 0) -> l
     if isinstance(value, str):
         return [(where, value)] if PATH_NAME.search(key) else []
     if isinstance(value, dict):
-        return [hit for k, v in value.items() for hit in named_paths(v, str(k), f"{where}.{k}".lstrip("."),
-                                                                      depth + 1)]
+        # under a path-like key, every string inside counts ({"path": {"x": "secret.md"}} names secret.md)
+        return [hit for k, v in value.items() for hit in named_paths(
+            v, key if PATH_NAME.search(key) else str(k), f"{where}.{k}".lstrip("."), depth + 1)]
     if isinstance(value, list | tuple):
         return [hit for i, v in enumerate(value) for hit in named_paths(v, key, f"{where}[{i}]", depth + 1)]
     return []
