@@ -91,20 +91,24 @@ class _PromptChars:
     KEEP = 64
 
     def __init__(self) -> None:
-        self._seen: OrderedDict[int, tuple[dict[str, Any], int, int]] = OrderedDict()  # id -> (msg, index, chars)
+        # id(message) -> (message, its index, chars up to it, the first message's content)
+        self._seen: OrderedDict[int, tuple[dict[str, Any], int, int, Any]] = OrderedDict()
 
     def __call__(self, messages: list[dict[str, Any]]) -> int:
         n = len(messages)
         start, chars = 0, 0
+        first = messages[0].get("content") if n else None
         for i in range(n - 1, max(-1, n - 1 - self.LOOK_BACK), -1):
             hit = self._seen.get(id(messages[i]))
-            if hit is not None and hit[0] is messages[i] and hit[1] == i:
+            # the same message object at the same place, after the same first message (the system prompt): a
+            # request continuing the one that was counted
+            if hit is not None and hit[0] is messages[i] and hit[1] == i and hit[3] == first:
                 start, chars = i + 1, hit[2]
                 break
         for m in messages[start:]:
             chars += _message_chars(m)
         if n:
-            self._seen[id(messages[-1])] = (messages[-1], n - 1, chars)
+            self._seen[id(messages[-1])] = (messages[-1], n - 1, chars, first)
             self._seen.move_to_end(id(messages[-1]))
             while len(self._seen) > self.KEEP:
                 self._seen.popitem(last=False)
