@@ -229,3 +229,27 @@ def test_a_log_recorded_through_litellm_replays_on_the_offline_path(tmp_path: Pa
     assert [e.payload.usage for e in new] == [e.payload.usage for e in old]
     assert [e.payload.cost for e in new] == [e.payload.cost for e in old]
     assert [e.payload.fingerprint for e in new] == [e.payload.fingerprint for e in old]
+
+
+def test_the_incremental_prompt_token_estimate_equals_the_full_count() -> None:
+    import random
+
+    from nbagent.models.provider import _message_chars, _prompt_tokens
+
+    def full(messages: list[dict[str, Any]]) -> int:
+        return max(1, sum(_message_chars(m) for m in messages) // 4 + 4 * len(messages))
+
+    rng = random.Random(16)
+    for _ in range(200):
+        conv: list[dict[str, Any]] = [{"role": "system", "content": rng.choice(["a" * 10, "b" * 50])},
+                                      {"role": "user", "content": "x" * rng.randint(0, 30)}]
+        for _ in range(rng.randint(1, 20)):
+            conv.append({"role": "assistant", "content": None,
+                         "tool_calls": [{"function": {"arguments": "{}" * rng.randint(0, 5)}}]})
+            conv.append({"role": "tool", "content": "r" * rng.randint(0, 40)})
+            request = list(conv)
+            if rng.random() < 0.2:  # another run's request sharing these message objects after another start
+                request[0] = {"role": "system", "content": rng.choice(["a" * 10, "b" * 50, "c"])}
+            if rng.random() < 0.1:
+                request = [dict(m) for m in request]  # copies (as litellm makes)
+            assert _prompt_tokens(request) == full(request)
