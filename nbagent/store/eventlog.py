@@ -312,8 +312,9 @@ class EventLog:
 
     def _keep(self, i: int, record: dict[str, Any]) -> None:
         cache = self._cache
+        if i in cache:
+            cache.move_to_end(i)
         cache[i] = record
-        cache.move_to_end(i)
         if len(cache) > self.KEEP:
             cache.popitem(last=False)
 

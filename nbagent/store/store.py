@@ -23,7 +23,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +124,21 @@ class _HeldLock:
     def close(self) -> None:
         if self._depth == 0:
             self._drop()
+
+
+class _Locked:
+    """`Store.locked()`: a plain context manager (a generator-based one cost more than the lock on every append)."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store._acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.store._release()
 
 
 class SessionRecord(BaseModel):
@@ -245,25 +259,34 @@ class Store:
             for leftover in self.path.glob(".tables-*.tmp"):
                 leftover.unlink(missing_ok=True)
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Exclusive write access across threads and processes; re-entrant."""
+    def locked(self) -> _Locked:
+        """Exclusive write access across threads and processes; re-entrant (`with store.locked(): ...`)."""
         if self.readonly:
             raise StoreReadOnly(self.path, "the store was opened read-only")
-        with self._tlock:
-            try:
-                self._flock.acquire()
-            except Timeout as exc:
-                raise StoreError(
-                    f"{self.path}: another process has held the store's lock for {LOCK_TIMEOUT_S:.0f} s; "
-                    "if no kernel is using this notebook, delete the file 'lock' in that folder"
-                ) from exc
-            except OSError as exc:
-                raise StoreReadOnly(self.path, f"cannot create the lock file: {exc.strerror or exc}") from exc
-            try:
-                yield
-            finally:
-                self._flock.release()
+        return _Locked(self)
+
+    def _acquire(self) -> None:
+        self._tlock.acquire()
+        try:
+            self._flock.acquire()
+        except Timeout as exc:
+            self._tlock.release()
+            raise StoreError(
+                f"{self.path}: another process has held the store's lock for {LOCK_TIMEOUT_S:.0f} s; "
+                "if no kernel is using this notebook, delete the file 'lock' in that folder"
+            ) from exc
+        except OSError as exc:
+            self._tlock.release()
+            raise StoreReadOnly(self.path, f"cannot create the lock file: {exc.strerror or exc}") from exc
+        except BaseException:
+            self._tlock.release()
+            raise
+
+    def _release(self) -> None:
+        try:
+            self._flock.release()
+        finally:
+            self._tlock.release()
 
     def close(self) -> None:
         self._log.close()
