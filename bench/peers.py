@@ -12,8 +12,8 @@ The peers live in their own virtual environment, `bench/.peers-venv` (git-ignore
 nbagent's; nbagent runs with this interpreter (`sys.executable`, the repository's venv). The commands:
 
     python3 -m venv bench/.peers-venv
-    bench/.peers-venv/bin/pip install "langgraph==1.2.*" "langgraph-checkpoint-sqlite" \\
-        "pydantic-ai-slim" "llm==0.36"
+    bench/.peers-venv/bin/pip install "langgraph==1.2.*" "langgraph-checkpoint-sqlite==3.1.*" \\
+        "pydantic-ai-slim==2.68.*" "llm==0.36"
 
 **Workload** (the same for every target): a read-only no-op tool `noop(i) -> "ok"` called N times, one call per
 model turn, by an offline fake model that counts its turns (O(1) per turn: it does not look at the history),
@@ -59,7 +59,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PEERS_VENV = HERE / ".peers-venv"
-PEER_REQUIREMENTS = ["langgraph==1.2.*", "langgraph-checkpoint-sqlite", "pydantic-ai-slim", "llm==0.36"]
+# the versions measured in docs/performance.md (pydantic-ai 2.68 as in issue 16)
+PEER_REQUIREMENTS = ["langgraph==1.2.*", "langgraph-checkpoint-sqlite==3.1.*", "pydantic-ai-slim==2.68.*", "llm==0.36"]
 PEERS = ("langgraph", "pydantic-ai", "llm")
 TARGETS = ("nbagent", "nbagent-litellm", *PEERS)
 BEFORE: dict[str, str] = {}  # --before PATH: the target "nbagent-before" imports nbagent from PATH
