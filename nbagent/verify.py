@@ -87,6 +87,7 @@ def verify_store(store: Store) -> Report:
     if tail.strip():
         _check_tail(report, store, tail, len(lines) + 1, chains)
     heads = {key: _check_chain(report, key, entries) for key, entries in chains.items()}
+    _check_grants(store, report, chains)
     damage = store.tables_problem()
     if damage is None:
         _check_checkpoints(store, report, heads)
@@ -100,6 +101,29 @@ def verify_store(store: Store) -> Report:
     report.sessions = sum(1 for k in chains if k.startswith("session:"))
     report.problems.sort(key=lambda p: (p.line is None, p.line or 0))
     return report
+
+
+def _check_grants(store: Store, report: Report, chains: dict[str, list[tuple[int, dict[str, Any]]]]) -> None:
+    """Every grant is backed by the decision that gave it (nbagent/grants.py `vouched`): a `grant_given` with no
+    decision listing it with the same terms was written by hand, and the runtime ignores it; an auditor should know."""
+    from .grants import from_events, vouched
+
+    where = {r.get("id"): (n, key) for key, entries in chains.items() for n, r in entries
+             if r.get("type") == "grant_given"}
+    if not where:
+        return
+    try:
+        given = from_events(store.query_events(types=["grant_given", "grant_revoked"]))
+    except Exception as exc:  # a log this damaged already has its problems listed
+        report.warnings.append(f"grants not checked: {exc}")
+        return
+    ids = {g.grant_id: g for g in given.values()}
+    for event in store.query_events(types="grant_given"):
+        g = ids.get(event.payload.grant_id)  # type: ignore[attr-defined]
+        if g is not None and not vouched(store, g):
+            line, key = where.get(event.id, (None, None))
+            report.problems.append(Problem(line, event.id, key, f"grant {g.grant_id} is not backed by a decision "
+                                           "that gave it with these terms (written by hand?); nbagent ignores it"))
 
 
 def _check_tail(report: Report, store: Store, tail: bytes, number: int,
