@@ -46,7 +46,7 @@ def current() -> NotebookHost:
 
 
 async def run_cell(line: str, body: str) -> Any:
-    return await _shown(lambda: current().run_cell(line, body))
+    return await _shown(lambda: current().run_cell(line, body), offline=lambda: current().offline_cell(line))
 
 
 async def run_line(line: str) -> Any:
@@ -70,12 +70,13 @@ class _Status:
         return {"text/plain": self.text, "text/html": f"<p><em>{html.escape(self.text)}</em></p>"}
 
 
-async def _warmed_up() -> str | None:
+async def _warmed_up(offline: bool = False) -> str | None:
     """Wait for the background warm-up (see warmup.py) before this cell imports anything; while it runs, say so.
+    A cell with an offline model waits only for nbagent's own modules (~0.1 s), never for litellm's import.
     Returns the display id of that status line, for the run view to take over, or None when nothing waited."""
     from . import warmup
 
-    if not warmup.running():
+    if not warmup.running() or (offline and warmup.offline_ready()):
         return None
     import uuid
 
@@ -83,15 +84,19 @@ async def _warmed_up() -> str | None:
 
     display_id = f"nbagent-{uuid.uuid4().hex}"
     display(_Status(LOADING), display_id=display_id)
-    await warmup.wait()
+    await (warmup.wait_offline() if offline else warmup.wait())
     return display_id
 
 
-async def _shown(start: Callable[[], Awaitable[Any]]) -> Any:
+async def _shown(start: Callable[[], Awaitable[Any]], offline: Callable[[], bool] | None = None) -> Any:
     """Run a cell's work. An nbagent error (bad options, an unknown `{name}`, no run waiting...) fails the cell
     with one clear line and no traceback, so Run All and `nbagent run` stop there; whatever the cell shows is
     redacted."""
-    status = await _warmed_up()
+    try:
+        quick = offline() if offline is not None else False
+    except Exception:  # options that do not parse: the cell reports them once it runs
+        quick = False
+    status = await _warmed_up(quick)
     if _host is not None:
         _host.status_display = status
     try:
@@ -329,6 +334,28 @@ class NotebookHost:
         return {name: resolve(name, getattr(args, name, None) if args is not None else None, self.overrides,
                               self.config, params) for name in SETTINGS}
 
+    def offline_cell(self, line: str) -> bool:
+        """Whether this `%%agent` line runs an offline model (a script, a replay, `nbagent/...`): then it needs
+        nothing of litellm's and does not wait for the warm-up to import it."""
+        args = parse(cell_parser(), line)
+        if args.replay is not None:
+            return True
+        model, script = (self.settings(args)[k][0] for k in ("model", "script"))
+        return bool(script) or str(model or "").startswith("nbagent/")  # a script plays whatever the model's name
+
+    def real_model_likely(self) -> bool:
+        """Whether a cell without --model would use a real provider: a configured model that is not one of the
+        offline ones, or (none configured, no script) a key or a local Ollama that `detect` would pick. The
+        warm-up loads litellm ahead only then."""
+        model, script = (self.settings()[k][0] for k in ("model", "script"))
+        if model:
+            return not str(model).startswith("nbagent/")
+        if script:
+            return False
+        from ..models.detect import detect
+
+        return detect() is not None
+
     def user_tools(self) -> list[Tool]:
         return [v for k, v in self.shell.user_ns.items() if isinstance(v, Tool) and not k.startswith("_")]
 
@@ -434,7 +461,8 @@ class NotebookHost:
             model = found.model
         budget = Budget(max_steps=int(cfg.get("max_steps") or 50), max_cost=float(cfg.get("budget") or 0) or None)
         return RuntimeAgent(
-            model=None if script is not None and (model in (None, "nbagent/scripted")) else model,
+            # --script implies the scripted model (its help says so), whatever model a default names
+            model=None if script is not None else model,
             script=script, replay=replay, tools=self.all_tools(cfg.get("mcp")), autonomy=cfg.get("autonomy") or "L1",
             decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
         )

@@ -36,7 +36,7 @@ class AgentMagics(Magics):
 
 
 def register(ip: Any) -> None:
-    from .host import install
+    from .host import current, install
 
     problem = ipykernel_problem()
     if problem:
@@ -47,7 +47,8 @@ def register(ip: Any) -> None:
     install(ip)
     from . import warmup
 
-    warmup.install(ip)  # imports the first run's modules once this cell has ended (see warmup.py)
+    # imports the first run's modules once this cell has ended, litellm only if a real model is likely (warmup.py)
+    warmup.install(ip, lambda: current().real_model_likely())
 
 
 def unregister(ip: Any) -> None:

@@ -4,9 +4,11 @@ On a fresh kernel the first `%%agent` cell used to spend seconds before its firs
 and what its first call pulls in (its MCP handler, the token encoder, the run view's widget modules). The offline
 models no longer need litellm (nbagent.llm calls them directly), but a real provider's first cell does.
 `%load_ext nbagent` stays cheap: once its cell has ended, a daemon thread imports those modules while the kernel
-waits for the next cell: first what every first run needs (nbagent's own modules, the widget, ~0.1 s), then
-litellm and what its first call loads (~2.5 s). `offline_ready()` says when the first part is done: a cell that
-runs an offline model needs nothing from the second (see `wait_offline`).
+waits for the next cell: first what every first run needs (nbagent's own modules, the widget, ~0.1 s), then,
+only when a cell without `--model` would use a real provider (a configured model, an API key in the environment,
+a local Ollama: `NotebookHost.real_model_likely`), litellm and what its first call loads (~2.5 s, ~190 MB). A
+kernel set up for the offline models never loads litellm at all. `offline_ready()` says when the first part is
+done: a cell that runs an offline model needs nothing from the second and does not wait for it (`wait_offline`).
 
 Two threads importing at once could meet in a circular import (Python then hands one of them a half-initialised
 module) or, with some C extensions, wait on each other. So the warm-up never overlaps other work of the kernel:
@@ -26,6 +28,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("nbagent.ipython")
@@ -51,7 +54,7 @@ MODULES = (
 
 _thread: threading.Thread | None = None
 _offline = threading.Event()  # OWN_MODULES are imported
-_state: dict[str, Any] = {"seconds": None, "offline_seconds": None, "failed": []}
+_state: dict[str, Any] = {"seconds": None, "offline_seconds": None, "failed": [], "litellm": None}
 
 
 def enabled() -> bool:
@@ -67,13 +70,23 @@ def _import(names: tuple[str, ...]) -> None:
             log.debug("warm-up: %s not imported: %s", name, exc)
 
 
-def _work() -> None:
+def _work(real_model: Callable[[], bool] | None = None) -> None:
     started = time.perf_counter()
     try:
         _import(OWN_MODULES)
     finally:
         _state["offline_seconds"] = round(time.perf_counter() - started, 3)
         _offline.set()
+    try:
+        wanted = real_model() if real_model is not None else True
+    except Exception as exc:  # settings that cannot be read: warm up as before
+        log.debug("warm-up: could not tell whether a real model is configured: %s", exc)
+        wanted = True
+    if not wanted:
+        _state["litellm"] = "skipped: no real model configured (the offline models do not need it)"
+        _state["seconds"] = round(time.perf_counter() - started, 3)
+        return
+    _state["litellm"] = "imported"
     try:
         from ..llm import import_litellm
 
@@ -86,12 +99,12 @@ def _work() -> None:
     _state["seconds"] = round(time.perf_counter() - started, 3)
 
 
-def start() -> bool:
+def start(real_model: Callable[[], bool] | None = None) -> bool:
     """Start the warm-up thread (once per kernel). False when it is off, already done or not needed."""
     global _thread
     if _thread is not None or not enabled() or "litellm.responses.mcp.chat_completions_handler" in sys.modules:
         return False
-    _thread = threading.Thread(target=_work, name="nbagent-warmup", daemon=True)
+    _thread = threading.Thread(target=_work, args=(real_model,), name="nbagent-warmup", daemon=True)
     _thread.start()
     return True
 
@@ -132,14 +145,15 @@ def status() -> dict[str, Any]:
 class Hooks:
     """The shell events that start the warm-up after the `%load_ext` cell and keep other cells from overlapping it."""
 
-    def __init__(self, shell: Any) -> None:
+    def __init__(self, shell: Any, real_model: Callable[[], bool] | None = None) -> None:
         self.shell = shell
         self.pending = True
+        self.real_model = real_model
 
     def post_run_cell(self, result: Any) -> None:
         if self.pending:  # the cell that loaded nbagent has ended: the kernel is about to be idle
             self.pending = False
-            start()
+            start(self.real_model)
 
     def pre_run_cell(self, info: Any) -> None:
         if not running():
@@ -153,14 +167,15 @@ class Hooks:
 _hooks: Hooks | None = None
 
 
-def install(shell: Any) -> None:
-    """Called by `%load_ext nbagent`: the warm-up starts when the loading cell ends (never during it)."""
+def install(shell: Any, real_model: Callable[[], bool] | None = None) -> None:
+    """Called by `%load_ext nbagent`: the warm-up starts when the loading cell ends (never during it).
+    `real_model()` (asked in the warm-up's thread) says whether litellm is worth loading ahead."""
     global _hooks
     events = getattr(shell, "events", None)
     if events is None or not enabled():
         return
     if _hooks is not None and _hooks.shell is shell:
         return
-    _hooks = Hooks(shell)
+    _hooks = Hooks(shell, real_model)
     events.register("post_run_cell", _hooks.post_run_cell)
     events.register("pre_run_cell", _hooks.pre_run_cell)
