@@ -381,3 +381,14 @@ def _cost(litellm: Any, resp: Any, model: str) -> float | None:
         return float(litellm.completion_cost(completion_response=resp, model=model))
     except Exception:
         return None  # a model without a known price: reported as unknown, never as free
+
+
+def accepts_images(model: str) -> bool:
+    """Whether a model takes image parts, as litellm's local table knows it. nbagent's offline models are text
+    models; a model litellm does not know is treated as one (the safe side: the image is described)."""
+    if not model or model.startswith("nbagent/"):
+        return False
+    try:
+        return bool(import_litellm().supports_vision(model=model))
+    except Exception:
+        return False

@@ -77,7 +77,16 @@ from .events import (
 )
 from .ids import new_id
 from .levels import Autonomy, Risk
-from .llm import Fingerprint, ModelError, ModelSettings, ToolCallRequest, complete, is_transient, parse_tool_calls
+from .llm import (
+    Fingerprint,
+    ModelError,
+    ModelSettings,
+    ToolCallRequest,
+    accepts_images,
+    complete,
+    is_transient,
+    parse_tool_calls,
+)
 from .models.base import LocalModel
 from .policy import Authorizer, AuthPolicy, Budget, Denial, TreeUsage, hour_ago_iso
 from .scope import Scope, ScopeDenied, ScopeGuard
@@ -629,8 +638,7 @@ class Agent:
         event = self._record(run_id, payload, parent=parent)
         if terms:
             root = self._root_of(run_id)
-            given = grants_.now()
-            expires = grants_.expiry(verdict.grant, given) if verdict.grant is not None else None
+            expires = grants_.expiry(verdict.grant, grants_.now()) if verdict.grant is not None else None
             for grant_id, t in zip(ids, terms, strict=True):
                 self._give_grant(run_id, root, plan_id, request_id, t, by=verdict.by, expires_at=expires,
                                  grant_id=grant_id)
@@ -928,7 +936,7 @@ class Agent:
     def _prefix(self, run_id: str, state: RunState) -> list[dict[str, Any]]:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         history = self.conversation(state.previous_run_id) if state.previous_run_id else []
-        if self._local is None and _has_images(history) and not _takes_images(self.model):
+        if self._local is None and _has_images(history) and not accepts_images(self.model):
             # an image an earlier run sent to a model that takes them ({Out[n]}): described to one that does not
             # (offline models and replays get the history as recorded, so a replay asks what was asked)
             history = _images_described(history)
@@ -968,15 +976,6 @@ class RunStateError(Exception):
 def _has_images(messages: list[dict[str, Any]]) -> bool:
     return any(isinstance(m.get("content"), list) and any(
         isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"]) for m in messages)
-
-
-def _takes_images(model: str) -> bool:
-    try:
-        from .llm import import_litellm  # its local price table, never a network fetch
-
-        return bool(import_litellm().supports_vision(model=model))
-    except Exception:  # a model litellm does not know: text only, the safe side
-        return False
 
 
 def _images_described(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

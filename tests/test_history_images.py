@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from nbagent.runtime import Agent, _has_images, _images_described, _takes_images
+from nbagent.llm import accepts_images as _takes_images
+from nbagent.runtime import Agent, _has_images, _images_described
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 IMAGE_MSG = {"role": "user", "content": [{"type": "text", "text": "Out[3]:"},

@@ -269,16 +269,11 @@ def _out_parts(n: int, nb: Notebook) -> list[Any]:
 
 
 def accepts_images(model: str) -> bool:
-    """Whether the model takes image parts, as litellm knows it. nbagent's offline models (nbagent/scripted,
-    nbagent/replay) are text models: images reach them as the line describing them."""
-    if not model or model.startswith("nbagent/"):
-        return False
-    try:
-        from ..llm import import_litellm
+    """Whether the model takes image parts (`nbagent.llm.accepts_images`: as litellm knows it; the offline models
+    are text models, so images reach them as the line describing them)."""
+    from ..llm import accepts_images as takes
 
-        return bool(import_litellm().supports_vision(model))
-    except Exception:
-        return False
+    return takes(model)
 
 
 def for_model(context: list[dict[str, Any]], model: str) -> tuple[list[dict[str, Any]], list[str]]:
