@@ -192,7 +192,8 @@ def covers(terms: GrantTerms, tool: Tool | None, name: str, arguments: Mapping[s
     """True when the grant's terms cover this call's tool and arguments (risk is the caller's business).
 
     Every path the call names must match one of the grant's path patterns, so a grant for `report.md` never
-    covers a call that also names `secret.md`; a grant with no paths covers only calls that name none.
+    covers a call that also names `secret.md`; a call that names no path is covered only through argument
+    patterns; a replay's pinned grant covers only the recorded calls it lists.
     """
     if name != terms.tool:
         return False
