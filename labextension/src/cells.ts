@@ -10,6 +10,7 @@
  * dependency on @jupyterlab/notebook: JupyterLab provides the objects at run time.
  */
 
+import { IApp, ISignal, onNotebooks } from './app';
 import { UNDO_EVENT } from './view';
 import records from './records';
 
@@ -31,9 +32,6 @@ export interface ISharedNotebook {
   insertCell(index: number, cell: Record<string, unknown>): unknown;
 }
 
-interface ISignal<T> {
-  connect(fn: (sender: unknown, args: T) => void): boolean;
-}
 
 interface IKernel {
   registerCommTarget(name: string, cb: (comm: unknown, msg: { content: { data: unknown } }) => void): void;
@@ -52,15 +50,6 @@ interface INotebookLike {
   };
 }
 
-export interface IApp {
-  commands?: { execute(id: string, args?: unknown): Promise<unknown> };
-  shell: {
-    widgets(area?: string): Iterable<unknown>;
-    currentChanged?: ISignal<unknown>;
-    layoutModified?: ISignal<unknown>;
-  };
-  restored?: Promise<unknown>;
-}
 
 /** Where a proposed cell goes: below the agent's cell, after the cells its run already inserted. */
 export function insertionIndex(nb: ISharedNotebook, request: ICellRequest): number {
@@ -157,11 +146,7 @@ const plugin = {
   description: 'Inserts the code cells an nbagent run proposes below its %%agent cell.',
   autoStart: true,
   activate: (app: IApp): void => {
-    const rescan = (): void => scan(app);
-    app.shell.layoutModified?.connect(rescan);
-    app.shell.currentChanged?.connect(rescan);
-    void app.restored?.then(rescan);
-    rescan();
+    onNotebooks(app, () => scan(app));
     document.addEventListener(UNDO_EVENT, event => {
       const runId = (event as CustomEvent<{ run_id?: string }>).detail?.run_id;
       if (runId && /^[0-9A-Za-z]+$/.test(runId) && event.target instanceof Node) {

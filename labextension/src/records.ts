@@ -14,12 +14,11 @@
  * The notebook objects are used through the few members needed (duck-typed), as in cells.ts.
  */
 
+import { IApp, ISignal, onNotebooks } from './app';
+
 export const RUN_MIME = 'application/vnd.nbagent.run+json';
 export const FINAL_EVENT = 'nbagent-run-final';
 
-interface ISignal<T> {
-  connect(fn: (sender: unknown, args: T) => void): boolean;
-}
 
 export interface IOutputJSON {
   output_type: string;
@@ -66,14 +65,6 @@ interface INotebookPanelLike {
   context?: { ready?: Promise<unknown> };
 }
 
-export interface IApp {
-  shell: {
-    widgets(area?: string): Iterable<unknown>;
-    currentChanged?: ISignal<unknown>;
-    layoutModified?: ISignal<unknown>;
-  };
-  restored?: Promise<unknown>;
-}
 
 interface IRecordRef {
   outputs: IOutputList;
@@ -257,11 +248,7 @@ const plugin = {
   description: 'Keeps every record of an nbagent run in a notebook at the run\'s latest state.',
   autoStart: true,
   activate: (app: IApp): void => {
-    const rescan = (): void => scan(app);
-    app.shell.layoutModified?.connect(rescan);
-    app.shell.currentChanged?.connect(rescan);
-    void app.restored?.then(rescan);
-    rescan();
+    onNotebooks(app, () => scan(app));
     document.addEventListener(FINAL_EVENT, event => onFinal(app, event));
   }
 };
