@@ -44,8 +44,8 @@ from .levels import Risk
 from .tools.base import Tool, ToolError
 
 DEFAULT_TIMEOUT = 30.0
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what the model providers accept as a function name
-_NAME_PART = re.compile(r"^[A-Za-z0-9_-]+$")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what the model providers accept as a function name (fullmatch)
+_NAME_PART = re.compile(r"[A-Za-z0-9_-]+")
 PREFIX = "mcp__"
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,14 @@ class ServerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
+        from urllib.parse import urlsplit
+
+        from .secrets import remember, secret_key
+
+        # a token, key or password a config gives a server is a secret from here on: echoed in an error, it is
+        # redacted everywhere (by name only: a PATH or a Content-Type would otherwise vanish from every log line)
+        remember(*(v for k, v in {**self.env, **self.headers}.items() if secret_key(k) or k.lower() == "cookie"),
+                 urlsplit(self.url or "").password)
         if bool(self.command) == bool(self.url):
             raise ValueError("give either \"command\" (a server run over stdio) or \"url\" (streamable HTTP)")
         kind = (self.type or "").lower().replace("_", "-")
@@ -248,8 +256,18 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def _describe(exc: BaseException) -> str:
     exc = _leaf(exc)
-    text = str(exc).strip() or type(exc).__name__
+    text = " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the library's message holds
     return text if len(text) <= 300 else text[:300] + "…"
+
+
+def _no_userinfo(url: str | None) -> str:
+    """A URL as shown in a line: without `user:password@`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url or "")
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "") if parts.username or parts.password else parts.netloc
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 # ---------------------------------------------------------------------------------------------------- servers
@@ -485,7 +503,7 @@ class Server:
         self.state, self.error = "failed", why
 
     def _start_error(self, why: str) -> str:
-        what = f"command `{self.command_line()}`" if self.config.command else f"URL {self.config.url}"
+        what = f"command `{self.command_line()}`" if self.config.command else f"URL {_no_userinfo(self.config.url)}"
         details = self._details()
         return (f"MCP server {self.name!r} ({self.source}) did not start: {why}; {what}"
                 + (f"; {details}" if details else ""))
@@ -610,7 +628,8 @@ def _make_tool(server: Server, listed: Any) -> MCPTool:
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
     schema.pop("$schema", None)
-    description = (listed.description or getattr(listed, "title", None) or "").strip()
+    # one line: a description with line breaks could print rows of its own in `%agent tools`
+    description = " ".join((listed.description or getattr(listed, "title", None) or "").split())
     if len(description) > 2000:
         description = description[:2000] + "…"
     tool = MCPTool(call, name=f"{PREFIX}{server.name}__{remote}", description=description, risk=risk,
@@ -670,7 +689,7 @@ def toolset(loaded: Loaded, folder: Path | None = None, taken: Iterable[str] = (
     for name, config in loaded.servers.items():
         if config.disabled:
             continue
-        if not _NAME_PART.match(name) or "__" in name:
+        if not _NAME_PART.fullmatch(name) or "__" in name:
             out.problems.append(f"MCP server {name!r} ({loaded.sources.get(name)}): the name cannot be part of a "
                                 "tool name (letters, digits, _ and - only, no \"__\"); its tools are left out")
             continue
@@ -688,7 +707,7 @@ def toolset(loaded: Loaded, folder: Path | None = None, taken: Iterable[str] = (
         for listed in server.listed:
             remote = getattr(listed, "name", "")
             name = f"{PREFIX}{server.name}__{remote}"
-            if not TOOL_NAME.match(name):
+            if not TOOL_NAME.fullmatch(name):
                 out.problems.append(f"MCP server {server.name!r}: tool {remote!r} is left out: {name!r} is not a "
                                     "valid tool name (letters, digits, _ and -, at most 64 characters)")
                 continue
@@ -700,9 +719,10 @@ def toolset(loaded: Loaded, folder: Path | None = None, taken: Iterable[str] = (
                 continue
             seen[name] = server.name
             out.tools.append(_make_tool(server, listed))
+        listed = {getattr(t, "name", None) for t in server.listed}
+        long_form = {f"{PREFIX}{server.name}__{n}" for n in listed}
         for key in server.config.risk:
-            if key != "*" and key not in {getattr(t, "name", None) for t in server.listed} and not key.startswith(
-                    PREFIX):
+            if key != "*" and key not in listed and key not in long_form:
                 out.problems.append(f"MCP server {server.name!r} ({server.source}): \"risk\" names {key!r}, which "
                                     "is not one of its tools")
     return out

@@ -58,6 +58,8 @@ def code_effect(path: str) -> str | None:
         return f"{name} is an IPython script: IPython runs it (a startup folder, `%run`)"
     if _CONFIG_NAMES.match(name):
         return f"{name} is IPython/Jupyter configuration: Jupyter loads and runs it"
+    if name in ("mcp.json", ".mcp.json"):
+        return f"{name} configures MCP servers: the next run starts the commands it names (docs/mcp.md)"
     if any(p in _CONFIG_DIRS or p.startswith("profile_") for p in parts[:-1]) or any(
             c in "/" + norm for c in _CONFIG_PATHS):
         return f"{path} is inside IPython/Jupyter's configuration or Python's packages: they load it"

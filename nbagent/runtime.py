@@ -1041,7 +1041,10 @@ def _error_text(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return "the tool timed out"
     text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, ToolError) else f"{type(exc).__name__}: {text}"
+    text = text if isinstance(exc, ToolError) else f"{type(exc).__name__}: {text}"
+    if len(text) > MAX_RESULT_CHARS:  # an error is capped as a result is: a tool (or server) may say megabytes
+        text = text[:MAX_RESULT_CHARS] + f"… [truncated: the error had {len(text):,} characters]"
+    return text
 
 
 def _valid_text(value: Any) -> Any:

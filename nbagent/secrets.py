@@ -147,11 +147,28 @@ def apply(text: str, spans: list[tuple[int, int]], start: int = 0, end: int | No
     return "".join(pieces)
 
 
+# Secrets this process learned from configuration (an MCP server's `env` and `headers`): every Redactor made
+# afterwards takes them out too, so a server echoing its token in an error never puts it in the log or the cell.
+_REMEMBERED: list[str] = []
+
+
+def remember(*values: str | None) -> None:
+    """Treat these values as secrets from now on; of `Bearer abc…` also the token alone (a last word of 16+
+    characters: shorter words of a passphrase would redact ordinary words everywhere)."""
+    for value in values:
+        if not isinstance(value, str):
+            continue
+        words = value.split()
+        for candidate in (value, *(words[-1:] if len(words) > 1 and len(words[-1]) >= 16 else [])):
+            if len(candidate) >= MIN_KNOWN and candidate not in _REMEMBERED:
+                _REMEMBERED.append(candidate)
+
+
 class Redactor:
     def __init__(self, known: Iterable[str | None] = ()) -> None:
         self._known: list[str] = []
         self._cache: dict[str, str] = {}
-        for value in [*known, *env_secrets()]:
+        for value in [*known, *env_secrets(), *_REMEMBERED]:
             self.add(value)
 
     def add(self, secret: str | None) -> None:

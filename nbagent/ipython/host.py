@@ -275,6 +275,10 @@ class NotebookHost:
         text = "".join(lines)
         if len(text) > 8000:
             text = text[:2000] + "\n…\n" + text[-6000:]
+        from .references import MAX_SOURCE
+
+        if len(source) > MAX_SOURCE:  # {Err} and %agent fix bring the cell as {In[n]} does: capped, and said so
+            source = source[:MAX_SOURCE] + f"\n… [cut: the cell has {len(source):,} characters]"
         self.last_error = {"type": type(error).__name__, "message": clip(str(error), 500), "traceback": text,
                            "source": source}
 
@@ -818,7 +822,9 @@ class NotebookHost:
             print(set_override(self.overrides, pair))
         if not args.pairs:
             for name, (value, source) in self.settings().items():
-                print(f"{name:<10} = {value!r:<30} ({source})")
+                if name == "mcp" and str(value).lstrip().startswith("{"):  # inline JSON may hold tokens: not shown
+                    value = "<inline JSON>"
+                print(redact(f"{name:<10} = {value!r:<30} ({source})"))
 
     async def cmd_undo(self, args: Any) -> None:
         """`%agent undo RUN [--to] [--force]`: the same undo as `nbagent undo`, from the notebook's log (so it works

@@ -180,6 +180,8 @@ def set_override(overrides: dict[str, Any], pair: str) -> str:
         raise UsageError("%agent config: autonomy must be L0, L1, L2 or L3")
     if key == "approve" and value not in ("", "all", "none", "low", "recorded"):
         raise UsageError("%agent config: approve must be all, none, low or recorded")
+    if key == "mcp" and str(value).lstrip().startswith("{"):
+        return "mcp = <inline JSON>"  # its headers and env may hold tokens: never echoed into the notebook
     return f"{key} = {overrides[key]!r}"
 
 

@@ -41,10 +41,21 @@ def read_cell(source: str) -> dict[str, Any] | None:
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
             return None
         try:
-            values[stmt.targets[0].id] = ast.literal_eval(stmt.value)
+            values[stmt.targets[0].id] = _literal(stmt.value)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return None
     return values
+
+
+def _literal(node: ast.expr) -> Any:
+    """A literal, or the `float('nan')` / `float('inf')` papermill writes for NaN and infinities (a parameter the
+    notebook passes through): no call of anything else is ever evaluated."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float"
+            and len(node.args) == 1 and not node.keywords and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and node.args[0].value.strip().lower() in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")):
+        return float(node.args[0].value)
+    return ast.literal_eval(node)
 
 
 def settings_of(values: dict[str, Any]) -> dict[str, Any]:

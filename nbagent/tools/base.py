@@ -183,7 +183,11 @@ class Tool:
         if not isinstance(arguments, dict):
             raise ToolArgumentError(f"invalid arguments for {self.name}: expected an object")
         if self._validator is not None:
-            errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))[:5]
+            try:
+                errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))[:5]
+            except Exception as exc:  # a schema that loops on itself, or refers to nothing: the call fails, not the run
+                raise ToolArgumentError(f"{self.name}: its schema cannot be used to check arguments "
+                                        f"({type(exc).__name__}: {str(exc)[:200]})") from None
             if errors:
                 problems = "; ".join(f"argument {'.'.join(str(x) for x in e.absolute_path) or '(all)'!r}: "
                                      f"{e.message[:300]}" for e in errors)

@@ -82,27 +82,35 @@ def summarize(value: Any, *, head_rows: int = 5, max_repr: int = MAX_REPR) -> di
             return out
     if isinstance(value, dict):
         keys = list(value)[:20]
-        preview = {repr(k): _short_repr(value[k]) for k in keys}
+        preview = {_safe_repr(k): _short_repr(value[k]) for k in keys}
         out["items"] = preview
         if len(value) > 20:
             out["items_truncated"] = f"{len(value)} keys; the first 20 shown"
         return out
     if isinstance(value, list | tuple) and len(value) > 20:
-        out["repr"] = repr(value[:20])[:max_repr]
+        out["repr"] = _safe_repr(value[:20])[:max_repr]
         out["repr_truncated"] = f"{len(value)} items; the first 20 shown"
         return out
-    text = repr(value)
+    text = _safe_repr(value)
     out["repr"], cut = _clip(text, max_repr)
     if cut:
         out["repr_truncated"] = f"{len(text):,} characters; the first {max_repr:,} shown"
     return out
 
 
+def _safe_repr(value: Any) -> str:
+    """repr() of the user's object, whose __repr__ may raise: then a line that says so, never a traceback."""
+    try:
+        return repr(value)
+    except Exception as exc:
+        return f"<{type(value).__name__}: repr failed: {type(exc).__name__}: {str(exc)[:200]}>"
+
+
 def _short_repr(value: Any, limit: int = 120) -> str:
     shape = getattr(value, "shape", None)
     if isinstance(shape, tuple):
         return f"<{type(value).__name__} shape={shape}>"
-    text = repr(value)
+    text = _safe_repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
