@@ -69,17 +69,22 @@ def undo_panel(page: Page, index: int = 0) -> Any:  # noqa: F811
     return panel
 
 
-def test_undo_a_finished_run_in_the_browser(page: Page, lab: Lab) -> None:  # noqa: F811
-    notebook = write_flow(lab, "undo", [create("report.md", "# Report\n", "I'll write the report."),
-                                        overwrite("notes.md", "agent notes\n"), {"content": "Done."}],
+def two_changes(page: Page, lab: Lab, name: str) -> tuple[Path, Any]:  # noqa: F811
+    """A run that creates report.md and overwrites notes.md, each approved on its card: (notebook, its record)."""
+    notebook = write_flow(lab, name, [create("report.md", "# Report\n", "I'll write the report."),
+                                      overwrite("notes.md", "agent notes\n"), {"content": "Done."}],
                           files={"notes.md": "my notes\n"}, prompt="Write the report and update the notes")
-    folder = notebook.parent
     start_flow(page, lab, notebook)
     waiting_card(page, 1, "Create report.md")
     button(page, "Create report.md").click()
     waiting_card(page, 2, "Overwrite notes.md")
     button(page, "Overwrite notes.md").click()
-    record = finished_record(page)
+    return notebook, finished_record(page)
+
+
+def test_undo_a_finished_run_in_the_browser(page: Page, lab: Lab) -> None:  # noqa: F811
+    notebook, record = two_changes(page, lab, "undo")
+    folder = notebook.parent
     assert (folder / "report.md").read_text() == "# Report\n" and (folder / "notes.md").read_text() == "agent notes\n"
     saved = saved_record(page, notebook)  # the record replaced the live view: no widget is left in the notebook
     run_id = saved["run_id"]
@@ -208,16 +213,8 @@ def test_the_undo_panel_runs_the_undo_once_and_reports(tmp_path: Path) -> None:
 def test_click_undo_on_the_finished_run_and_see_the_file_restored(page: Page, lab: Lab) -> None:  # noqa: F811
     """The finished run's record offers "Undo…": it puts `%agent undo RUN` in a new cell below and runs it, and
     the panel there asks first (each file and what happens to it) before the files are put back."""
-    notebook = write_flow(lab, "undo-click", [create("report.md", "# Report\n", "I'll write the report."),
-                                              overwrite("notes.md", "agent notes\n"), {"content": "Done."}],
-                          files={"notes.md": "my notes\n"}, prompt="Write the report and update the notes")
+    notebook, record = two_changes(page, lab, "undo-click")
     folder = notebook.parent
-    start_flow(page, lab, notebook)
-    waiting_card(page, 1, "Create report.md")
-    button(page, "Create report.md").click()
-    waiting_card(page, 2, "Overwrite notes.md")
-    button(page, "Overwrite notes.md").click()
-    record = finished_record(page)
     offer = record.get_by_role("button", name="Undo…", exact=True)
     offer.scroll_into_view_if_needed()
     shot(page, "undo-click-1-record-offers")

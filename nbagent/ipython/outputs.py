@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -77,8 +78,11 @@ def human_size(n: int) -> str:
 
 
 def image_dimensions(mime: str, head: bytes) -> tuple[int | None, int | None]:
-    """Width and height from the first bytes of a PNG, GIF or JPEG (None when they cannot be read)."""
-    try:
+    """Width and height from the first bytes of a PNG, GIF or JPEG (None when they cannot be read).
+
+    Read from the headers, not decoded: only the line describing the image needs them, and the kernel's images
+    may be tens of megabytes (a cut header gives no dimensions, never an error)."""
+    with contextlib.suppress(struct.error):
         if mime == "image/png" and head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
             w, h = struct.unpack(">II", head[16:24])
             return w, h
@@ -100,8 +104,6 @@ def image_dimensions(mime: str, head: bytes) -> tuple[int | None, int | None]:
                     h, w = struct.unpack(">HH", head[i + 5:i + 9])
                     return w, h
                 i += 2 + length
-    except struct.error:
-        pass
     return None, None
 
 
@@ -238,8 +240,6 @@ def install(shell: Any) -> OutputCapture:
     if isinstance(existing, OutputCapture):
         return existing
     capture_ = OutputCapture(shell).install()
-    try:
+    with contextlib.suppress(Exception):  # a shell without attributes: it captures, just not found again
         shell._nbagent_outputs = capture_
-    except Exception:
-        pass
     return capture_
