@@ -1,6 +1,7 @@
 """The first run's imports, warmed up in a background thread once `%load_ext nbagent` has ended, in a real kernel:
-nothing heavy in the loading cell, no cell overlapping the warm-up, and the first `%%agent` cell saying what it
-waits for. Also the traitlets class's name (`NbAgent`) and the note for the old `Agent` section."""
+nothing heavy in the loading cell, other cells neither waiting for the warm-up nor slowed by it, and the first
+`%%agent` cell with a real provider saying what it waits for. Also the traitlets class's name (`NbAgent`) and the
+note for the old `Agent` section."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def test_the_warm_up_starts_after_the_loading_cell(tmp_path: Path) -> None:
     try:
         load = k.run("import sys\n%load_ext nbagent\nprint('litellm' in sys.modules)", cell_id="c1")
         assert load.ok and load.stdout.strip() == "False"  # the loading cell itself imports nothing heavy
-        after = k.run("from nbagent.ipython import warmup\ns = warmup.status()\n"
+        # a cell that waits for the warm-up (here: joins it) uses no CPU, so the warm-up runs on meanwhile
+        after = k.run("from nbagent.ipython import warmup\nwarmup.join()\ns = warmup.status()\n"
                       "print(s['started'], warmup.running(), 'litellm' in sys.modules, s['failed'])", cell_id="c2")
         assert after.stdout.split() == ["True", "False", "True", "[]"], after.stdout + after.stderr
     finally:
@@ -87,19 +89,73 @@ def test_an_offline_cell_runs_during_the_warm_up_a_real_one_says_it_waits(tmp_pa
         k.close()
 
 
-def test_other_cells_wait_for_the_warm_up_before_they_run(tmp_path: Path) -> None:
-    (tmp_path / "gate.py").write_text(GATE)
-    k = Kernel(tmp_path, env=REAL)
+# a module the warm-up imports first, standing for a long import (litellm's runs ~1.5 s of module code in one
+# import): Python work, counted, until the test creates `release`
+SPIN = ("import pathlib\ncount = 0\n\n\ndef step():\n    global count\n    count += 1\n\n\n"
+        "while not pathlib.Path('release').exists():\n    for _ in range(1000):\n        step()\n")
+SPIN_FIRST = "from nbagent.ipython import warmup\nwarmup.OWN_MODULES = ('spin',) + warmup.OWN_MODULES"
+# a cell that computes, sleeps, and computes again, counting how far the warm-up's import got in each phase
+MEANWHILE = """import sys, time
+from nbagent.ipython import warmup
+running = warmup.running()
+while "spin" not in sys.modules:  # the warm-up's thread has only just started
+    time.sleep(0.01)
+spin = sys.modules["spin"]  # half-way through its import
+
+
+def compute(n):
+    return sum(i * i % 7 for i in range(n))
+
+
+a = spin.count
+compute(3_000_000)
+b = spin.count
+time.sleep(0.3)
+c = spin.count
+compute(3_000_000)
+d = spin.count
+print(running, b - a, c - b, d - c, warmup.running(), warmup.status()["pauses"] > 0)
+"""
+
+
+def test_a_cell_run_during_the_warm_up_starts_at_once_and_is_not_slowed(tmp_path: Path) -> None:
+    """The cell does not wait for the warm-up, and while it computes the warm-up stands still (it would otherwise
+    take about half the cell's time: one GIL); while the cell sleeps, the warm-up goes on."""
+    (tmp_path / "spin.py").write_text(SPIN)
+    k = Kernel(tmp_path)
     try:
-        assert k.run(SLOW, cell_id="c0").ok
+        assert k.run(SPIN_FIRST, cell_id="c0").ok
         assert k.run("%load_ext nbagent", cell_id="c1").ok
-        cell = k.submit("import sys\nprint(warmup.running(), 'gate' in sys.modules)", cell_id="c2")
-        for _ in range(10):
-            k.pump(0.1)
-        assert cell.reply is None and cell.stdout == ""  # not started: its code would race the warm-up's imports
+        cell = k.run(MEANWHILE, cell_id="c2", timeout=60)  # before, it waited for the warm-up: forever here
+        assert cell.ok, cell.stderr
+        running, computing, sleeping, computing_again, still, paused = cell.stdout.split()
+        assert running == still == paused == "True"
+        # in each computing phase the warm-up ran only until it saw the cell compute (a few ms); while the cell
+        # slept it ran the whole time: far more steps, whatever the machine's speed
+        assert int(computing) * 10 < int(sleeping) and int(computing_again) * 10 < int(sleeping), cell.stdout
         (tmp_path / "release").touch()
-        k.wait(cell)
-        assert cell.ok and cell.stdout.split() == ["False", "True"]
+        out = k.run("warmup.join()\nprint(warmup.running(), warmup.status()['failed'], sys.getswitchinterval(), "
+                    "sys.gettrace())", cell_id="c3")
+        assert out.stdout.split() == ["False", "[]", "0.005", "None"], out.stdout + out.stderr  # all put back
+    finally:
+        k.close()
+
+
+def test_a_cell_that_imports_what_the_warm_up_is_importing_gets_it(tmp_path: Path) -> None:
+    """The cell waits on the module's lock, which the paused warm-up holds: a cell that waits uses no CPU, so the
+    warm-up goes on and the import completes (no deadlock), once `spin` may end."""
+    (tmp_path / "spin.py").write_text(SPIN)
+    k = Kernel(tmp_path)
+    try:
+        assert k.run(SPIN_FIRST, cell_id="c0").ok
+        assert k.run("%load_ext nbagent", cell_id="c1").ok
+        cell = k.submit("import spin\nprint(spin.count > 0, warmup.status()['pauses'] > 0)", cell_id="c2")
+        for _ in range(5):
+            k.pump(0.1)
+        assert cell.reply is None  # `spin` is not done: the cell waits for it, as any import from two threads
+        (tmp_path / "release").touch()
+        k.wait(cell, timeout=60)
+        assert cell.ok and cell.stdout.split() == ["True", "True"], cell.stdout + cell.stderr
     finally:
         k.close()
 

@@ -1,4 +1,4 @@
-"""Warming up the first run while the kernel is idle.
+"""Warming up the first run while the kernel is idle, and yielding to every cell the user runs meanwhile.
 
 On a fresh kernel the first `%%agent` cell used to spend seconds before its first model call importing litellm
 and what its first call pulls in (its MCP handler, the token encoder, the run view's widget modules). The offline
@@ -10,13 +10,25 @@ a local Ollama: `NotebookHost.real_model_likely`), litellm and what its first ca
 kernel set up for the offline models never loads litellm at all. `offline_ready()` says when the first part is
 done: a cell that runs an offline model needs nothing from the second and does not wait for it (`wait_offline`).
 
-Two threads importing at once could meet in a circular import (Python then hands one of them a half-initialised
-module) or, with some C extensions, wait on each other. So the warm-up never overlaps other work of the kernel:
-- a `%%agent` cell that starts before it is done awaits it first (the kernel keeps handling messages, an
-  interrupt ends the wait), and shows "loading the model library (first run in this kernel)…" meanwhile;
-- any other cell waits for it (`pre_run_cell`) before its code runs.
-The thread only imports; it never needs the main thread, so a wait always ends. A module that fails to import
-is left for the run to import (and report) as it always did. `NBAGENT_WARMUP=0` turns the warm-up off.
+A cell the user runs meanwhile neither waits for the warm-up nor is slowed by it. An import cannot be cut into
+steps (litellm's own `__init__` runs ~1.5 s of module code in one import), and two threads share one GIL: a
+thread left to import while a cell computes takes half the cell's time or more. So the warm-up thread traces its
+own calls (`sys.settrace` in that thread only; the cell's thread is never traced) and, while a cell runs (IPython's
+`pre_execute` to `post_execute`: `hold()` / `release()`), it stops at once and then looks every 10-50 ms at
+whether the rest of the process uses the CPU. While it does, the thread waits, holding no GIL: it costs the cell
+nothing. While it does not (the cell sleeps, waits on I/O or on a lock), the thread goes on, again costing the cell
+nothing. A cell that waits on something the paused thread holds (a module it is half-way through importing, a
+library's lock) uses no CPU, so the thread goes on and lets go of it: no deadlock, and no need to stop only
+between modules. While the warm-up runs, the GIL's switch interval is 0.5 ms instead of 5 ms, so that the threads
+that pass a kernel message along are not kept waiting. The price is the tracing: while the kernel is idle the
+warm-up takes ~35% longer (docs/performance.md, `bench/warmup_bench.py`).
+- a `%%agent` cell with a real provider needs litellm: it releases the warm-up and awaits it (the kernel keeps
+  handling messages, an interrupt ends the wait), showing "loading the model library (first run in this
+  kernel)…" meanwhile; one with an offline model awaits only the first part, then holds the rest like any cell.
+- a cell that imports a module the warm-up is importing at that moment waits for that module, as any two threads
+  importing do (Python's per-module import locks), and the warm-up runs on meanwhile, as above.
+A module that fails to import is left for the run to import (and report) as it always did. `NBAGENT_WARMUP=0`
+turns the warm-up off.
 """
 
 from __future__ import annotations
@@ -54,7 +66,19 @@ MODULES = (
 
 _thread: threading.Thread | None = None
 _offline = threading.Event()  # OWN_MODULES are imported
-_state: dict[str, Any] = {"seconds": None, "offline_seconds": None, "failed": [], "litellm": None}
+_state: dict[str, Any] = {"seconds": None, "offline_seconds": None, "failed": [], "litellm": None,
+                          "paused": False, "pauses": 0, "paused_seconds": 0.0, "yields": True}
+
+# Yielding to the user's cells (see the module docstring).
+EVERY = 200  # traced calls between two looks at the clocks (~0.1-0.3 ms of importing)
+WINDOW = 0.004  # s: the least wall time a decision is made over, so that one scheduler tick does not decide it
+BUSY = 0.2  # the rest of the process is computing when it used this share of a CPU over the last window
+SWITCH = 0.0005  # s: the GIL's switch interval while the warm-up runs (Python's default is 0.005)
+WAIT = (0.01, 0.05)  # s: how long a paused thread waits before it looks again, first and at most
+_held = False  # a cell of the user's is running (IPython's pre_execute .. post_execute)
+_cell = 0  # counts the cells that held the warm-up: a new one starts a new measurement
+_resume = threading.Event()
+_pace: dict[str, Any] = {"countdown": EVERY, "cell": -1, "t": 0.0, "others": 0.0}
 
 
 def enabled() -> bool:
@@ -70,7 +94,96 @@ def _import(names: tuple[str, ...]) -> None:
             log.debug("warm-up: %s not imported: %s", name, exc)
 
 
+def hold() -> None:
+    """A cell starts: from now on the warm-up runs only while the rest of the process is not computing."""
+    global _held, _cell
+    _cell += 1
+    _resume.clear()
+    _held = True
+
+
+def release() -> None:
+    """The cell has ended (or is one that needs the warm-up done): the warm-up runs freely again."""
+    global _held
+    _held = False
+    _resume.set()
+
+
+def _others_cpu() -> float:
+    """CPU seconds used by every thread of the process but this one (called in the warm-up thread)."""
+    return time.process_time() - time.thread_time()
+
+
+def _trace(frame: Any, event: str, arg: Any) -> None:
+    """The warm-up thread's trace function: called on each Python call it makes, never for other threads. It
+    returns None, so no line is traced; the one global read is all it costs while no cell runs."""
+    if _held:
+        _step()
+
+
+def _step() -> None:
+    pace = _pace
+    pace["countdown"] -= 1
+    if pace["countdown"] > 0:
+        return
+    pace["countdown"] = EVERY
+    if pace["cell"] != _cell:  # a cell has just started: stop at once, then see whether it computes
+        pace["cell"] = _cell
+        _pause()
+        return
+    now, others = time.perf_counter(), _others_cpu()
+    span = now - pace["t"]
+    if span < WINDOW:
+        return
+    share = (others - pace["others"]) / span
+    pace.update(t=now, others=others)
+    if share >= BUSY:
+        _pause()
+
+
+def _pause() -> None:
+    """Wait, holding no GIL, while a cell runs and the process computes; go on as soon as either stops. A cell
+    that waits (sleep, I/O, a lock or a module this thread holds) uses no CPU, so it never waits on this pause."""
+    started = time.perf_counter()
+    _state["paused"] = True
+    _state["pauses"] += 1
+    wait = WAIT[0]
+    try:
+        while _held:
+            t, others = time.perf_counter(), _others_cpu()
+            _resume.wait(wait)
+            if not _held:
+                break
+            if _others_cpu() - others < BUSY * (time.perf_counter() - t):
+                break  # the cell is waiting on something: going on costs it nothing
+            wait = min(wait * 2, WAIT[1])
+    finally:
+        _state["paused"] = False
+        _state["paused_seconds"] = round(_state["paused_seconds"] + time.perf_counter() - started, 3)
+        _pace.update(t=time.perf_counter(), others=_others_cpu())
+
+
 def _work(real_model: Callable[[], bool] | None = None) -> None:
+    # A debugger's or coverage's tracer in this thread is left alone (then the warm-up does not yield).
+    traced = sys.gettrace() is None
+    _state["yields"] = traced
+    if traced:
+        sys.settrace(_trace)
+    # A thread that wants the GIL waits up to the switch interval (5 ms) before the one holding it must let go.
+    # Each message the kernel handles meanwhile (an execute request, a widget's click) passes between threads
+    # several times, so while this thread imports, the interval is shorter; it is put back after.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SWITCH))
+    try:
+        _warm(real_model)
+    finally:
+        if sys.getswitchinterval() == min(interval, SWITCH):  # unless someone else has set it meanwhile
+            sys.setswitchinterval(interval)
+        if traced:
+            sys.settrace(None)
+
+
+def _warm(real_model: Callable[[], bool] | None) -> None:
     started = time.perf_counter()
     try:
         _import(OWN_MODULES)
@@ -114,13 +227,15 @@ def running() -> bool:
 
 
 def join() -> None:
-    """Block until the warm-up is done (for cells that are not nbagent's)."""
+    """Block until the warm-up is done (tests, `bench/`). The blocked cell uses no CPU, so the warm-up runs on."""
     if _thread is not None:
         _thread.join()
 
 
 async def wait() -> None:
-    """Await the warm-up without blocking the kernel's event loop (comm messages, interrupts)."""
+    """Await the warm-up without blocking the kernel's event loop (comm messages, interrupts). The cell needs it
+    done, so it no longer holds it."""
+    release()
     while running():
         await asyncio.sleep(0.05)
 
@@ -132,9 +247,16 @@ def offline_ready() -> bool:
 
 
 async def wait_offline() -> None:
-    """Await the first part of the warm-up only (nbagent's own modules, ~0.1 s): for a cell with an offline model."""
-    while not offline_ready():
-        await asyncio.sleep(0.01)
+    """Await the first part of the warm-up only (nbagent's own modules, ~0.1 s): for a cell with an offline model,
+    which then holds the rest (litellm's import) like any other cell while it runs."""
+    held = _held
+    release()
+    try:
+        while not offline_ready():
+            await asyncio.sleep(0.01)
+    finally:
+        if held:
+            hold()
 
 
 def status() -> dict[str, Any]:
@@ -143,7 +265,7 @@ def status() -> dict[str, Any]:
 
 
 class Hooks:
-    """The shell events that start the warm-up after the `%load_ext` cell and keep other cells from overlapping it."""
+    """The shell events that start the warm-up after the `%load_ext` cell and hold it while a cell runs."""
 
     def __init__(self, shell: Any, real_model: Callable[[], bool] | None = None) -> None:
         self.shell = shell
@@ -155,13 +277,16 @@ class Hooks:
             self.pending = False
             start(self.real_model)
 
-    def pre_run_cell(self, info: Any) -> None:
-        if not running():
-            return
-        source = (getattr(info, "raw_cell", "") or "").lstrip()
-        if source.startswith("%%agent") or source.startswith("%agent"):
-            return  # nbagent's own cells await the warm-up first thing, showing that they do
-        join()
+    @staticmethod
+    def pre_execute() -> None:
+        # Every execution holds the warm-up (silent ones too, such as a variable inspector's); an nbagent cell that
+        # needs it releases it and awaits it (host._warmed_up).
+        if running():
+            hold()
+
+    @staticmethod
+    def post_execute() -> None:  # IPython calls it however the execution ended (error, interrupt)
+        release()
 
 
 _hooks: Hooks | None = None
@@ -178,4 +303,5 @@ def install(shell: Any, real_model: Callable[[], bool] | None = None) -> None:
         return
     _hooks = Hooks(shell, real_model)
     events.register("post_run_cell", _hooks.post_run_cell)
-    events.register("pre_run_cell", _hooks.pre_run_cell)
+    events.register("pre_execute", _hooks.pre_execute)
+    events.register("post_execute", _hooks.post_execute)
