@@ -160,6 +160,34 @@ def test_a_cell_that_imports_what_the_warm_up_is_importing_gets_it(tmp_path: Pat
         k.close()
 
 
+FORK = """import os
+pid = os.fork()
+if pid == 0:  # the child: its `spin` must be whole, not half-imported with a lock nobody will release
+    import spin
+    os._exit(0 if spin.count > 0 else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_cell_that_forks_during_the_warm_up_leaves_the_child_whole_modules(tmp_path: Path) -> None:
+    """A fork (multiprocessing's default on Linux) waits for the warm-up to finish; else the child would inherit
+    a half-imported module and its import lock, and hang on its first import of it."""
+    (tmp_path / "spin.py").write_text(SPIN)
+    k = Kernel(tmp_path)
+    try:
+        assert k.run(SPIN_FIRST, cell_id="c0").ok
+        assert k.run("%load_ext nbagent", cell_id="c1").ok
+        cell = k.submit(FORK, cell_id="c2")
+        for _ in range(3):
+            k.pump(0.1)
+        (tmp_path / "release").touch()
+        k.wait(cell, timeout=60)
+        assert cell.ok and cell.stdout.split() == ["0"], cell.stdout + cell.stderr
+    finally:
+        k.close()
+
+
 def test_settings_are_nbagents_own_traitlets_class(kernel: Kernel) -> None:
     assert kernel.run('%config NbAgent.autonomy = "L2"', cell_id="c1").ok
     out = kernel.run("%agent config", cell_id="c2")

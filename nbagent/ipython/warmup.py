@@ -218,8 +218,22 @@ def start(real_model: Callable[[], bool] | None = None) -> bool:
     if _thread is not None or not enabled() or "litellm.responses.mcp.chat_completions_handler" in sys.modules:
         return False
     _thread = threading.Thread(target=_work, args=(real_model,), name="nbagent-warmup", daemon=True)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_before_fork)
     _thread.start()
     return True
+
+
+def _before_fork() -> None:
+    """A cell that forks (multiprocessing's default on Linux) while the warm-up is half-way through a module would
+    leave the child that module's import lock, owned by a thread the child does not have: the child's first import
+    of it would hang. So a fork first lets the warm-up finish (the only cell it can delay, and only until then)."""
+    if running() and threading.current_thread() is not _thread:
+        held = _held
+        release()
+        join()
+        if held:
+            hold()
 
 
 def running() -> bool:
