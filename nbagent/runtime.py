@@ -449,14 +449,14 @@ class Agent:
         run_id = ctx.run_id
         calls_last_hour = self.store.events.count(_since_type("llm_called", hour_ago_iso())) \
             if self.budget.max_calls_per_hour is not None else 0
-        spent = self._tree_totals(ctx.root_id)  # a sub-agent spends its root's budget
-        denial = self.authorizer.check_model_call(tokens=spent.tokens, cost=spent.cost,
-                                                  model_calls=spent.model_calls, calls_last_hour=calls_last_hour)
+        tokens, cost, model_calls, _ = self._tree_sums(ctx.root_id, state)  # a sub-agent spends its root's budget
+        denial = self.authorizer.check_model_call(tokens=tokens, cost=cost, model_calls=model_calls,
+                                                  calls_last_hour=calls_last_hour)
         if denial is not None:
             self._deny(run_id, None, "(model)", denial, None)
             ctx.stop.append(denial.reason)
             return
-        tools = self._schemas(run_id)
+        tools = self._schemas(run_id, state)
         if ctx.fingerprint is None:
             ctx.prefix = self._prefix(run_id, state)
             ctx.fingerprint = Fingerprint(tools, ctx.prefix)
@@ -522,7 +522,7 @@ class Agent:
             # call still passes the approval gate in `_execute`
             await self._execute_all(ctx, calls, parent)
             return
-        allowed = self._allowed_tools(run_id)
+        allowed = self._allowed_tools(run_id, state)
         valid: list[ToolCallRequest] = []
         for i, call in enumerate(calls):
             problem = self._malformed(call, i, allowed)
@@ -533,9 +533,9 @@ class Agent:
                 valid.append(call)
         if not valid:
             return
-        steps = [self._step(run_id, c) for c in valid]
+        steps = [self._step(c, allowed) for c in valid]
         in_force = self._grants(ctx, state)
-        tools = self._allowed_tools(run_id)
+        tools = allowed
         # a call a grant answers (yes or no) is not asked about again; the gate in `_execute` applies the grant
         needs_approval = [s for s in steps if needs_decision(state.autonomy, s.tool, s.risk) and grants_.answering(
             in_force, tools.get(s.tool), s.tool, s.arguments, s.risk, s.risk_reason) is None]
@@ -586,8 +586,8 @@ class Agent:
             return str(exc)
         return None
 
-    def _step(self, run_id: str, call: ToolCallRequest) -> PlanStep:
-        tool = self._allowed_tools(run_id)[call.name]
+    def _step(self, call: ToolCallRequest, allowed: dict[str, Tool]) -> PlanStep:
+        tool = allowed[call.name]
         args = call.arguments or {}
         risk, why = call_risk(tool, args)
         return PlanStep(call_id=call.id, tool=call.name, arguments=args, risk=risk, target=tool.target(args),
@@ -674,10 +674,10 @@ class Agent:
     def _grants(self, ctx: _Ctx, state: RunState) -> list[grants_.Grant]:
         """The grants in force for this run now (re-read when the session's chain grew: a grant or a revoke)."""
         key = f"session:{state.session_id}"
-        docs = self.store.events.docs_for_chain(key)
-        if len(docs) != ctx.grants_seen:
+        if self.store.events.chain_len(key) != ctx.grants_seen:  # (the chain's events are read only when it grew)
             from .events import parse_event
 
+            docs = self.store.events.docs_for_chain(key)
             # only grants the log backs with the decision that gave them (grants.vouched): a hand-made one is inert
             ctx.grants = {g.grant_id: g for g in grants_.from_events(parse_event(d) for d in docs).values()
                           if grants_.vouched(self.store, g)}
@@ -720,7 +720,7 @@ class Agent:
                 "(it may have partly happened): check its effect, then ask again", error_type="Interrupted"),
                 parent=parent)
             return
-        tool = self._allowed_tools(run_id)[call.name]
+        tool = self._allowed_tools(run_id, state)[call.name]
         args = call.arguments or {}
         risk, risk_reason = call_risk(tool, args)
         denial = self.authorizer.check_tool(call.name, args, shell_like=tool.shell_like)
@@ -730,7 +730,7 @@ class Agent:
             if denial is not None and denial.rule in FILE_FACTS:
                 fact, denial = denial, None
         if denial is None and call.name not in CONTROL_TOOLS:
-            denial = self.authorizer.check_step(self._tree_totals(ctx.root_id).tool_steps)
+            denial = self.authorizer.check_step(self._tree_sums(ctx.root_id, state)[3])
             if denial is not None:
                 ctx.stop.append(denial.reason)
         gate = clearance(state, call.id, call.name, args, risk, grants=self._grants(ctx, state), tool_obj=tool,
@@ -914,24 +914,28 @@ class Agent:
 
     def _record(self, run_id: str, payload: Payload, parent: str | None = None) -> EventBase:
         """The one way the runtime writes: every payload is redacted here, so no path can skip it."""
+        # (the store writes `clean` as validated: dumping the validated payload again gives the same dict)
         clean = self.redactor.redact(payload.model_dump(mode="json", fallback=repr))
         try:
-            event = self.store.append(type(payload).model_validate(clean), run_id=run_id, parent_event_id=parent)
+            event = self.store.append(type(payload).model_validate(clean), run_id=run_id, parent_event_id=parent,
+                                      payload_json=clean)
         except UnicodeEncodeError:  # a lone surrogate from the model (half an emoji): kept as U+FFFD, not a crash
             clean = _valid_text(clean)
-            event = self.store.append(type(payload).model_validate(clean), run_id=run_id, parent_event_id=parent)
+            event = self.store.append(type(payload).model_validate(clean), run_id=run_id, parent_event_id=parent,
+                                      payload_json=clean)
         self.bus.event(event)
         return event
 
-    def _allowed_tools(self, run_id: str) -> dict[str, Tool]:
-        names = self.store.run_state(run_id).options.get("tools")
+    def _allowed_tools(self, run_id: str, state: RunState | None = None) -> dict[str, Tool]:
+        """The tools this run may call (`state`: the run's state, when the caller has just read it)."""
+        names = (state if state is not None else self.store.run_state(run_id)).options.get("tools")
         tools = {**self.tools, **CONTROL_TOOLS}
         if names is not None:
             tools = {n: t for n, t in tools.items() if n in names or (n in CONTROL_TOOLS and n != "spawn_agent")}
         return tools
 
-    def _schemas(self, run_id: str) -> list[dict[str, Any]]:
-        return [t.schema() for t in self._allowed_tools(run_id).values()]
+    def _schemas(self, run_id: str, state: RunState | None = None) -> list[dict[str, Any]]:
+        return [t.schema() for t in self._allowed_tools(run_id, state).values()]
 
     def _prefix(self, run_id: str, state: RunState) -> list[dict[str, Any]]:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -959,6 +963,21 @@ class Agent:
             states.append(s)
             todo.extend(s.children)
         return TreeUsage.of(states)
+
+    def _tree_sums(self, root: str, state: RunState) -> tuple[int, float, int, int]:
+        """What `_tree_totals(root)` sums for the budgets (tokens, cost, model calls, tool steps), in the same
+        order, without building the per-run table; `state` is a run's state just read (used if it is the root's)."""
+        tokens, cost, model_calls, tool_steps = 0, 0.0, 0, 0
+        todo = [root]
+        while todo:
+            run_id = todo.pop()
+            s = state if run_id == state.run_id else self.store.run_state(run_id)
+            model_calls += s.model_calls
+            tokens += s.tokens
+            cost += s.cost
+            tool_steps += s.tool_calls_started
+            todo.extend(s.children)
+        return tokens, cost, model_calls, tool_steps
 
     def _tree_attempts(self, root: str) -> int:
         total, todo = 0, [root]

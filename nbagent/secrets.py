@@ -97,7 +97,9 @@ _NETRC = [("login", re.compile(pattern)) for anchors, pattern in ASSIGNMENTS if 
 # shapes at the cost of one scan.
 _LONG_RUN = re.compile(r"[A-Za-z0-9_\-./+=]{15,}")
 _SHORTEST = 8  # no rule and no known secret matches less text
+_CONTAINERS = (dict, list, tuple)
 _CACHED = 512  # short strings recur (model and tool names, ids, hashes): their redaction is remembered
+_CACHE_ENTRIES = 2048  # ...up to this many (then forgotten all at once: ids and hashes are new every step)
 
 
 def env_secrets(environ: dict[str, str] | None = None) -> list[str]:
@@ -223,7 +225,7 @@ class Redactor:
             if done is None:
                 spans = self.spans(s)
                 done = apply(s, spans) if spans else s
-                if len(self._cache) > 8192:
+                if len(self._cache) > _CACHE_ENTRIES:
                     self._cache.clear()
                 self._cache[s] = done
             return done
@@ -231,14 +233,48 @@ class Redactor:
         return apply(s, spans) if spans else s
 
     def redact(self, obj: Any) -> Any:
+        """The same structure (dicts, lists; a tuple becomes a list) with every string redacted as `text` does,
+        and the non-empty string value of a key that names a secret (`secret_key`) replaced whole.
+
+        On the hot path (every recorded event): one walk, and a string already seen (the cache of `text`) is
+        answered without a call. The result is exactly what the plain recursion gave."""
         if isinstance(obj, str):
             return self.text(obj)
-        if isinstance(obj, dict):
-            return {k: (REDACTED if isinstance(v, str) and v and isinstance(k, str) and secret_key(k)
-                        else self.redact(v)) for k, v in obj.items()}
-        if isinstance(obj, list | tuple):
-            return [self.redact(v) for v in obj]
+        if isinstance(obj, _CONTAINERS):
+            return self._walk(obj)
         return obj
+
+    def _walk(self, obj: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Any:
+        cache, text, walk, shortest = self._cache, self.text, self._walk, _SHORTEST
+        if isinstance(obj, dict):
+            out: dict[Any, Any] = {}
+            for k, v in obj.items():
+                if isinstance(v, str):
+                    if v and isinstance(k, str) and secret_key(k):
+                        out[k] = REDACTED
+                    elif len(v) < shortest:
+                        out[k] = v
+                    else:
+                        done = cache.get(v)
+                        out[k] = done if done is not None else text(v)
+                elif isinstance(v, _CONTAINERS):
+                    out[k] = walk(v)
+                else:
+                    out[k] = v
+            return out
+        items: list[Any] = []
+        for v in obj:
+            if isinstance(v, str):
+                if len(v) < shortest:
+                    items.append(v)
+                else:
+                    done = cache.get(v)
+                    items.append(done if done is not None else text(v))
+            elif isinstance(v, _CONTAINERS):
+                items.append(walk(v))
+            else:
+                items.append(v)
+        return items
 
 
 _PEM_BEGIN = "-----BEGIN"

@@ -33,6 +33,8 @@ class RunStatus(StrEnum):
     SUPERSEDED = "superseded"
 
 
+_APPLY_FIELDS = ("event_count", "last_seq", "last_hash", "run_id", "session_id")
+
 _TERMINAL_STATUS = {
     "completed": RunStatus.COMPLETED,
     "completed_with_errors": RunStatus.COMPLETED_WITH_ERRORS,
@@ -143,10 +145,14 @@ class RunState(BaseModel):
     # ------------------------------------------------------------------ the reducer
 
     def apply(self, event: EventBase) -> RunState:
-        self.event_count += 1
-        self.last_seq, self.last_hash = event.seq, event.hash
-        self.run_id = self.run_id or event.run_id
-        self.session_id = self.session_id or event.session_id
+        # what `self.event_count += 1; self.last_seq = ...` does (a plain model: no validation on assignment), in
+        # one go: this runs for every event recorded or read
+        d = self.__dict__
+        d["event_count"] += 1
+        d["last_seq"], d["last_hash"] = event.seq, event.hash
+        d["run_id"] = d["run_id"] or event.run_id
+        d["session_id"] = d["session_id"] or event.session_id
+        self.__pydantic_fields_set__.update(_APPLY_FIELDS)
         handler = getattr(self, "_on_" + event.type, None)
         if handler is not None:
             handler(event.payload, event)
@@ -233,19 +239,16 @@ class RunState(BaseModel):
 
     def _on_tool_call_started(self, p: Any, e: EventBase) -> None:
         self.tool_calls_started += 1
-        step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
-        step.arguments, step.status = p.arguments, "running"
+        self._step(p).__dict__.update(arguments=p.arguments, status="running")
 
     def _on_tool_call_completed(self, p: Any, e: EventBase) -> None:
-        step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
-        step.status, step.result, step.preview = "ok", p.result, p.preview
-        step.duration_ms, step.retry_count = p.duration_ms, p.retry_count
+        self._step(p).__dict__.update(status="ok", result=p.result, preview=p.preview, duration_ms=p.duration_ms,
+                                      retry_count=p.retry_count)
         self.turns.append(tool_message(p.call_id, p.result))
 
     def _on_tool_call_failed(self, p: Any, e: EventBase) -> None:
-        step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
-        step.status, step.error = "failed", p.error
-        step.duration_ms, step.retry_count = p.duration_ms, p.retry_count
+        self._step(p).__dict__.update(status="failed", error=p.error, duration_ms=p.duration_ms,
+                                      retry_count=p.retry_count)
         self.errors.append(f"{p.tool}: {p.error}")
         self.turns.append(tool_message(p.call_id, f"Error: {p.error}"))
 
@@ -255,7 +258,7 @@ class RunState(BaseModel):
         if not by_person:
             self.errors.append(f"{p.tool}: denied: {p.reason}")
         if p.call_id:
-            step = self.steps.setdefault(p.call_id, StepResult(call_id=p.call_id, tool=p.tool))
+            step = self._step(p)
             step.status, step.error = ("rejected" if by_person else "denied"), p.reason
             # what the model reads names no grant id or time, so a replay (whose grant is a new one) asks the same
             self.turns.append(tool_message(p.call_id, "Rejected by the user: they said no to calls like this one"
@@ -295,6 +298,17 @@ class RunState(BaseModel):
         self._end("interrupted", e)  # a pending decision survives: the run can be resumed and answered
 
     # ------------------------------------------------------------------ helpers
+
+    def _step(self, p: Any) -> StepResult:
+        """The step of a call (`steps.setdefault(call_id, StepResult(...))`, built only when missing).
+
+        Its fields are then written to its `__dict__` (what assigning them does on a model without validation on
+        assignment) without marking them as set: a set of 5+ field names is 0.5 KB a step, kept as long as the
+        run's state; nothing dumps a state with `exclude_unset`."""
+        step = self.steps.get(p.call_id)
+        if step is None:
+            step = self.steps[p.call_id] = StepResult(call_id=p.call_id, tool=p.tool)
+        return step
 
     def _plan_status(self, plan_id: str, status: Any) -> None:
         plan = self.plans.get(plan_id)

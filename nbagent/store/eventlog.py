@@ -96,7 +96,12 @@ class _Docs(Mapping[str, dict[str, Any]]):
 class EventLog:
     """The file, an index of its events by chain, the heads of the chains, and a cache of parsed events."""
 
-    KEEP = 8192  # parsed or appended events kept in memory (about 2.6 KB each)
+    # Parsed or appended events kept in memory, the most recently used: at most KEEP of them and KEEP_BYTES of their
+    # lines (a parsed event takes about 3-4 times its line in memory, so about 2 MB at most). Bounded by bytes so the
+    # cache fills within the first few hundred events and then stays flat; it serves re-reading the current run (a
+    # live view rebuilds from the run's events), while a pass over a long run parses each event once either way.
+    KEEP = 8192
+    KEEP_BYTES = 512 << 10
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -109,6 +114,7 @@ class EventLog:
         self._ts_other: dict[int, bytes | None] = {}  # another width, or None: not comparable as bytes
         self._heads: dict[str, tuple[int, str]] = {}  # chain key -> (last seq, last hash), when known
         self._cache: OrderedDict[int, dict[str, Any]] = OrderedDict()  # ordinal -> parsed record
+        self._cache_bytes = 0  # the line bytes of the cached events
         self._bad: set[int] = set()  # indexed lines that turned out not to parse
         self.docs: Mapping[str, dict[str, Any]] = _Docs(self)
         self.warnings: list[str] = []
@@ -314,9 +320,14 @@ class EventLog:
         cache = self._cache
         if i in cache:
             cache.move_to_end(i)
+        else:
+            self._cache_bytes += self._ends[i] - self._starts[i]
         cache[i] = record
-        if len(cache) > self.KEEP:
-            cache.popitem(last=False)
+        if len(cache) > self.KEEP or self._cache_bytes > self.KEEP_BYTES:
+            starts, ends = self._starts, self._ends
+            while len(cache) > 1 and (len(cache) > self.KEEP or self._cache_bytes > self.KEEP_BYTES):
+                old, _ = cache.popitem(last=False)
+                self._cache_bytes -= ends[old] - starts[old]
 
     def count(self) -> int:
         """Events indexed so far (read or written)."""
@@ -430,11 +441,13 @@ class EventLog:
         # the canonical JSON of the record without its hash is what the hash covers (events.compute_hash), and
         # "hash" sorts first: the line is that JSON with the hash put in front (one serialisation, not two)
         body = {k: v for k, v in record.items() if k != "hash"}
-        text = canonical_json(body)
-        digest = hashlib.sha256(((last_hash or "") + text).encode("utf-8")).hexdigest()
+        data = canonical_json(body).encode("utf-8")  # (encoded once: hashed, then written)
+        hasher = hashlib.sha256((last_hash or "").encode("utf-8"))
+        hasher.update(data)
+        digest = hasher.hexdigest()
         record["hash"] = digest
         if min(body) > "hash":
-            line = ('{"hash":"' + digest + '",' + text[1:] + "\n").encode("utf-8")
+            line = b'{"hash":"' + digest.encode("ascii") + b'",' + data[1:] + b"\n"
         else:  # a field that sorts before "hash": serialise the whole record
             line = (canonical_json(record) + "\n").encode("utf-8")
         start = self._offset
@@ -554,6 +567,12 @@ class EventTable(Table):
         """Fast path for one run's events: an index lookup instead of a scan."""
         self._sync()
         return self._log.chain(key)
+
+    def chain_len(self, key: str) -> int:
+        """How many events a chain has (after the same refresh as `docs_for_chain`), without reading them; once
+        they have been read, as many as `docs_for_chain` returns (a line found damaged leaves its chain)."""
+        self._sync()
+        return self._log.chain_len(key)
 
     # The log is append-only: Store.append is the one way in.
     def insert(self, document: Mapping[Any, Any]) -> int:

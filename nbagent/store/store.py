@@ -32,7 +32,16 @@ from tinydb import Query
 from tinydb.table import Document, Table
 
 from .._version import __version__
-from ..events import CHECKPOINT_TYPES, EventBase, Payload, RunStarted, SessionCreated, parse_event
+from ..events import (
+    CHECKPOINT_TYPES,
+    EVENT_MODELS,
+    PAYLOADS,
+    EventBase,
+    Payload,
+    RunStarted,
+    SessionCreated,
+    parse_event,
+)
 from ..ids import new_id, now_iso
 from ..levels import Autonomy
 from ..state import RunState, RunStatus
@@ -335,9 +344,15 @@ class Store:
         session_id: str | None = None,
         parent_event_id: str | None = None,
         sync: bool | None = None,
+        payload_json: dict[str, Any] | None = None,
     ) -> EventBase:
         """Record one event; returns it with its seq and hash. Durable (fsync) at checkpoints by default; see
-        DURABILITY for the store's setting (`Store(durability=...)` or NBAGENT_DURABILITY)."""
+        DURABILITY for the store's setting (`Store(durability=...)` or NBAGENT_DURABILITY).
+
+        `payload_json`: the payload as `payload.model_dump(mode="json", fallback=repr)` gives it, from a caller
+        that has it already and whose `payload` is `type(payload).model_validate(payload_json)` (the runtime
+        dumps, redacts and validates every payload: dumping it again here gave the same dict, and parsing the
+        written record gave an equal payload). It is written as given, and the event returned holds `payload`."""
         with self.locked():
             if session_id is None:
                 if run_id is None:
@@ -350,13 +365,18 @@ class Store:
                 "type": payload.event_type,
                 "ts": now_iso(),
                 "parent_event_id": parent_event_id,
-                "payload": payload.model_dump(mode="json", fallback=repr),
+                "payload": payload.model_dump(mode="json", fallback=repr) if payload_json is None else payload_json,
             }
             durable = sync if sync is not None else (
                 payload.event_type in CHECKPOINT_TYPES or self.durability == "event"
                 or (self.durability == "step" and payload.event_type in STEP_END_TYPES))
             written = self._log.append(record, sync=durable)
-            event = parse_event(written)
+            model = EVENT_MODELS.get(payload.event_type) if payload_json is not None else None
+            if model is not None and type(payload) is PAYLOADS[payload.event_type]:
+                # what parse_event(written) gives, without validating the payload a second time
+                event = model.model_validate({**written, "payload": payload})
+            else:
+                event = parse_event(written)
             if run_id is not None:
                 self._run_sessions.setdefault(run_id, session_id)
                 with self._fold:  # the run's state is folded up to this event: apply it (no second parse)
