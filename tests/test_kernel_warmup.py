@@ -107,6 +107,7 @@ def compute(n):
     return sum(i * i % 7 for i in range(n))
 
 
+get_ipython().run_cell("inner = 1")  # a cell run by this one (as %run does) ends: this one still runs
 a = spin.count
 compute(3_000_000)
 b = spin.count

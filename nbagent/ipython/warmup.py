@@ -34,13 +34,14 @@ turns the warm-up off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 log = logging.getLogger("nbagent.ipython")
@@ -75,8 +76,10 @@ WINDOW = 0.004  # s: the least wall time a decision is made over, so that one sc
 BUSY = 0.2  # the rest of the process is computing when it used this share of a CPU over the last window
 SWITCH = 0.0005  # s: the GIL's switch interval while the warm-up runs (Python's default is 0.005)
 WAIT = (0.01, 0.05)  # s: how long a paused thread waits before it looks again, first and at most
-_held = False  # a cell of the user's is running (IPython's pre_execute .. post_execute)
-_cell = 0  # counts the cells that held the warm-up: a new one starts a new measurement
+_held = False  # a cell of the user's is running and does not need the warm-up done: the thread yields to it
+_depth = 0  # executions in progress (IPython's pre_execute .. post_execute; a cell may run cells: %run, run_cell)
+_waived = False  # the running cell needs the warm-up done (a real provider's `%%agent` cell, a fork)
+_cell = 0  # counts the executions that held the warm-up: a new one starts a new measurement
 _resume = threading.Event()
 _pace: dict[str, Any] = {"countdown": EVERY, "cell": -1, "t": 0.0, "others": 0.0}
 
@@ -94,19 +97,44 @@ def _import(names: tuple[str, ...]) -> None:
             log.debug("warm-up: %s not imported: %s", name, exc)
 
 
+def _update() -> None:
+    global _held
+    _held = _depth > 0 and not _waived
+    if _held:
+        _resume.clear()
+    else:
+        _resume.set()
+
+
 def hold() -> None:
-    """A cell starts: from now on the warm-up runs only while the rest of the process is not computing."""
-    global _held, _cell
+    """An execution starts: from now on the warm-up runs only while the rest of the process is not computing."""
+    global _depth, _cell
+    _depth += 1
     _cell += 1
-    _resume.clear()
-    _held = True
+    _update()
 
 
 def release() -> None:
-    """The cell has ended (or is one that needs the warm-up done): the warm-up runs freely again."""
-    global _held
-    _held = False
-    _resume.set()
+    """An execution has ended; once the outermost has, the warm-up runs freely again."""
+    global _depth, _waived
+    _depth = max(0, _depth - 1)  # IPython ends an empty cell it never started
+    if _depth == 0:
+        _waived = False
+    _update()
+
+
+@contextlib.contextmanager
+def _waiting() -> Iterator[None]:
+    """The running cell waits for the warm-up: it runs freely meanwhile."""
+    global _waived
+    before = _waived
+    _waived = True
+    _update()
+    try:
+        yield
+    finally:
+        _waived = before
+        _update()
 
 
 def _others_cpu() -> float:
@@ -229,11 +257,8 @@ def _before_fork() -> None:
     leave the child that module's import lock, owned by a thread the child does not have: the child's first import
     of it would hang. So a fork first lets the warm-up finish (the only cell it can delay, and only until then)."""
     if running() and threading.current_thread() is not _thread:
-        held = _held
-        release()
-        join()
-        if held:
-            hold()
+        with _waiting():
+            join()
 
 
 def running() -> bool:
@@ -248,8 +273,10 @@ def join() -> None:
 
 async def wait() -> None:
     """Await the warm-up without blocking the kernel's event loop (comm messages, interrupts). The cell needs it
-    done, so it no longer holds it."""
-    release()
+    done, so it holds it no longer."""
+    global _waived
+    _waived = True  # until the cell ends: the warm-up is then done, or the cell was interrupted
+    _update()
     while running():
         await asyncio.sleep(0.05)
 
@@ -263,14 +290,9 @@ def offline_ready() -> bool:
 async def wait_offline() -> None:
     """Await the first part of the warm-up only (nbagent's own modules, ~0.1 s): for a cell with an offline model,
     which then holds the rest (litellm's import) like any other cell while it runs."""
-    held = _held
-    release()
-    try:
+    with _waiting():
         while not offline_ready():
             await asyncio.sleep(0.01)
-    finally:
-        if held:
-            hold()
 
 
 def status() -> dict[str, Any]:
@@ -294,9 +316,8 @@ class Hooks:
     @staticmethod
     def pre_execute() -> None:
         # Every execution holds the warm-up (silent ones too, such as a variable inspector's); an nbagent cell that
-        # needs it releases it and awaits it (host._warmed_up).
-        if running():
-            hold()
+        # needs it done awaits it (host._warmed_up), which lets it run freely until that cell ends.
+        hold()
 
     @staticmethod
     def post_execute() -> None:  # IPython calls it however the execution ended (error, interrupt)
