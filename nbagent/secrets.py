@@ -96,6 +96,10 @@ _NETRC = [("login", re.compile(pattern)) for anchors, pattern in ASSIGNMENTS if 
 # Every shape but a private key block is a run of 15 or more of these characters: text without one skips the
 # shapes at the cost of one scan.
 _LONG_RUN = re.compile(r"[A-Za-z0-9_\-./+=]{15,}")
+# Quick tests before the per-anchor and per-trigger loops (which find nothing where these find nothing): any shape's
+# anchor; any trigger word, in any case (a superset of the cases the loop looks for)
+_ANY_ANCHOR = re.compile("|".join(re.escape(anchor) for anchor, _ in _SHAPES))
+_ANY_TRIGGER = re.compile("|".join(re.escape(t) for t in _TRIGGERS), re.IGNORECASE)
 _SHORTEST = 8  # no rule and no known secret matches less text
 _CONTAINERS = (dict, list, tuple)
 _CACHED = 512  # short strings recur (model and tool names, ids, hashes): their redaction is remembered
@@ -196,10 +200,12 @@ class Redactor:
         if endpos - pos < _SHORTEST:
             return _merge(found)
         if _LONG_RUN.search(s, pos, endpos) is not None:
-            _search(_SHAPES, s, pos, endpos, found)
+            if _ANY_ANCHOR.search(s, pos, endpos) is not None:
+                _search(_SHAPES, s, pos, endpos, found)
         elif s.find("-----BEGIN", pos, endpos) >= 0:
             _search([_PEM], s, pos, endpos, found)
-        if s.find("=", pos, endpos) >= 0 or s.find(":", pos, endpos) >= 0:
+        if (s.find("=", pos, endpos) >= 0 or s.find(":", pos, endpos) >= 0) \
+                and _ANY_TRIGGER.search(s, pos, endpos) is not None:
             # names like password, token, key, in any case: found in lower case (same indices for ASCII text)
             low = s.lower() if s.isascii() else None
             for trigger in _TRIGGERS:

@@ -159,3 +159,35 @@ def test_chain_len_counts_what_docs_for_chain_returns(tmp_path: Path) -> None:
     other = Store(store.path, readonly=True)
     docs = other.events.docs_for_chain(key)
     assert other.events.chain_len(key) == len(docs) == 3
+
+
+SECRETISH = st.sampled_from([
+    "sk-abcdefghijklmnopqrstuvwxyz123456", "password = hunter2hunter2", "Bearer abcdefghijklmnopqrstuvwxyz",
+    "PASSWORD: Hunter2Hunter2", "Api_Key=0123456789abcdef0123456789", "key: 0123456789abcdef0123456789abcdef",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "AKIAABCDEFGHIJKLMNOP", "-----BEGIN RSA PRIVATE KEY-----\nabc\n",
+    "machine h login me password xyz", "eyJabcdefghij.eyJabcdefghij.sig",
+    "hooks.slack.com/services/T0/B0/abcdefghijklmnopqrst", "Tökén=abcdefghijklmnop1234",
+    "pa\u017fsword=abcdefgh1234", " ", ":", "=", "é", "chatcmpl-1234-5678-90ab-cdef",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(SECRETISH | st.text(max_size=20), max_size=6))
+def test_the_quick_tests_in_spans_never_skip_a_secret(parts: list[str]) -> None:
+    """`spans` skips the per-anchor and per-trigger loops when one regular expression finds no anchor or trigger:
+    with those tests made to always pass, the spans are the same."""
+    import re
+
+    import nbagent.secrets as secrets_mod
+
+    text = " ".join(parts)
+    r = Redactor(["my-known-secret-value"])
+    quick = [r.spans(text, pos, None) for pos in (0, len(text) // 2)]
+    always = re.compile("")
+    old = secrets_mod._ANY_ANCHOR, secrets_mod._ANY_TRIGGER
+    secrets_mod._ANY_ANCHOR = secrets_mod._ANY_TRIGGER = always
+    try:
+        slow = [r.spans(text, pos, None) for pos in (0, len(text) // 2)]
+    finally:
+        secrets_mod._ANY_ANCHOR, secrets_mod._ANY_TRIGGER = old
+    assert quick == slow
