@@ -40,7 +40,9 @@ Memory: a second run of N steps with tracemalloc on (it slows allocation down ~6
 run). Every N/10 steps, after `gc.collect()`: traced memory, RSS, and the deep size (`sys.getsizeof` over the
 object graph) of what the store holds for the run: the EventLog's raw events and indexes, and the folded
 RunState. "Flat" means the growth per step does not increase: traced growth per step over steps N/2..N divided
-by that over N/10..N/2 is at most 1.5. Some linear growth is expected: the log and the conversation grow.
+by that over N/10..N/2 is at most 1.5. Some linear growth is expected: the log and the conversation grow. The
+traced growth per step is also printed against the bytes the log grows per step on disk (issue 16: no growth per
+step beyond the log itself, i.e. a ratio of at most 1).
 
 Baseline, same process: N direct `await noop.call({"i": k})`, and the run's own step records (tool_call_started,
 tool_call_completed, llm_called) appended again by `Store.append` to a fresh store, 3 per step.
@@ -619,6 +621,12 @@ def report_memory(n: int, every: int, rec: Recorder, mem: dict[str, Any]) -> flo
     print(f"  over steps {a}-{end}: {g_t:,.0f} B/step traced, of which the EventLog ~{g_l:,.0f} and the RunState "
           f"~{g_s:,.0f} (deep sizes),\n  the rest ~{g_t - g_l - g_s:,.0f} (litellm's copies of the latest request, "
           "allocator overhead)")
+    log_per_step = mem["log_file"] / max(1, n)
+    late = (per_step(mrec.samples, "traced", mid, end) or 0.0) / log_per_step
+    print(f"  the log on disk grows {log_per_step:,.0f} B/step: traced growth / log = {g_t / log_per_step:.2f} over "
+          f"steps {a}-{end}, {late:.2f} over steps {mid}-{end}\n"
+          "  (at most 1: no growth per step beyond the log itself; the store's parse cache is bounded, the run's "
+          "folded state is its conversation)")
     print(f"  at the end the store holds {mem['docs']:,} raw events ({mem['log_file'] / mem['docs']:,.0f} B a line "
           f"on disk) and the run state\n  {mem['turns']:,} conversation messages")
     return ratio
