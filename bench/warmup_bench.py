@@ -12,7 +12,9 @@ just started. That cell is one of:
 
 - `cpu`: pure Python, a fixed amount of work (~0.5 s alone), the worst case for two threads sharing one GIL;
 - `imports`: `import numpy, matplotlib.pyplot` (a researcher's usual first cell: ~0.5 s of module code);
-- `sleep`: `time.sleep(0.5)`, a cell that waits (the warm-up can use that time).
+- `sleep`: `time.sleep(0.5)`, a cell that waits (the warm-up can use that time);
+- `agent`: a first `%%agent` cell with the scripted model (20 read-only steps, then an answer): it needs nbagent's
+  own modules (the warm-up's first part), never litellm.
 
 It is timed on the client, from sending the execute request to its reply, and in the kernel (the cell's own
 code). The same cell in a kernel with the warm-up off (`NBAGENT_WARMUP=0`) is the baseline of the same round:
@@ -27,6 +29,7 @@ PYTHONPATH), interleaved with this checkout in each round. Reports, never fails.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -45,7 +48,9 @@ CELLS = {
     "cpu": "def f(n):\n    return sum(i * i % 7 for i in range(n))\n_ = [f(20_000) for _ in range(400)]",
     "imports": "import numpy, matplotlib.pyplot",
     "sleep": "import time\ntime.sleep(0.5)",
+    "agent": "%%agent --script s.json --approve all --autonomy L3 --new\nread the notes",
 }
+STEPS = 20  # the `agent` cell: a scripted run of 20 read-only steps, then an answer
 TIMED = "import time as _t\n_t0 = _t.perf_counter()\n{code}\nprint(round(_t.perf_counter() - _t0, 4))"
 STATUS = ("from nbagent.ipython import warmup\nwarmup.join()\ns = warmup.status()\n"
           "print(s['seconds'], s.get('pauses', '-'), s.get('paused_seconds', '-'))")
@@ -58,6 +63,12 @@ def kernel(folder: Path, src: Path | None, warmup: bool) -> Kernel:
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH", "")]))
     return Kernel(folder, env=env)
+
+
+def script(folder: Path) -> None:
+    (folder / "notes.txt").write_text("\n".join(f"line {i}" for i in range(12)))
+    turns = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]} for _ in range(STEPS)]
+    (folder / "s.json").write_text(json.dumps({"turns": [*turns, {"content": "done"}]}))
 
 
 def timed(k: Kernel, code: str) -> tuple[Cell, float, float]:
@@ -85,9 +96,14 @@ def cell_during_warmup(src: Path | None, warmup: bool, name: str) -> dict[str, f
         k = kernel(Path(tmp), src, warmup)
         try:
             assert k.run("%load_ext nbagent", cell_id="load").ok
-            cell, wall, kernel_side = timed(k, TIMED.format(code=CELLS[name]))
+            if name == "agent":
+                script(Path(tmp))
+                cell, wall, kernel_side = timed(k, CELLS[name])
+                inside = kernel_side  # a cell magic: the kernel's span is the cell's
+            else:
+                cell, wall, kernel_side = timed(k, TIMED.format(code=CELLS[name]))
+                inside = float(cell.stdout.split()[-1])
             assert cell.ok, cell.stderr
-            inside = float(cell.stdout.split()[-1])
             state = k.run(STATUS, cell_id="status").stdout.split() if warmup else ["-", "-", "-"]
         finally:
             k.close()
