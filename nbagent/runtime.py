@@ -533,15 +533,18 @@ class Agent:
                 valid.append(call)
         if not valid:
             return
-        steps = [self._step(c, allowed) for c in valid]
         in_force = self._grants(ctx, state)
         tools = allowed
+        risks = [call_risk(allowed[c.name], c.arguments or {}) for c in valid]
         # a call a grant answers (yes or no) is not asked about again; the gate in `_execute` applies the grant
-        needs_approval = [s for s in steps if needs_decision(state.autonomy, s.tool, s.risk) and grants_.answering(
-            in_force, tools.get(s.tool), s.tool, s.arguments, s.risk, s.risk_reason) is None]
-        if len(valid) < self.plan_threshold and not needs_approval:
-            await self._execute_all(ctx, valid, parent)
+        needing = [i for i, (c, (risk, why)) in enumerate(zip(valid, risks, strict=True))
+                   if needs_decision(state.autonomy, c.name, risk) and grants_.answering(
+                       in_force, tools.get(c.name), c.name, c.arguments or {}, risk, why) is None]
+        if len(valid) < self.plan_threshold and not needing:
+            await self._execute_all(ctx, valid, parent)  # no plan: its steps (previews, digests) are not needed
             return
+        steps = [self._step(c, allowed, r) for c, r in zip(valid, risks, strict=True)]
+        needs_approval = [steps[i] for i in needing]
         plan_id = new_id()
         auto = not needs_approval
         max_risk = max((s.risk for s in steps), key=lambda r: r.rank)
@@ -586,10 +589,10 @@ class Agent:
             return str(exc)
         return None
 
-    def _step(self, call: ToolCallRequest, allowed: dict[str, Tool]) -> PlanStep:
+    def _step(self, call: ToolCallRequest, allowed: dict[str, Tool], risk_why: tuple[Risk, str | None]) -> PlanStep:
         tool = allowed[call.name]
         args = call.arguments or {}
-        risk, why = call_risk(tool, args)
+        risk, why = risk_why  # call_risk(tool, args)
         return PlanStep(call_id=call.id, tool=call.name, arguments=args, risk=risk, target=tool.target(args),
                         preview=tool.preview(args), risk_reason=why, digest=call_digest(call.name, args))
 

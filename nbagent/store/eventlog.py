@@ -440,7 +440,7 @@ class EventLog:
         record = dict(record, seq=last_seq + 1, prev_hash=last_hash)
         # the canonical JSON of the record without its hash is what the hash covers (events.compute_hash), and
         # "hash" sorts first: the line is that JSON with the hash put in front (one serialisation, not two)
-        body = {k: v for k, v in record.items() if k != "hash"}
+        body = {k: v for k, v in record.items() if k != "hash"} if "hash" in record else dict(record)
         data = canonical_json(body).encode("utf-8")  # (encoded once: hashed, then written)
         hasher = hashlib.sha256((last_hash or "").encode("utf-8"))
         hasher.update(data)
