@@ -155,7 +155,7 @@ def test_the_warm_up_never_starts_inside_the_loading_cell(tmp_path: Path) -> Non
                     "\nget_ipython().run_cell('inner = 1')\nprint('STARTED', warmup.status()['started'])")
     try:
         out = k.run("print('after', warmup.status()['started'])", cell_id="c2")
-        started = [c for c in k.cells.values() if "STARTED" in c.stdout][0].stdout.split()
+        started = next(c for c in k.cells.values() if "STARTED" in c.stdout).stdout.split()
         assert out.stdout.split() == ["after", "True"]
         # HOLE: the inner cell's post_run_cell starts the warm-up while the loading cell still runs (and unheld)
         assert started == ["STARTED", "False"], started
