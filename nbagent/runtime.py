@@ -1043,6 +1043,8 @@ def _purpose(state: RunState) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    if type(value) is str and 6 * len(value) + 2 <= MAX_RESULT_CHARS:
+        return value  # the round trip gives a plain string back, and its JSON (6 characters at most each) is not capped
     try:
         text = json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
