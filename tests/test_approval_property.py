@@ -136,13 +136,19 @@ DECISION = st.tuples(st.sampled_from(["approve", "deny", "refine", "answer"]), s
 
 
 def oracle_covers(pattern: str, path: str) -> bool:
-    """The oracle's own reading of a grant's path pattern, for the names this test uses: anchored at the folder,
-    `*` never crossing a `/`."""
-    if "/" in path or "/" in pattern:
-        head, _, tail = pattern.partition("/")
-        phead, _, ptail = path.partition("/")
-        return bool(tail) and bool(ptail) and fnmatch.fnmatchcase(phead, head) and oracle_covers(tail, ptail)
-    return fnmatch.fnmatchcase(path, pattern)
+    """The oracle's own reading of a grant's path pattern, for the names this test uses (docs/grants.md): anchored
+    at the folder, matched segment by segment, `*` never crossing a `/`, and a `**` segment standing for any number
+    of whole folders (none too)."""
+    pats, parts = pattern.split("/"), path.split("/")
+
+    def match(i: int, j: int) -> bool:
+        if i == len(pats):
+            return j == len(parts)
+        if pats[i] == "**":
+            return any(match(i + 1, k) for k in range(j, len(parts) + 1))
+        return j < len(parts) and fnmatch.fnmatchcase(parts[j], pats[i]) and match(i + 1, j + 1)
+
+    return match(0, 0)
 
 
 def check(agent: Agent, decider: Scripted, autonomy: str) -> None:
