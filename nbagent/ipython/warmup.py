@@ -10,18 +10,21 @@ a local Ollama: `NotebookHost.real_model_likely`), litellm and what its first ca
 kernel set up for the offline models never loads litellm at all. `offline_ready()` says when the first part is
 done: a cell that runs an offline model needs nothing from the second and does not wait for it (`wait_offline`).
 
-A cell the user runs meanwhile neither waits for the warm-up nor is slowed by it. An import cannot be cut into
-steps (litellm's own `__init__` runs ~1.5 s of module code in one import), and two threads share one GIL: a
-thread left to import while a cell computes takes half the cell's time or more. So the warm-up thread traces its
-own calls (`sys.settrace` in that thread only; the cell's thread is never traced) and, while a cell runs (IPython's
-`pre_execute` to `post_execute`: `hold()` / `release()`), it stops at once and then looks every 10-50 ms at
-whether the rest of the process uses the CPU. While it does, the thread waits, holding no GIL: it costs the cell
-nothing. While it does not (the cell sleeps, waits on I/O or on a lock), the thread goes on, again costing the cell
-nothing. A cell that waits on something the paused thread holds (a module it is half-way through importing, a
-library's lock) uses no CPU, so the thread goes on and lets go of it: no deadlock, and no need to stop only
-between modules. While the warm-up runs, the GIL's switch interval is 0.5 ms instead of 5 ms, so that the threads
-that pass a kernel message along are not kept waiting. The price is the tracing: while the kernel is idle the
-warm-up takes ~35% longer (docs/performance.md, `bench/warmup_bench.py`).
+A cell the user runs meanwhile neither waits for the warm-up nor is slowed by it. An import cannot be cut into steps
+(litellm's own `__init__` runs ~1.5 s of module code in one import), and two threads share one GIL: a thread left to
+import while a cell computes takes half the cell's time or more. So the warm-up thread traces its own calls
+(`sys.settrace` in that thread only; the cell's thread is never traced) and, while a cell runs (IPython's
+`pre_run_cell` to `post_run_cell` of the same cell, outermost first: `hold()` / `release()`), it stops at once and
+then looks every 10-50 ms at whether the rest of the process uses the CPU. While it does, the thread waits, holding
+no GIL: it costs the cell nothing. While it does not (the cell sleeps, waits on I/O or on a lock), the thread goes
+on, again costing the cell nothing. A cell that waits on something the paused thread holds (a module it is half-way
+through importing, a library's lock) uses no CPU, so the thread goes on and lets go of it: no deadlock, and no need
+to stop only between modules. A thread waiting on a module lock the warm-up holds makes it go on whatever the CPU
+says (a cell may poll meanwhile, another thread may compute). A cell importing `pkg.sub` while the warm-up is inside
+`pkg` first waits for `pkg` (`_guarded_import`), since two threads entering a package's import cycle from both ends
+fail one of them. While the warm-up runs, the GIL's switch interval is 0.5 ms instead of 5 ms, so that the threads
+that pass a kernel message along are not kept waiting. The price is the tracing: while the kernel is idle the warm-
+up takes ~20-40% longer (docs/performance.md, `bench/warmup_bench.py`).
 - a `%%agent` cell with a real provider needs litellm: it releases the warm-up and awaits it (the kernel keeps
   handling messages, an interrupt ends the wait), showing "loading the model library (first run in this
   kernel)…" meanwhile; one with an offline model awaits only the first part, then holds the rest like any cell.
@@ -34,6 +37,7 @@ turns the warm-up off.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import importlib
 import logging
@@ -42,6 +46,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from importlib import _bootstrap  # type: ignore[attr-defined]
 from typing import Any
 
 log = logging.getLogger("nbagent.ipython")
@@ -77,7 +82,8 @@ BUSY = 0.2  # the rest of the process is computing when it used this share of a 
 SWITCH = 0.0005  # s: the GIL's switch interval while the warm-up runs (Python's default is 0.005)
 WAIT = (0.01, 0.05)  # s: how long a paused thread waits before it looks again, first and at most
 _held = False  # a cell of the user's is running and does not need the warm-up done: the thread yields to it
-_depth = 0  # executions in progress (IPython's pre_execute .. post_execute; a cell may run cells: %run, run_cell)
+_holds: list[int] = []  # the cells running, outermost first (ids of IPython's ExecutionInfo; %run runs cells)
+_depth = 0  # len(_holds)
 _waived = False  # the running cell needs the warm-up done (a real provider's `%%agent` cell, a fork)
 _cell = 0  # counts the executions that held the warm-up: a new one starts a new measurement
 _resume = threading.Event()
@@ -99,27 +105,36 @@ def _import(names: tuple[str, ...]) -> None:
 
 def _update() -> None:
     global _held
-    _held = _depth > 0 and not _waived
+    _held = bool(_holds) and not _waived
     if _held:
         _resume.clear()
     else:
         _resume.set()
 
 
-def hold() -> None:
-    """An execution starts: from now on the warm-up runs only while the rest of the process is not computing."""
-    global _depth, _cell
-    _depth += 1
+def hold(cell: object | None = None) -> None:
+    """A cell starts: from now on the warm-up runs only while the rest of the process is not computing."""
+    global _cell
+    _holds.append(id(cell))
     _cell += 1
-    _update()
+    _changed()
 
 
-def release() -> None:
-    """An execution has ended; once the outermost has, the warm-up runs freely again."""
-    global _depth, _waived
-    _depth = max(0, _depth - 1)  # IPython ends an empty cell it never started
-    if _depth == 0:
+def release(cell: object | None = None) -> None:
+    """A cell has ended (`None`: the innermost); once the outermost has, the warm-up runs freely again. A cell that
+    never held it (IPython ends an empty cell it never started) releases nothing."""
+    global _waived
+    key = id(cell) if cell is not None else (_holds[-1] if _holds else None)
+    if key in _holds:
+        del _holds[_holds.index(key):]  # with it, any cell it ran that did not end properly
+    if not _holds:
         _waived = False
+    _changed()
+
+
+def _changed() -> None:
+    global _depth
+    _depth = len(_holds)
     _update()
 
 
@@ -149,6 +164,19 @@ def _trace(frame: Any, event: str, arg: Any) -> None:
         _step()
 
 
+def _waited_on(owner: int) -> bool:
+    """Whether a thread waits on a module import lock that thread `owner` holds (the cell importing what the
+    warm-up is half-way through): then the warm-up must go on, whatever the CPU says (a cell may poll meanwhile)."""
+    try:
+        for value in list(_bootstrap._blocking_on.values()):  # thread id -> lock (3.11) or list of locks (3.12+)
+            for lock in value if isinstance(value, list) else [value]:
+                if getattr(lock, "owner", None) == owner:
+                    return True
+    except Exception:  # importlib's internals changed: the CPU rule alone
+        return False
+    return False
+
+
 def _step() -> None:
     pace = _pace
     pace["countdown"] -= 1
@@ -165,7 +193,7 @@ def _step() -> None:
         return
     share = (others - pace["others"]) / span
     pace.update(t=now, others=others)
-    if share >= BUSY:
+    if share >= BUSY and not _waited_on(threading.get_ident()):
         _pause()
 
 
@@ -180,7 +208,7 @@ def _pause() -> None:
         while _held:
             t, others = time.perf_counter(), _others_cpu()
             _resume.wait(wait)
-            if not _held:
+            if not _held or _waited_on(threading.get_ident()):
                 break
             if _others_cpu() - others < BUSY * (time.perf_counter() - t):
                 break  # the cell is waiting on something: going on costs it nothing
@@ -189,6 +217,35 @@ def _pause() -> None:
         _state["paused"] = False
         _state["paused_seconds"] = round(_state["paused_seconds"] + time.perf_counter() - started, 3)
         _pace.update(t=time.perf_counter(), others=_others_cpu())
+
+
+_builtin_import: Any = None  # builtins.__import__ as it was when the warm-up started
+
+
+def _guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+    """builtins.__import__ while the warm-up runs. A cell importing `pkg.sub` while the warm-up is half-way through
+    `pkg` would import `sub` itself, and if `sub` imports `pkg` back while the warm-up goes on to import `sub`, the
+    two threads meet in a cycle that Python breaks by failing one side (a KeyError, a half-made module). So a cell
+    first waits for each enclosing package the warm-up is half-way through (the warm-up goes on meanwhile: the cell
+    waits on its lock), then imports as usual."""
+    if level == 0 and _thread is not None and threading.get_ident() != _thread.ident:
+        with contextlib.suppress(Exception):  # importlib's internals changed: import as usual
+            _finish_packages(name)
+    return _builtin_import(name, globals, locals, fromlist, level)
+
+
+def _finish_packages(name: str) -> None:
+    parts = name.split(".")
+    for end in range(1, len(parts) + 1):
+        package = ".".join(parts[:end])
+        module = sys.modules.get(package)
+        if module is None:
+            return
+        if getattr(getattr(module, "__spec__", None), "_initializing", False):
+            ref = _bootstrap._module_locks.get(package)
+            lock = ref() if ref is not None else None
+            if _thread is not None and getattr(lock, "owner", None) == _thread.ident:
+                _bootstrap._lock_unlock_module(package)
 
 
 def _work(real_model: Callable[[], bool] | None = None) -> None:
@@ -207,6 +264,8 @@ def _work(real_model: Callable[[], bool] | None = None) -> None:
     finally:
         if sys.getswitchinterval() == min(interval, SWITCH):  # unless someone else has set it meanwhile
             sys.setswitchinterval(interval)
+        if builtins.__import__ is _guarded_import:  # unless someone else has wrapped it meanwhile
+            builtins.__import__ = _builtin_import
         if traced:
             sys.settrace(None)
 
@@ -248,6 +307,8 @@ def start(real_model: Callable[[], bool] | None = None) -> bool:
     _thread = threading.Thread(target=_work, args=(real_model,), name="nbagent-warmup", daemon=True)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(before=_before_fork)
+    global _builtin_import
+    _builtin_import, builtins.__import__ = builtins.__import__, _guarded_import
     _thread.start()
     return True
 
@@ -255,20 +316,33 @@ def start(real_model: Callable[[], bool] | None = None) -> bool:
 def _before_fork() -> None:
     """A cell that forks (multiprocessing's default on Linux) while the warm-up is half-way through a module would
     leave the child that module's import lock, owned by a thread the child does not have: the child's first import
-    of it would hang. So a fork first lets the warm-up finish (the only cell it can delay, and only until then)."""
-    if running() and threading.current_thread() is not _thread:
-        with _waiting():
-            join()
+    of it would hang. So a fork first lets the warm-up finish (the only cell it can delay, and only until then),
+    unless the warm-up itself waits on a module this thread is importing (a fork from inside an import): then it
+    cannot finish first, and the fork goes ahead as it would without nbagent."""
+    if not running() or threading.current_thread() is _thread:
+        return
+    with _waiting():
+        while running() and not _thread_waits_on(threading.get_ident()):
+            join(0.02)
+
+
+def _thread_waits_on(owner: int) -> bool:
+    """Whether the warm-up thread waits on a module lock that thread `owner` holds."""
+    try:
+        value = _bootstrap._blocking_on.get(_thread.ident) if _thread is not None else None
+        return any(getattr(lock, "owner", None) == owner for lock in (value if isinstance(value, list) else [value]))
+    except Exception:
+        return False
 
 
 def running() -> bool:
     return _thread is not None and _thread.is_alive()
 
 
-def join() -> None:
+def join(timeout: float | None = None) -> None:
     """Block until the warm-up is done (tests, `bench/`). The blocked cell uses no CPU, so the warm-up runs on."""
     if _thread is not None:
-        _thread.join()
+        _thread.join(timeout)
 
 
 async def wait() -> None:
@@ -308,20 +382,18 @@ class Hooks:
         self.pending = True
         self.real_model = real_model
 
-    def post_run_cell(self, result: Any) -> None:
-        if self.pending:  # the cell that loaded nbagent has ended: the kernel is about to be idle
+    def pre_run_cell(self, info: Any) -> None:
+        # Every cell holds the warm-up; an nbagent cell that needs it done awaits it (host._warmed_up), which lets
+        # it run freely until that cell ends. Silent executions (a variable inspector's) are brief and not counted.
+        hold(info)
+
+    def post_run_cell(self, result: Any) -> None:  # IPython calls it however the cell ended (error, interrupt)
+        info = getattr(result, "info", None)
+        if result is None or id(info) in _holds:
+            release(info)
+        elif self.pending and not _holds:  # the loading cell itself has ended: the kernel is about to be idle
             self.pending = False
             start(self.real_model)
-
-    @staticmethod
-    def pre_execute() -> None:
-        # Every execution holds the warm-up (silent ones too, such as a variable inspector's); an nbagent cell that
-        # needs it done awaits it (host._warmed_up), which lets it run freely until that cell ends.
-        hold()
-
-    @staticmethod
-    def post_execute() -> None:  # IPython calls it however the execution ended (error, interrupt)
-        release()
 
 
 _hooks: Hooks | None = None
@@ -337,6 +409,5 @@ def install(shell: Any, real_model: Callable[[], bool] | None = None) -> None:
     if _hooks is not None and _hooks.shell is shell:
         return
     _hooks = Hooks(shell, real_model)
+    events.register("pre_run_cell", _hooks.pre_run_cell)
     events.register("post_run_cell", _hooks.post_run_cell)
-    events.register("pre_execute", _hooks.pre_execute)
-    events.register("post_execute", _hooks.post_execute)
