@@ -39,11 +39,11 @@ _compute(3_000_000)
 _b = _spin.count
 _t.sleep(0.3)
 _c = _spin.count
-print("PROBE", _b - _a, _c - _b, _w._depth, _w._waived)
+print("PROBE", _b - _a, _c - _b, len(_w._holds), _w._waived)
 """
 # after `release`: the warm-up ends and puts everything back
 DONE = ("from nbagent.ipython import warmup\nimport sys\nwarmup.join()\n"
-        "print('DONE', warmup.running(), sys.getswitchinterval(), sys.gettrace(), warmup._depth, warmup._waived)")
+        "print('DONE', warmup.running(), sys.getswitchinterval(), sys.gettrace(), len(warmup._holds), warmup._waived)")
 
 
 def probe(cell: Cell) -> tuple[int, int, str, str]:

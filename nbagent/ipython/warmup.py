@@ -83,7 +83,6 @@ SWITCH = 0.0005  # s: the GIL's switch interval while the warm-up runs (Python's
 WAIT = (0.01, 0.05)  # s: how long a paused thread waits before it looks again, first and at most
 _held = False  # a cell of the user's is running and does not need the warm-up done: the thread yields to it
 _holds: list[int] = []  # the cells running, outermost first (ids of IPython's ExecutionInfo; %run runs cells)
-_depth = 0  # len(_holds)
 _waived = False  # the running cell needs the warm-up done (a real provider's `%%agent` cell, a fork)
 _cell = 0  # counts the executions that held the warm-up: a new one starts a new measurement
 _resume = threading.Event()
@@ -117,7 +116,7 @@ def hold(cell: object | None = None) -> None:
     global _cell
     _holds.append(id(cell))
     _cell += 1
-    _changed()
+    _update()
 
 
 def release(cell: object | None = None) -> None:
@@ -129,12 +128,6 @@ def release(cell: object | None = None) -> None:
         del _holds[_holds.index(key):]  # with it, any cell it ran that did not end properly
     if not _holds:
         _waived = False
-    _changed()
-
-
-def _changed() -> None:
-    global _depth
-    _depth = len(_holds)
     _update()
 
 
