@@ -246,6 +246,73 @@ def test_a_cell_that_imports_what_the_warm_up_holds_while_another_thread_compute
         k.close()
 
 
+# a module the warm-up imports first that takes a lock of another library's (logging's, say, during getLogger) and
+# works inside it until `release` exists
+HOLDER = ("import pathlib, sharedlock\ncount = 0\n\n\ndef step():\n    global count\n    count += 1\n\n\n"
+          "with sharedlock.LOCK:\n    while not pathlib.Path('release').exists():\n        for _ in range(1000):\n"
+          "            step()\n")
+BACKGROUND = ("import threading\nstop = []\n\n\ndef work():\n    while not stop:\n"
+              "        sum(i * i for i in range(10_000))\n\n\nthreading.Thread(target=work, daemon=True).start()")
+
+
+def test_a_cell_waiting_on_a_library_lock_the_paused_warm_up_holds_while_another_thread_computes(
+        tmp_path: Path) -> None:
+    """Not a module lock (those the warm-up sees): a plain lock, taken by code the warm-up runs, that the cell then
+    needs, while a thread of an earlier cell computes, so the process is busy and the cell's wait does not show."""
+    (tmp_path / "sharedlock.py").write_text("import threading\nLOCK = threading.Lock()\n")
+    (tmp_path / "holder.py").write_text(HOLDER)
+    k = spin_kernel(tmp_path, first="import sharedlock\nfrom nbagent.ipython import warmup\n"
+                                    "warmup.OWN_MODULES = ('holder',) + warmup.OWN_MODULES")
+    try:
+        assert k.run(BACKGROUND, cell_id="c2").ok
+        cell = k.submit("import pathlib, sys, time\nwhile 'holder' not in sys.modules:\n    time.sleep(0.01)\n"
+                        "pathlib.Path('release').touch()\nwith sharedlock.LOCK:\n    pass\nstop.append(1)\n"
+                        "print('GOT', sys.modules['holder'].count > 0)", cell_id="c3")
+        # was a HOLE: the warm-up stayed paused inside `with LOCK` as long as the background thread computed (the
+        #   process looked busy), and the cell waited on LOCK forever
+        assert finished(k, cell, timeout=20), "the cell never got the lock"
+        assert cell.ok and cell.stdout.split() == ["GOT", "True"], cell.stdout + cell.stderr
+        out = k.run("print(warmup.status()['gave_way'])", cell_id="c4")
+        assert int(out.stdout) >= 1, out.stdout + out.stderr  # it went on because the cell's thread stood still
+    finally:
+        k.close()
+
+
+FINDER = """import sys, pathlib
+
+
+class SlowFinder:  # stands for a slow file system: finding a module takes a while, under the global import lock
+    def find_spec(self, name, path=None, target=None):
+        if name == "findme":
+            while not pathlib.Path("release").exists():
+                sum(range(1000))
+        return None
+
+
+sys.meta_path.insert(0, SlowFinder())
+"""
+
+
+def test_a_cell_importing_while_the_warm_up_finds_a_module_under_the_global_import_lock(tmp_path: Path) -> None:
+    """Python holds one global import lock while a finder looks for a module; every import of a module not yet
+    loaded needs it. The cell's wait on it is not a module lock's (not seen in importlib's `_blocking_on`)."""
+    (tmp_path / "findme.py").write_text("VALUE = 1\n")
+    k = spin_kernel(tmp_path, first=FINDER + "from nbagent.ipython import warmup\n"
+                                            "warmup.OWN_MODULES = ('findme',) + warmup.OWN_MODULES")
+    try:
+        assert k.run(BACKGROUND, cell_id="c2").ok
+        cell = k.submit("import pathlib, time\ntime.sleep(0.3)\npathlib.Path('release').touch()\n"
+                        "import json.tool, findme\nstop.append(1)\nprint('IMPORTED', findme.VALUE)", cell_id="c3")
+        # was a HOLE: the warm-up paused inside the finder, holding the global import lock, while the background
+        #   thread computed: the cell's `import json.tool` waited for ever
+        assert finished(k, cell, timeout=20), "the cell's import never ran"
+        assert cell.ok and cell.stdout.split() == ["IMPORTED", "1"], cell.stdout + cell.stderr
+        out = k.run("print(warmup.status()['gave_way'])", cell_id="c4")
+        assert out.stdout.split() == ["0"], out.stdout + out.stderr  # it never paused holding that lock
+    finally:
+        k.close()
+
+
 PKG_INIT = (SPIN.replace("count = 0", "count = 0\nopen('runs.txt', 'a').write('pkg\\n')")
             + "from .sub import VALUE  # noqa\n")
 PKG_SUB = "import pkg  # noqa: a package's usual cycle (litellm.utils imports litellm)\n" \

@@ -17,14 +17,16 @@ import while a cell computes takes half the cell's time or more. So the warm-up 
 `pre_run_cell` to `post_run_cell` of the same cell, outermost first: `hold()` / `release()`), it stops at once and
 then looks every 10-50 ms at whether the rest of the process uses the CPU. While it does, the thread waits, holding
 no GIL: it costs the cell nothing. While it does not (the cell sleeps, waits on I/O or on a lock), the thread goes
-on, again costing the cell nothing. A cell that waits on something the paused thread holds (a module it is half-way
-through importing, a library's lock) uses no CPU, so the thread goes on and lets go of it: no deadlock, and no need
-to stop only between modules. A thread waiting on a module lock the warm-up holds makes it go on whatever the CPU
-says (a cell may poll meanwhile, another thread may compute). A cell importing `pkg.sub` while the warm-up is inside
-`pkg` first waits for `pkg` (`_guarded_import`), since two threads entering a package's import cycle from both ends
-fail one of them. While the warm-up runs, the GIL's switch interval is 0.5 ms instead of 5 ms, so that the threads
-that pass a kernel message along are not kept waiting. The price is the tracing: while the kernel is idle the warm-
-up takes ~20-40% longer (docs/performance.md, `bench/warmup_bench.py`).
+on, again costing the cell nothing; while it goes on it stops for a few ms every 30 ms or so to look again, as the
+CPU share a cell gets while the warm-up imports does not show whether it computes (`PROBE`). A cell that waits on
+something the paused thread holds (a module it is half-way through importing, a library's lock) uses no CPU, so the
+thread goes on and lets go of it: no deadlock, and no need to stop only between modules. A thread waiting on a
+module lock the warm-up holds makes it go on whatever the CPU says (a cell may poll meanwhile, another thread may
+compute). A cell importing `pkg.sub` while the warm-up is inside `pkg` first waits for `pkg` (`_guarded_import`),
+since two threads entering a package's import cycle from both ends fail one of them. While the warm-up runs, the
+GIL's switch interval is 0.5 ms instead of 5 ms, so that the threads that pass a kernel message along are not kept
+waiting. The price is the tracing: while the kernel is idle the warm- up takes ~20-40% longer (docs/performance.md,
+`bench/warmup_bench.py`).
 - a `%%agent` cell with a real provider needs litellm: it releases the warm-up and awaits it (the kernel keeps
   handling messages, an interrupt ends the wait), showing "loading the model library (first run in this
   kernel)…" meanwhile; one with an offline model awaits only the first part, then holds the rest like any cell.
@@ -36,6 +38,7 @@ turns the warm-up off.
 
 from __future__ import annotations
 
+import _imp
 import asyncio
 import builtins
 import contextlib
@@ -73,7 +76,8 @@ MODULES = (
 _thread: threading.Thread | None = None
 _offline = threading.Event()  # OWN_MODULES are imported
 _state: dict[str, Any] = {"seconds": None, "offline_seconds": None, "failed": [], "litellm": None,
-                          "paused": False, "pauses": 0, "paused_seconds": 0.0, "yields": True}
+                          "paused": False, "pauses": 0, "probes": 0, "gave_way": 0, "paused_seconds": 0.0,
+                          "yields": True}
 
 # Yielding to the user's cells (see the module docstring).
 EVERY = 200  # traced calls between two looks at the clocks (~0.1-0.3 ms of importing)
@@ -81,12 +85,26 @@ WINDOW = 0.004  # s: the least wall time a decision is made over, so that one sc
 BUSY = 0.2  # the rest of the process is computing when it used this share of a CPU over the last window
 SWITCH = 0.0005  # s: the GIL's switch interval while the warm-up runs (Python's default is 0.005)
 WAIT = (0.01, 0.05)  # s: how long a paused thread waits before it looks again, first and at most
+# While a cell runs and the warm-up goes on (the cell seemed idle), the share of the CPU the cell gets is not a
+# safe sign that it computes: an import makes system calls, each of which lets go of the GIL and takes it back
+# before the switch interval is up, so a computing cell waiting for the GIL never forces a switch and may get as
+# little as ~8% of the CPU on a loaded machine ("convoy"). So the warm-up also stops every PROBE seconds for
+# WINDOW, which measures what the cell does when it has the GIL to itself (~12% of the warm-up's speed while a
+# cell sleeps; a cell that computes again is slowed at most ~PROBE). A share above NOTICE (a sleeping cell's is
+# ~0-2%: the kernel's own threads) is looked at at once.
+PROBE = 0.03
+NOTICE = 0.05
+# A paused thread may hold a lock that a cell then waits on (a library's own lock taken during its import: logging's,
+# say). A waiting cell uses no CPU, so the warm-up goes on, unless another thread computes meanwhile: then it goes on
+# once the cell's thread has used no CPU for PATIENCE, which costs that computation at most a share of the warm-up.
+PATIENCE = 0.5
 _held = False  # a cell of the user's is running and does not need the warm-up done: the thread yields to it
 _holds: list[int] = []  # the cells running, outermost first (ids of IPython's ExecutionInfo; %run runs cells)
 _waived = False  # the running cell needs the warm-up done (a real provider's `%%agent` cell, a fork)
 _cell = 0  # counts the executions that held the warm-up: a new one starts a new measurement
+_cell_thread: int | None = None  # the thread the running cell runs in (IPython's main thread)
 _resume = threading.Event()
-_pace: dict[str, Any] = {"countdown": EVERY, "cell": -1, "t": 0.0, "others": 0.0}
+_pace: dict[str, Any] = {"countdown": EVERY, "cell": -1, "t": 0.0, "others": 0.0, "probe": 0.0}
 
 
 def enabled() -> bool:
@@ -113,9 +131,10 @@ def _update() -> None:
 
 def hold(cell: object | None = None) -> None:
     """A cell starts: from now on the warm-up runs only while the rest of the process is not computing."""
-    global _cell
+    global _cell, _cell_thread
     _holds.append(id(cell))
     _cell += 1
+    _cell_thread = threading.get_ident()
     _update()
 
 
@@ -170,10 +189,21 @@ def _waited_on(owner: int) -> bool:
     return False
 
 
+def _thread_cpu(ident: int | None) -> float | None:
+    """CPU seconds used by thread `ident`, where the platform can tell (Linux, macOS)."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(ident))  # type: ignore[arg-type]
+    except Exception:
+        return None
+
+
 def _step() -> None:
     pace = _pace
     pace["countdown"] -= 1
     if pace["countdown"] > 0:
+        return
+    if _imp.lock_held():  # finding a module holds the global import lock, which every other import needs: never
+        pace["countdown"] = 1  # pause inside (brief); look again at the next call
         return
     pace["countdown"] = EVERY
     if pace["cell"] != _cell:  # a cell has just started: stop at once, then see whether it computes
@@ -186,30 +216,45 @@ def _step() -> None:
         return
     share = (others - pace["others"]) / span
     pace.update(t=now, others=others)
-    if share >= BUSY and not _waited_on(threading.get_ident()):
-        _pause()
+    if share >= BUSY:
+        if not _waited_on(threading.get_ident()):
+            _pause()
+    elif (share >= NOTICE or now - pace["probe"] >= PROBE) and not _waited_on(threading.get_ident()):
+        _state["probes"] += 1
+        _pause(WINDOW)
 
 
-def _pause() -> None:
+def _pause(first: float = WAIT[0]) -> None:
     """Wait, holding no GIL, while a cell runs and the process computes; go on as soon as either stops. A cell
-    that waits (sleep, I/O, a lock or a module this thread holds) uses no CPU, so it never waits on this pause."""
+    that waits (sleep, I/O, a lock or a module this thread holds) uses no CPU, so it never waits on this pause.
+    `first`: how long before the first look (a probe's is short: it is paid while the cell is idle)."""
     started = time.perf_counter()
     _state["paused"] = True
     _state["pauses"] += 1
-    wait = WAIT[0]
+    wait = first
+    cell = _cell_thread
+    cell_cpu, since = _thread_cpu(cell), started
     try:
         while _held:
             t, others = time.perf_counter(), _others_cpu()
             _resume.wait(wait)
             if not _held or _waited_on(threading.get_ident()):
                 break
-            if _others_cpu() - others < BUSY * (time.perf_counter() - t):
+            now = time.perf_counter()
+            if _others_cpu() - others < BUSY * (now - t):
                 break  # the cell is waiting on something: going on costs it nothing
-            wait = min(wait * 2, WAIT[1])
+            used = _thread_cpu(cell) if cell == _cell_thread else None
+            if used is None or cell_cpu is None or used - cell_cpu > 0.001:
+                cell, cell_cpu, since = _cell_thread, _thread_cpu(_cell_thread), now
+            elif now - since >= PATIENCE:  # the cell's thread waits while others compute: maybe on this thread
+                _state["gave_way"] += 1
+                break
+            wait = min(max(wait * 2, WAIT[0]), WAIT[1])
     finally:
         _state["paused"] = False
         _state["paused_seconds"] = round(_state["paused_seconds"] + time.perf_counter() - started, 3)
-        _pace.update(t=time.perf_counter(), others=_others_cpu())
+        now = time.perf_counter()
+        _pace.update(t=now, others=_others_cpu(), probe=now)
 
 
 _builtin_import: Any = None  # builtins.__import__ as it was when the warm-up started
