@@ -441,3 +441,116 @@ def test_an_offline_run_during_the_warm_up_records_what_it_records_without_it(tm
             k.close()
     assert answers[0] == answers[1], answers
 
+
+
+# ---------------------------------------------------------------------------------------------- interrupting a wait
+
+LOADING = "nbagent: loading the model library (first run in this kernel)…"
+
+
+def shows(cell: Cell, text: str) -> bool:
+    return any(o.get("data", {}).get("text/plain") == text for o in cell.outputs)
+
+
+def interrupted(k: Kernel, code: str, cell_id: str) -> Cell:
+    """Runs `code`, which awaits the warm-up (it says so), interrupts it, and waits (generously) for its reply."""
+    cell = k.submit(code, cell_id=cell_id)
+    for _ in range(600):
+        if shows(cell, LOADING) or cell.reply is not None:
+            break
+        k.pump(0.1)
+    assert shows(cell, LOADING) and cell.reply is None, str(cell.outputs) + cell.stderr
+    k.km.interrupt_kernel()
+    assert finished(k, cell, timeout=60), "the interrupted cell never ended"
+    return cell
+
+
+def test_interrupting_a_cell_that_awaits_the_warm_up_ends_it(tmp_path: Path) -> None:
+    """`%agent status` and a real provider's `%%agent` cell await the warm-up; the stop button ends the wait (as
+    ipykernel ends any awaiting cell: CancelledError), the loading line goes, and the kernel runs the next cell
+    while the warm-up goes on. So does a cell blocked on the module the paused warm-up is importing."""
+    k = spin_kernel(tmp_path, env=REAL)
+    try:
+        for n, code in enumerate(("%agent status", "%%agent\nsay hello")):
+            cell = interrupted(k, code, cell_id=f"i{n}")
+            # was a HOLE: the wait left the warm-up running freely until the cell ended, so the rest of the cell
+            #   (the traceback: thousands of stat calls, each giving up the GIL to an import that takes it back within
+            #   the switch interval) crawled for minutes: the cell did not end
+            assert not cell.ok and cell.reply["content"]["ename"] in ("CancelledError", "KeyboardInterrupt")
+            assert not shows(cell, LOADING), cell.outputs  # was a HOLE: the loading line stayed
+            after = k.run("print('NEXT', warmup.running())", cell_id=f"n{n}", timeout=60)
+            assert after.stdout.split() == ["NEXT", "True"], after.stdout + after.stderr
+        # blocked (no await) on `spin`'s import lock, which the warm-up holds: Python's lock waits are interruptible
+        cell = k.submit("import spin", cell_id="imp")
+        for _ in range(5):
+            k.pump(0.1)
+        assert cell.reply is None
+        k.km.interrupt_kernel()
+        assert finished(k, cell, timeout=60), "the cell waiting on the import lock never ended"
+        assert cell.reply["content"]["ename"] == "KeyboardInterrupt", cell.reply["content"]
+        assert_done(k, tmp_path)
+    finally:
+        k.close()
+
+
+CAUGHT = """import asyncio
+from nbagent.ipython import host
+try:
+    await host.run_line("status")
+except asyncio.CancelledError:
+    print("INTERRUPTED")
+""" + PROBE
+
+
+def test_a_cell_whose_wait_for_the_warm_up_was_interrupted_holds_it_again(tmp_path: Path) -> None:
+    """What runs in the cell after the interrupt (its own code, IPython's traceback) is yielded to, like any cell."""
+    k = spin_kernel(tmp_path, env=REAL)
+    try:
+        cell = interrupted(k, CAUGHT, cell_id="c2")
+        assert cell.ok and "INTERRUPTED" in cell.stdout, cell.stdout + cell.stderr
+        # was a HOLE: waived until the cell ended, the warm-up ran on while the cell computed
+        assert probe(cell)[2:] == ("1", "False") and yields(cell), cell.stdout
+        assert_done(k, tmp_path)
+    finally:
+        k.close()
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+# collects what nbagent logs at debug level (the warm-up's output goes there)
+LOG = ("import logging\nrecords = []\n\n\nclass Keep(logging.Handler):\n    def emit(self, record):\n"
+       "        records.append(record.getMessage())\n\n\nlogger = logging.getLogger('nbagent.ipython')\n"
+       "logger.setLevel(logging.DEBUG)\nlogger.addHandler(Keep())\n")
+SPEAKS = """import pathlib, sys, threading
+print("CELL-OUT")
+pathlib.Path("speak").touch()  # the warm-up's module prints, warns, and ends
+warmup.join()
+print("CELL-ERR", file=sys.stderr)
+t = threading.Thread(target=lambda: print("THREAD-OUT"))
+t.start()
+t.join()
+"""
+
+
+def test_what_a_module_prints_while_the_warm_up_imports_it_stays_out_of_the_cells(tmp_path: Path) -> None:
+    """ipykernel sends a thread's writes to the cell running at that moment: a module the warm-up imports would
+    print into whatever cell the user runs. The cell's own output (its thread and any other) still shows."""
+    (tmp_path / "noisy.py").write_text(NOISY)
+    k = spin_kernel(tmp_path, first=LOG + "from nbagent.ipython import warmup\n"
+                                          "warmup.OWN_MODULES = ('noisy',) + warmup.OWN_MODULES")
+    try:
+        cell = k.run(SPEAKS, cell_id="c2", timeout=60)
+        assert cell.ok, cell.stderr
+        # was a HOLE: NOISE-OUT, NOISE-ERR and the NOISE-WARN warning showed in this cell
+        assert "NOISE" not in cell.stdout + cell.stderr + str(cell.outputs), cell.stdout + cell.stderr
+        assert cell.stdout.split() == ["CELL-OUT", "THREAD-OUT"] and cell.stderr.split() == ["CELL-ERR"]
+        out = k.run("import sys\nprint(type(sys.stdout).__name__, type(sys.stderr).__name__)\n"
+                    "print(*[r.split(': ', 1)[1] for r in records if r.startswith('warm-up std')], sep='|')",
+                    cell_id="c3")
+        lines = out.stdout.splitlines()
+        assert lines[0] == "OutStream OutStream", out.stdout + out.stderr  # put back
+        logged = lines[1].split("|")
+        assert logged[:2] == ["NOISE-OUT", "NOISE-ERR"] and "NOISE-WARN" in logged[2], logged  # in the log instead
+        assert "NOISE" not in str([c.stdout + c.stderr + str(c.outputs) for c in k.cells.values() if c is not out])
+    finally:
+        k.close()

@@ -84,7 +84,13 @@ async def _warmed_up(offline: bool = False) -> str | None:
 
     display_id = f"nbagent-{uuid.uuid4().hex}"
     display(_Status(LOADING), display_id=display_id)
-    await (warmup.wait_offline() if offline else warmup.wait())
+    try:
+        await (warmup.wait_offline() if offline else warmup.wait())
+    except BaseException:  # interrupted (ipykernel cancels the awaiting cell): the cell no longer loads anything
+        from IPython.display import update_display
+
+        update_display({"text/plain": ""}, raw=True, display_id=display_id)
+        raise
     return display_id
 
 

@@ -25,13 +25,29 @@ module lock the warm-up holds makes it go on whatever the CPU says (a cell may p
 compute). A cell importing `pkg.sub` while the warm-up is inside `pkg` first waits for `pkg` (`_guarded_import`),
 since two threads entering a package's import cycle from both ends fail one of them. While the warm-up runs, the
 GIL's switch interval is 0.5 ms instead of 5 ms, so that the threads that pass a kernel message along are not kept
-waiting. The price is the tracing: while the kernel is idle the warm- up takes ~20-40% longer (docs/performance.md,
-`bench/warmup_bench.py`).
+waiting. That alone is not enough: an import makes system calls, each of which lets go of the GIL and takes it back
+before the switch interval is up, so a thread waiting for the GIL never forces a switch and may wait for seconds
+("convoy"; an interrupted cell's traceback, thousands of stat calls, took minutes). So while nothing holds it (the
+kernel is idle, or a cell awaits it) the thread also lets go of the GIL for GAP every GIVE (0.2 ms every 5 ms:
+`_give_way`). The price is the tracing: while the kernel is idle the warm-up takes ~20-40% longer
+(docs/performance.md, `bench/warmup_bench.py`), a few % of it the giving way.
 - a `%%agent` cell with a real provider needs litellm: it releases the warm-up and awaits it (the kernel keeps
-  handling messages, an interrupt ends the wait), showing "loading the model library (first run in this
-  kernel)…" meanwhile; one with an offline model awaits only the first part, then holds the rest like any cell.
+  handling messages), showing "loading the model library (first run in this kernel)…" meanwhile; one with an
+  offline model awaits only the first part, then holds the rest like any cell. An interrupt ends the wait:
+  ipykernel cancels an awaiting cell, so the cell fails with CancelledError (as any interrupted top-level await
+  does), the loading line is cleared, the cell holds the warm-up again for what it still runs (its traceback),
+  and the warm-up goes on in the background.
 - a cell that imports a module the warm-up is importing at that moment waits for that module, as any two threads
-  importing do (Python's per-module import locks), and the warm-up runs on meanwhile, as above.
+  importing do (Python's per-module import locks), and the warm-up runs on meanwhile, as above. An interrupt ends
+  that wait too (KeyboardInterrupt): on POSIX a lock wait in the main thread returns when a signal arrives. Python
+  documents lock waits as interruptible on POSIX only (`threading.Lock.acquire`); where they are not, a cell
+  blocked on such an import ends only once the warm-up has finished that module, which the blocked cell lets it do.
+- what the warm-up thread writes to sys.stdout or sys.stderr (a module that prints or warns while it is imported)
+  goes to the log (`nbagent.ipython`, debug level) instead of to the cell running at that moment, where ipykernel
+  would send it: while the warm-up runs, both are wrapped (`_Quiet`), which passes every other thread's writes on
+  unchanged, and put back when it ends. Not covered: output written to the file descriptors directly (a C
+  library's printf: ipykernel captures fds 1 and 2 for whatever cell runs), threads a module starts, and a cell
+  that replaces sys.stdout itself meanwhile (`%%capture`, `redirect_stdout`) catches what the warm-up prints then.
 A module that fails to import is left for the run to import (and report) as it always did. `NBAGENT_WARMUP=0`
 turns the warm-up off.
 """
@@ -104,7 +120,11 @@ _waived = False  # the running cell needs the warm-up done (a real provider's `%
 _cell = 0  # counts the executions that held the warm-up: a new one starts a new measurement
 _cell_thread: int | None = None  # the thread the running cell runs in (IPython's main thread)
 _resume = threading.Event()
-_pace: dict[str, Any] = {"countdown": EVERY, "cell": -1, "t": 0.0, "others": 0.0, "probe": 0.0}
+_pace: dict[str, Any] = {"countdown": EVERY, "cell": -1, "t": 0.0, "others": 0.0, "probe": 0.0, "gave": 0.0}
+# While nothing holds it, the thread still lets go of the GIL for GAP every GIVE seconds (`_give_way`).
+GIVE = 0.005
+GAP = 0.0002
+_free = EVERY  # traced calls before the next look at the clock while nothing holds it
 
 
 def enabled() -> bool:
@@ -171,9 +191,27 @@ def _others_cpu() -> float:
 
 def _trace(frame: Any, event: str, arg: Any) -> None:
     """The warm-up thread's trace function: called on each Python call it makes, never for other threads. It
-    returns None, so no line is traced; the one global read is all it costs while no cell runs."""
+    returns None, so no line is traced; a global read and a count is all it costs while no cell holds it."""
+    global _free
     if _held:
         _step()
+    else:
+        _free -= 1
+        if _free <= 0:
+            _give_way()
+
+
+def _give_way() -> None:
+    """While nothing holds it (the kernel is idle, or a cell awaits the warm-up), let go of the GIL for GAP every
+    GIVE. An import makes system calls, each of which lets go of the GIL and takes it back before the switch
+    interval is up, so a thread waiting for the GIL never forces a switch and may wait for seconds: the kernel's
+    threads (an execute reply, an interrupted cell's traceback, a widget's message) starve ("convoy")."""
+    global _free
+    _free = EVERY
+    now = time.perf_counter()
+    if now - _pace["gave"] >= GIVE:
+        time.sleep(GAP)
+        _pace["gave"] = time.perf_counter()
 
 
 def _waited_on(owner: int) -> bool:
@@ -304,6 +342,7 @@ def _work(real_model: Callable[[], bool] | None = None) -> None:
             sys.setswitchinterval(interval)
         if builtins.__import__ is _guarded_import:  # unless someone else has wrapped it meanwhile
             builtins.__import__ = _builtin_import
+        _unhush()
         if traced:
             sys.settrace(None)
 
@@ -337,6 +376,61 @@ def _warm(real_model: Callable[[], bool] | None) -> None:
     _state["seconds"] = round(time.perf_counter() - started, 3)
 
 
+class _Quiet:
+    """sys.stdout or sys.stderr while the warm-up runs. ipykernel sends what any thread writes to the cell running
+    at that moment (a thread of its own has no parent of its own), so what a module prints or warns while the
+    warm-up imports it would show in whatever cell the user runs meanwhile. What the warm-up thread writes goes to
+    the log instead (`nbagent.ipython`, debug); every other thread's writes, and everything else, go to the stream
+    it stands for, as before. It is put back when the warm-up ends, unless something has replaced it meanwhile;
+    kept by someone (a logging handler made during the warm-up), it still passes everything on."""
+
+    def __init__(self, stream: Any, name: str) -> None:
+        self._stream = stream
+        self._name = name
+
+    def write(self, text: str) -> Any:
+        if _thread is None or threading.current_thread() is not _thread:
+            return self._stream.write(text)
+        global _logging
+        if not _logging and text.strip():  # not what a handler of that log writes to this stream (a loop)
+            _logging = True
+            try:
+                log.debug("warm-up %s: %s", self._name, text.rstrip("\n"))
+            finally:
+                _logging = False
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if _thread is None or threading.current_thread() is not _thread:
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+_logging = False  # the warm-up thread is writing to the log what it printed
+_quiet: dict[str, _Quiet] = {}  # the streams swapped while the warm-up runs, by name
+
+
+def _hush() -> None:
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _Quiet):
+            _quiet[name] = _Quiet(stream, name)
+            setattr(sys, name, _quiet[name])
+
+
+def _unhush() -> None:
+    for name, quiet in list(_quiet.items()):
+        if getattr(sys, name) is quiet:  # unless someone else has replaced it meanwhile
+            setattr(sys, name, quiet._stream)
+    _quiet.clear()
+
+
 def start(real_model: Callable[[], bool] | None = None) -> bool:
     """Start the warm-up thread (once per kernel). False when it is off, already done or not needed."""
     global _thread
@@ -347,6 +441,7 @@ def start(real_model: Callable[[], bool] | None = None) -> bool:
         os.register_at_fork(before=_before_fork)
     global _builtin_import
     _builtin_import, builtins.__import__ = builtins.__import__, _guarded_import
+    _hush()
     _thread.start()
     return True
 
@@ -385,12 +480,12 @@ def join(timeout: float | None = None) -> None:
 
 async def wait() -> None:
     """Await the warm-up without blocking the kernel's event loop (comm messages, interrupts). The cell needs it
-    done, so it holds it no longer."""
-    global _waived
-    _waived = True  # until the cell ends: the warm-up is then done, or the cell was interrupted
-    _update()
-    while running():
-        await asyncio.sleep(0.05)
+    done, so it holds it no longer while it waits. An interrupt (ipykernel cancels the awaiting cell) ends the
+    wait, and the cell holds the warm-up again for whatever it runs next (its traceback, its own code): left
+    running freely, an import makes the cell's thread wait for the GIL (the convoy in the module docstring)."""
+    with _waiting():
+        while running():
+            await asyncio.sleep(0.05)
 
 
 def offline_ready() -> bool:
