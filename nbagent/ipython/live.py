@@ -120,6 +120,7 @@ class LiveDisplay:
         update_display(RunRecord(view), display_id=self.display_id)
         if self.widget is not None:
             self.widget.close()
+            self.widget = None
 
 
 class _Placeholder:

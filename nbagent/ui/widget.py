@@ -36,6 +36,12 @@ from ..bus import EventBus
 from ..deciders import Answer, InteractiveDecider, Verdict
 from ..grants import GrantSpec
 
+# The front end's code, as text. Given as paths, anywidget watches the files for edits (hot reload): every widget
+# it makes connects to the file's `changed` signal and is never let go, so every run view of a kernel's life stayed
+# in memory with the last view it showed (~1.5 KB a step). Text is not watched.
+ESM = Path(__file__).with_name("run_view.js").read_text(encoding="utf-8")
+CSS = Path(__file__).with_name("run_view.css").read_text(encoding="utf-8")
+
 log = logging.getLogger("nbagent.ui")
 
 APPROVAL_ACTIONS = ("approve", "deny", "refine")
@@ -78,8 +84,8 @@ class RunView(_Clickable):
         view.flush()
     """
 
-    _esm = Path(__file__).with_name("run_view.js")
-    _css = Path(__file__).with_name("run_view.css")
+    _esm = ESM
+    _css = CSS
 
     view = traitlets.Dict().tag(sync=True)
     streaming = traitlets.Unicode("").tag(sync=True)
@@ -345,8 +351,8 @@ class UndoView(_Clickable):
     outcome to the page. `{"event": "rendered"}` says a person can see the panel.
     """
 
-    _esm = Path(__file__).with_name("run_view.js")
-    _css = Path(__file__).with_name("run_view.css")
+    _esm = ESM
+    _css = CSS
 
     offer = traitlets.Dict().tag(sync=True)
     result = traitlets.Dict().tag(sync=True)
