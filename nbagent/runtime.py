@@ -771,6 +771,19 @@ class Agent:
                                                preview=_preview(result), retry_count=retries), parent=started.id)
 
     async def _call_tool(self, tool: Tool, args: dict[str, Any]) -> tuple[Any, int]:
+        def transient(e: BaseException) -> bool:
+            return not isinstance(e, ToolError) and is_transient(e)
+
+        # The first attempt is made directly: tenacity's retrying state is a few dozen objects in reference cycles
+        # (freed only by a full garbage collection), made for every call although nearly every call succeeds or
+        # fails for good at once. Only a transient failure hands over to tenacity, whose first attempt is this one.
+        try:
+            return await self._attempt(tool, args), 0
+        except Exception as exc:
+            if self.tool_retries < 1 or not transient(exc):
+                exc.retry_count = 0  # type: ignore[attr-defined]
+                raise
+            first = exc
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
         attempts = 0
@@ -778,17 +791,22 @@ class Agent:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(self.tool_retries + 1),
                 wait=wait_exponential(multiplier=self.settings.retry_base, max=self.settings.retry_cap),
-                retry=retry_if_exception(lambda e: not isinstance(e, ToolError) and is_transient(e)),
+                retry=retry_if_exception(transient),
                 reraise=True,
             ):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    coro = tool.call(args)
-                    result = await (asyncio.wait_for(coro, self.tool_timeout) if self.tool_timeout else coro)
+                    if attempts == 1:
+                        raise first
+                    result = await self._attempt(tool, args)
         except Exception as exc:
             exc.retry_count = max(0, attempts - 1)  # type: ignore[attr-defined]
             raise
         return result, max(0, attempts - 1)
+
+    async def _attempt(self, tool: Tool, args: dict[str, Any]) -> Any:
+        coro = tool.call(args)
+        return await (asyncio.wait_for(coro, self.tool_timeout) if self.tool_timeout else coro)
 
     async def _control(self, ctx: _Ctx, call: ToolCallRequest, args: dict[str, Any], parent: str | None) -> None:
         run_id = ctx.run_id

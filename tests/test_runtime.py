@@ -322,6 +322,40 @@ def test_transient_tool_failure_is_retried(tmp_path: Path) -> None:
     assert result.status == RunStatus.COMPLETED and done.retry_count == 1 and done.result == "fine"
 
 
+@pytest.mark.parametrize(("failures", "error", "retries", "calls", "outcome", "retry_count"), [
+    (0, ConnectionError, 2, 1, "ok", 0),
+    (1, ConnectionError, 2, 2, "ok", 1),
+    (2, ConnectionError, 2, 3, "ok", 2),
+    (5, ConnectionError, 2, 3, "failed", 2),  # given up after tool_retries, as tenacity's stop says
+    (5, ConnectionError, 0, 1, "failed", 0),
+    (5, ValueError, 2, 1, "failed", 0),  # not transient: never retried
+])
+def test_a_tools_first_attempt_outside_tenacity_keeps_its_retries(
+        tmp_path: Path, failures: int, error: type[Exception], retries: int, calls: int, outcome: str,
+        retry_count: int) -> None:
+    """The first attempt is made without tenacity (runtime._call_tool); a transient failure hands over to it, so
+    the attempts, the retry count and the final error are what tenacity alone gave."""
+    from nbagent.tools.base import tool
+
+    made: list[int] = []
+
+    @tool(risk="READ_ONLY")
+    def flaky(x: int) -> str:
+        """Fails `failures` times."""
+        made.append(x)
+        if len(made) <= failures:
+            raise error(f"failure {len(made)}")
+        return "fine"
+
+    a = agent(tmp_path, turns([call("flaky", x=1)], "ok"), tools=[flaky], tool_retries=retries, retry_base=0.001)
+    result = run(a)
+    end = next(e for e in a.store.run_events(result.run_id) if e.type in ("tool_call_completed", "tool_call_failed"))
+    assert len(made) == calls and end.payload.retry_count == retry_count
+    assert end.type == ("tool_call_completed" if outcome == "ok" else "tool_call_failed")
+    if outcome == "failed":
+        assert end.payload.error_type == error.__name__ and f"failure {calls}" in end.payload.error
+
+
 # ---------------------------------------------------------------------------------------------- budgets
 
 

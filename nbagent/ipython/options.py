@@ -10,6 +10,7 @@ Precedence, highest first: the cell's own options, papermill parameters (`-p app
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 from typing import Any
@@ -30,6 +31,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message or "")
 
 
+@functools.cache  # built once: a parser is ~100 objects in reference cycles, freed only by a full collection
 def cell_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="%%agent", add_help=False, description="Run the agent on the request in the cell's body.",
                 epilog="Defaults: %agent config > %config NbAgent.<name> > NBAGENT_<NAME> environment variables.")
@@ -57,6 +59,7 @@ def cell_parser() -> argparse.ArgumentParser:
     return p
 
 
+@functools.cache
 def line_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="%agent", add_help=False, description="Inspect and steer the notebook's agent runs.")
     p.add_argument("-h", "--help", action="store_true", help="show this help")

@@ -17,9 +17,11 @@ depth are checked too, as a fallback for tools without annotations.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import inspect
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import PurePath
 from typing import Any, get_type_hints
@@ -156,11 +158,14 @@ class Tool:
         if self.parameters is not None:
             return {"type": "function",
                     "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
-        parameters = self.args_model.model_json_schema()
-        parameters.pop("title", None)
-        for prop in parameters.get("properties", {}).values():
-            prop.pop("title", None)
-        parameters.setdefault("properties", {})
+        parameters = _SCHEMAS.get(self.args_model)
+        if parameters is None:
+            parameters = _SCHEMAS[self.args_model] = self.args_model.model_json_schema()
+            parameters.pop("title", None)
+            for prop in parameters.get("properties", {}).values():
+                prop.pop("title", None)
+            parameters.setdefault("properties", {})
+        parameters = copy.deepcopy(parameters)
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": parameters},
@@ -260,7 +265,29 @@ def _json_validator(schema: dict[str, Any]) -> Any:
         return None
 
 
+# Every run makes its tools anew (bound to its folder, its guard), from the same few functions. A pydantic model made
+# per tool and run was ~30 KB of reference cycles a run, which only a full garbage collection frees, and ~1 ms of
+# time: so a function defined at module or class level gets its arguments' model made once (per name and docs), and
+# each model its schema once.
+_MODELS: dict[tuple[Any, ...], type[BaseModel]] = {}
+_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
 def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+    func = getattr(fn, "__func__", fn)  # a bound method: its function
+    shared = "<locals>" not in str(getattr(func, "__qualname__", "<locals>"))  # a closure may differ per call
+    key = (func, name, tuple(sorted(docs.items())))
+    if shared and key in _MODELS:
+        return _MODELS[key]
+    model = _new_args_model(fn, name, docs)
+    if shared:
+        if len(_MODELS) >= 1024:  # functions redefined cell after cell: the oldest go
+            del _MODELS[next(iter(_MODELS))]
+        _MODELS[key] = model
+    return model
+
+
+def _new_args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
     from pydantic import Field
 
     try:
