@@ -272,8 +272,8 @@ def test_a_cell_waiting_on_a_library_lock_the_paused_warm_up_holds_while_another
         #   process looked busy), and the cell waited on LOCK forever
         assert finished(k, cell, timeout=20), "the cell never got the lock"
         assert cell.ok and cell.stdout.split() == ["GOT", "True"], cell.stdout + cell.stderr
-        out = k.run("print(warmup.status()['gave_way'])", cell_id="c4")
-        assert int(out.stdout) >= 1, out.stdout + out.stderr  # it went on because the cell's thread stood still
+        # (which rule let it go on is a race: usually PATIENCE, the cell's thread standing still; sometimes the
+        # background thread, starved by the import's convoy, looks idle; without PATIENCE it hung in every try)
     finally:
         k.close()
 
