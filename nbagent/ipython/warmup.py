@@ -29,7 +29,7 @@ waiting. That alone is not enough: an import makes system calls, each of which l
 before the switch interval is up, so a thread waiting for the GIL never forces a switch and may wait for seconds
 ("convoy"; an interrupted cell's traceback, thousands of stat calls, took minutes). So while nothing holds it (the
 kernel is idle, or a cell awaits it) the thread also lets go of the GIL for GAP every GIVE (0.2 ms every 5 ms:
-`_give_way`). The price is the tracing: while the kernel is idle the warm-up takes ~20-40% longer
+`_give_way`). The price is the tracing: while the kernel is idle the warm-up takes ~10-40% longer
 (docs/performance.md, `bench/warmup_bench.py`), a few % of it the giving way.
 - a `%%agent` cell with a real provider needs litellm: it releases the warm-up and awaits it (the kernel keeps
   handling messages), showing "loading the model library (first run in this kernel)…" meanwhile; one with an
@@ -254,10 +254,11 @@ def _step() -> None:
         return
     share = (others - pace["others"]) / span
     pace.update(t=now, others=others)
+    if (share < NOTICE and now - pace["probe"] < PROBE) or _waited_on(threading.get_ident()):
+        return
     if share >= BUSY:
-        if not _waited_on(threading.get_ident()):
-            _pause()
-    elif (share >= NOTICE or now - pace["probe"] >= PROBE) and not _waited_on(threading.get_ident()):
+        _pause()
+    else:  # a probe: a short first look, paid while the cell is idle
         _state["probes"] += 1
         _pause(WINDOW)
 
