@@ -85,12 +85,15 @@ class ServerConfig(BaseModel):
     def _one_transport(self) -> ServerConfig:
         from urllib.parse import urlsplit
 
-        from .secrets import remember, secret_key
+        from .secrets import remember, secret_key, url_secrets
 
         # a token, key or password a config gives a server is a secret from here on: echoed in an error, it is
-        # redacted everywhere (by name only: a PATH or a Content-Type would otherwise vanish from every log line)
+        # redacted everywhere (by name only: a PATH or a Content-Type would otherwise vanish from every log line);
+        # so is the password of a URL anywhere in it (`postgresql://admin:PW@db` as an argument, a DATABASE_URL),
+        # since a server may print the password alone
+        texts = [self.command or "", *self.args, *self.env.values(), *self.headers.values(), self.url or ""]
         remember(*(v for k, v in {**self.env, **self.headers}.items() if secret_key(k) or k.lower() == "cookie"),
-                 urlsplit(self.url or "").password)
+                 urlsplit(self.url or "").password, *(p for t in texts for p in url_secrets(t)))
         if bool(self.command) == bool(self.url):
             raise ValueError("give either \"command\" (a server run over stdio) or \"url\" (streamable HTTP)")
         kind = (self.type or "").lower().replace("_", "-")

@@ -11,9 +11,12 @@ built from the log, and error messages shown in a cell or printed by `nbagent ru
   Databricks, Vault, Slack, Stripe, npm, PyPI, Google, AWS key ids, JWTs, bearer tokens, private key blocks);
 - values assigned to names that say password, secret, token or key in config text (`ASSIGNMENTS`: .env, INI,
   YAML, JSON such as kaggle.json, netrc), so a credential file the agent was shown is not logged verbatim;
+- credentials in a URL (`URL_CREDENTIALS`): the password of `scheme://user:password@host` (the user stays
+  readable), and a user part alone that looks like a token (`https://<token>@github.com`), wherever the URL is
+  (an MCP server's arguments, a `DATABASE_URL` it echoes, a traceback);
 - in structured payloads, the string values of keys that name a secret (`api_key`, `authorization`...).
 
-Both kinds of pattern are found as spans of the original text (`Redactor.spans`), which lets the stream
+All these patterns are found as spans of the original text (`Redactor.spans`), which lets the stream
 redactor redact a window of a growing text exactly as the whole text would be. Text that holds none of the
 patterns' literal anchors costs a handful of substring searches (`Redactor.text` is on the hot path: every
 recorded event).
@@ -89,8 +92,18 @@ ASSIGNMENTS: list[tuple[tuple[str, ...], str]] = [
     (("login",), r"(?<![A-Za-z0-9_])login[ \t]+\S+\s+password[ \t]+(?P<v>\S+)"),
 ]
 
+# The userinfo of a URL, matched from its "://" (so a window of a stream sees it as the whole text does). The
+# password runs to the last "@" before the host (`admin:p@ss@db` has the password `p@ss`, as urlsplit reads it); a
+# user part alone is a secret only when it looks like a token: 16 or more characters, with a letter and a digit.
+_URL_TOKEN = r"(?=[A-Za-z0-9_\-.~%+=]*[0-9])(?=[A-Za-z0-9_\-.~%+=]*[A-Za-z])[A-Za-z0-9_\-.~%+=]{16,}"
+URL_CREDENTIALS: list[tuple[tuple[str, ...], str]] = [
+    (("://",), r"://[^\s:/?#\[\]\"'`<>]*?:(?P<v>[^\s/?#\"'`<>]+)@"),  # scheme://user:PASSWORD@host
+    (("://",), r"://(?P<v>" + _URL_TOKEN + r")@"),  # https://TOKEN@github.com
+]
+
 _SHAPES = [(anchor, re.compile(pattern)) for anchors, pattern in SHAPES for anchor in anchors]
 _PEM = _SHAPES[-1]
+_URLS = [(anchor, re.compile(pattern)) for anchors, pattern in URL_CREDENTIALS for anchor in anchors]
 _CASELESS = [re.compile(pattern) for anchors, pattern in ASSIGNMENTS if anchors is _TRIGGERS]
 _NETRC = [("login", re.compile(pattern)) for anchors, pattern in ASSIGNMENTS if anchors == ("login",)]
 # Every shape but a private key block is a run of 15 or more of these characters: text without one skips the
@@ -170,6 +183,18 @@ def remember(*values: str | None) -> None:
                 _REMEMBERED.append(candidate)
 
 
+def url_secrets(text: str) -> list[str]:
+    """The credentials of the URLs in `text` (passwords, token-like users), as written and percent-decoded: what
+    `remember` takes from a server's configuration, so a server that prints only the password is redacted too."""
+    from urllib.parse import unquote
+
+    found: list[tuple[int, int]] = []
+    if "://" in text and "@" in text:
+        _search(_URLS, text, 0, len(text), found)
+    values = [text[a:b] for a, b in found]
+    return list(dict.fromkeys([*values, *(unquote(v) for v in values)]))
+
+
 class Redactor:
     def __init__(self, known: Iterable[str | None] = ()) -> None:
         self._known: list[str] = []
@@ -221,6 +246,8 @@ class Redactor:
                         at = text.find(word, at + 1, endpos)
         if s.find("login", pos, endpos) >= 0:
             _search(_NETRC, s, pos, endpos, found)
+        if s.find("://", pos, endpos) >= 0 and s.find("@", pos, endpos) >= 0:
+            _search(_URLS, s, pos, endpos, found)
         return _merge(found)
 
     def text(self, s: str) -> str:
