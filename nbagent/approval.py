@@ -32,18 +32,15 @@ calls go through this same gate in the child run.
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .events import canonical_json
+from .effects import Effect, call_digest, digest_matches, risk_of
 from .grants import Grant, answering
 from .levels import Autonomy, Risk
 from .policy import action_for
-from .risk import effective_risk
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -79,27 +76,11 @@ def identify(model_ids: list[Any], assigned: list[str] | None, seen: set[str], f
     return out
 
 
-def call_digest(tool: str, arguments: Any) -> str:
-    """What an approval covers: the tool's name and its arguments, canonically serialised.
-
-    Arguments that cannot be serialised (NaN, nesting too deep) get a digest that matches nothing, so an
-    approval can never cover them by accident: the gate fails closed.
-    """
-    try:
-        body = canonical_json({"tool": tool, "arguments": arguments})
-    except (ValueError, TypeError, RecursionError):
-        return "unmatchable:" + uuid.uuid4().hex
-    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-# ------------------------------------------------------------------------------------------------ risk
-
-
-def call_risk(tool: Tool, arguments: dict[str, Any]) -> tuple[Risk, str | None]:
-    """The risk of this call: the tool's declared risk, raised when a writing tool names a path Python runs."""
+def call_risk(tool: Tool, arguments: dict[str, Any], effect: Effect) -> tuple[Risk, str | None]:
+    """The risk of this call: the tool's declared risk, raised when the call makes code that runs later."""
     if tool.name in CONTROL_TOOL_NAMES:
         return Risk.READ_ONLY, None
-    return effective_risk(tool.risk, tool.path_values(arguments))
+    return risk_of(tool, effect)
 
 
 def needs_decision(autonomy: Autonomy | str, tool: str, risk: Risk) -> bool:
@@ -121,22 +102,22 @@ class Clearance(BaseModel):
     grant_id: str | None = None  # when a grant answered (allowed, or refused with rule grant.reject)
 
 
-def clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any], risk: Risk, *,
-              grants: Iterable[Grant] = (), tool_obj: Tool | None = None, risk_reason: str | None = None
-              ) -> Clearance:
-    """May this call run now? Looks only at nbagent's ids and the call's content, never at the model's ids.
+def clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any], effect: Effect, risk: Risk, *,
+              grants: Iterable[Grant] = (), risk_reason: str | None = None) -> Clearance:
+    """May this call run now? Looks only at nbagent's ids and what the call does, never at the model's ids.
 
-    `grants` are those in force for this run (`grants.applicable`): when no approved plan lists this exact call,
-    a matching reject grant refuses it and an allow grant that covers it (same tool, its paths, at most the
-    risk approved, no code planted) lets it run.
+    `effect` is the call resolved now (effects.resolve): an approval covers it only if the plan's step was
+    decided on this very effect. `grants` are those in force for this run (`grants.applicable`): when no approved
+    plan lists this exact call, a matching reject grant refuses it and an allow grant that covers it (same tool,
+    its resolved paths, at most the risk approved, no code planted) lets it run.
     """
     autonomy = state.autonomy
     if not needs_decision(autonomy, tool, risk):
         return Clearance(ok=True, reason=f"{risk.value} runs without asking at autonomy {Autonomy(autonomy).value}")
-    by_plan = _plan_clearance(state, call_id, tool, arguments, risk)
+    by_plan = _plan_clearance(state, call_id, tool, arguments, effect, risk)
     if by_plan.ok:
         return by_plan
-    grant = answering(grants, tool_obj, tool, arguments, risk, risk_reason)
+    grant = answering(grants, tool, arguments, effect, risk, risk_reason)
     if grant is None:
         return by_plan
     if grant.effect == "reject":
@@ -144,7 +125,8 @@ def clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any
     return Clearance(ok=True, grant_id=grant.grant_id, reason=grant.describe())
 
 
-def _plan_clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any], risk: Risk) -> Clearance:
+def _plan_clearance(state: RunState, call_id: str, tool: str, arguments: dict[str, Any], effect: Effect, risk: Risk
+                    ) -> Clearance:
     autonomy = state.autonomy
     plan_id = state.plan_of.get(call_id)
     plan = state.plans.get(plan_id or "")
@@ -155,7 +137,12 @@ def _plan_clearance(state: RunState, call_id: str, tool: str, arguments: dict[st
     step = next((s for s in plan.steps if s.call_id == call_id), None)
     # steps recorded before digests existed are compared by their recorded tool and arguments, the same thing
     covered = None if step is None else (step.digest or call_digest(step.tool, step.arguments))
-    if step is None or step.tool != tool or covered != call_digest(tool, arguments):
+    if step is None or step.tool != tool or not digest_matches(covered, tool, arguments, effect):
+        if step is not None and step.tool == tool and call_digest(step.tool, step.arguments) == call_digest(
+                tool, arguments):
+            return Clearance(ok=False, rule="approval.changed", plan_id=plan.plan_id,
+                             reason=f"{tool} now touches {_where(effect)}, not what plan {plan.plan_id} was approved "
+                                    f"for{_was(step)} (a link changed meanwhile); nothing was done")
         return Clearance(ok=False, rule="approval.mismatch", plan_id=plan.plan_id,
                          reason=f"the approved plan {plan.plan_id} does not contain this exact call ({tool} with "
                                 "these arguments)")
@@ -165,3 +152,12 @@ def _plan_clearance(state: RunState, call_id: str, tool: str, arguments: dict[st
                                 f"{risk.value}")
     return Clearance(ok=True, plan_id=plan.plan_id, approval_event_id=plan.approval_event_id,
                      reason=f"approved by {plan.approved_by} (plan {plan.plan_id})")
+
+
+def _where(effect: Effect) -> str:
+    return ", ".join(f"{t.op} {t.path or t.written}" for t in effect.targets) or "something else"
+
+
+def _was(step: Any) -> str:
+    effect = getattr(step, "effect", None)
+    return f" ({_where(effect)})" if isinstance(effect, Effect) and effect.targets else ""

@@ -124,27 +124,71 @@ class PolicyDecider(Decider):
 
 
 class RecordedDecisionMissing(Exception):
-    """The recording has no decision left for what the replayed run asks."""
+    """The recording has no decision for what the replayed run asks: the replay stops, running none of it."""
+
+
+class _Recorded(BaseModel):
+    """One recorded decision and the calls it was about (its plan's steps; empty for an answer)."""
+
+    verdict: Verdict | None = None
+    answer: Answer | None = None
+    question: str = ""
+    steps: list[PlanStep] = Field(default_factory=list)
+    used: bool = False
+
+
+def _same_call(recorded: PlanStep, now: PlanStep) -> bool:
+    """Whether a recorded step is this very call: the same tool, arguments and resolved effect (a step recorded
+    before effects were bound: the same arguments, with no link redirecting the call now)."""
+    from .effects import Effect, digest_matches
+
+    if recorded.tool != now.tool:
+        return False
+    if recorded.effect is not None:
+        return bool(recorded.digest) and recorded.digest == now.digest
+    legacy = recorded.digest or _args_digest(recorded)
+    return digest_matches(legacy, now.tool, now.arguments, now.effect or Effect())
+
+
+def _args_digest(step: PlanStep) -> str:
+    from .effects import call_digest
+
+    return call_digest(step.tool, step.arguments)
+
+
+def _covers(recorded: list[PlanStep], asking: list[PlanStep]) -> bool:
+    """Every call the request asks about is one the recorded decision saw (each recorded call answers one)."""
+    left = list(recorded)
+    for step in asking:
+        match = next((r for r in left if _same_call(r, step)), None)
+        if match is None:
+            return False
+        left.remove(match)
+    return True
 
 
 class RecordedDecider(Decider):
-    """Replays, in order, the approvals and answers recorded in earlier runs (a run and its children)."""
+    """Answers a replayed (or `--approve recorded`) run with the decisions recorded in earlier runs (a run and
+    its children), each only for the calls it was given for.
+
+    A recorded decision is about calls, not about a position: a request is answered by the first unused recorded
+    decision whose plan listed every call the request asks about (same tool, arguments and resolved effect:
+    `effects.call_digest`), and a question by the first unused answer to the same question. A request no recorded
+    decision covers (an edited script proposes another call, a replay at another autonomy asks about what the
+    recording did not, a link now leads elsewhere) stops the replay as diverged before any of it runs."""
 
     session_grants = False
 
-    def __init__(self, verdicts: list[Verdict], answers: list[Answer], source: str = "recording",
+    def __init__(self, decisions: list[_Recorded], source: str = "recording",
                  standing: list[GrantTerms] | None = None) -> None:
-        self._verdicts = list(verdicts)
-        self._answers = list(answers)
+        self._decisions = list(decisions)
         self.source = source
         self.standing_grants = list(standing or [])
 
     @classmethod
     def from_events(cls, events: list, source: str) -> RecordedDecider:  # list[EventBase]
-        """The recorded decisions, each with the grants it gave; and the grants given elsewhere (the session's)
-        that let recorded calls run, which the replay starts with, for its own run only."""
-        verdicts: list[Verdict] = []
-        answers: list[Answer] = []
+        """The recorded decisions, each with the calls of its plan and the grants it gave; and the grants given
+        elsewhere (the session's) that let recorded calls run, which the replay starts with, for its own run only."""
         by = f"recorded:{source}"
         # a recorded grant is given again pinned: for the replayed run only, answering just the calls it answered
         # in the recording (their digests), so a grant revoked or expired there never answers more here
@@ -166,34 +210,46 @@ class RecordedDecider(Decider):
                 given.setdefault((e.payload.run_id, e.payload.plan_id), []).append(terms)
             else:
                 standing.append(terms)
+        plans: dict[tuple[str | None, str], list[PlanStep]] = {}
+        questions: dict[tuple[str | None, str], str] = {}
+        decisions: list[_Recorded] = []
         for e in events:
             p = e.payload
-            if e.type == "plan_approved":
-                verdicts.append(Verdict(action="approve", by=by, replay_grants=given.get((e.run_id, p.plan_id), [])))
-            elif e.type == "plan_rejected":
-                verdicts.append(Verdict(action="deny", text=p.reason, by=by,
-                                        replay_grants=given.get((e.run_id, p.plan_id), [])))
-            elif e.type == "plan_refined":
-                verdicts.append(Verdict.refine(p.feedback, by=by))
+            if e.type == "plan_proposed":
+                plans[(e.run_id, p.plan_id)] = list(p.steps)
+            elif e.type == "human_input_requested":
+                questions[(e.run_id, p.request_id)] = p.question
+            elif e.type in ("plan_approved", "plan_rejected", "plan_refined"):
+                steps = plans.get((e.run_id, p.plan_id), [])
+                grants = given.get((e.run_id, p.plan_id), [])
+                verdict = (Verdict(action="approve", by=by, replay_grants=grants) if e.type == "plan_approved" else
+                           Verdict(action="deny", text=p.reason, by=by, replay_grants=grants)
+                           if e.type == "plan_rejected" else Verdict.refine(p.feedback, by=by))
+                decisions.append(_Recorded(verdict=verdict, steps=steps))
             elif e.type == "human_input_received":
-                answers.append(Answer(text=p.answer, by=by))
-        return cls(verdicts, answers, source, standing)
+                decisions.append(_Recorded(answer=Answer(text=p.answer, by=by),
+                                           question=questions.get((e.run_id, p.request_id), "")))
+        return cls(decisions, source, standing)
 
     async def decide(self, request: ApprovalRequest) -> Verdict:
-        if not self._verdicts:
-            raise RecordedDecisionMissing(
-                f"replay diverged: the recording {self.source} has no more approval decisions, but the run asked "
-                f"to approve plan {request.plan_id} ({request.purpose or 'no purpose given'})"
-            )
-        return self._verdicts.pop(0)
+        asking = [s for s in request.steps if s.asks] if any(s.asks is not None for s in request.steps) \
+            else list(request.steps)
+        for d in self._decisions:
+            if not d.used and d.verdict is not None and d.steps and _covers(d.steps, asking):
+                d.used = True
+                return d.verdict
+        calls = ", ".join(f"{s.tool} {s.target or ''}".strip() for s in asking) or "no calls"
+        raise RecordedDecisionMissing(
+            f"replay diverged: the recording {self.source} holds no decision on these calls ({calls}); nothing of "
+            f"plan {request.plan_id} was run")
 
     async def answer(self, request: QuestionRequest) -> Answer:
-        if not self._answers:
-            raise RecordedDecisionMissing(
-                f"replay diverged: the recording {self.source} has no more answers, but the run asked "
-                f"{request.question!r}"
-            )
-        return self._answers.pop(0)
+        for d in self._decisions:
+            if not d.used and d.answer is not None and d.question == request.question:
+                d.used = True
+                return d.answer
+        raise RecordedDecisionMissing(
+            f"replay diverged: the recording {self.source} holds no answer to {request.question!r}")
 
 
 class InteractiveDecider(Decider):

@@ -29,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
+from .effects import Effect
 from .levels import Autonomy, Risk
 
 # --------------------------------------------------------------------------------------------- hashing
@@ -82,8 +83,13 @@ class PlanStep(BaseModel):
     diff: str | None = None
     # why the risk is what it is when the call raised it above the tool's own (a write Python would execute)
     risk_reason: str | None = None
-    # sha256 of the call's tool name and canonical arguments: what an approval of this step covers
+    # sha256 of the call's tool name, canonical arguments and resolved effect: what an approval of this step covers
+    # (effects.call_digest; steps recorded before effects were bound: tool and arguments only)
     digest: str | None = None
+    # what the call touches, resolved when it was planned (effects.py); None in older logs
+    effect: Effect | None = None
+    # whether this step needed the decision (the rest of the plan runs without asking); None in older logs
+    asks: bool | None = None
 
 
 class SessionCreated(Payload):
@@ -132,6 +138,8 @@ class ContextAssembled(Payload):
     from_run_id: str | None = None
     system: str | None = None
     history_messages: int = 0
+    # a replay's standing grants, given at its start (grant_id, covers, by): what backs them (grants.vouched)
+    grants: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class LlmCalled(Payload):
@@ -226,6 +234,7 @@ class ToolCallStarted(Payload):
     digest: str | None = None
     risk_reason: str | None = None
     grant_id: str | None = None  # when a grant answered for the person (grants.py)
+    effect: Effect | None = None  # what the call touches, resolved right before it ran (effects.py)
 
 
 class ToolCallCompleted(Payload):
@@ -257,6 +266,7 @@ class AuthorizationDenied(Payload):
     rule: str | None = None
     grant_id: str | None = None  # a reject grant that answered no (rule grant.reject)
     digest: str | None = None  # then, the call it answered (approval.call_digest), as tool_call_started has it
+    effect: Effect | None = None  # what the call would have touched, resolved (effects.py)
 
 
 class GrantGiven(Payload):

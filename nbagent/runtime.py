@@ -33,7 +33,7 @@ from filelock import Timeout as FileLockTimeout
 from pydantic import BaseModel, Field, SecretStr
 
 from . import grants as grants_
-from .approval import assign_call_ids, call_digest, call_risk, clearance, needs_decision
+from .approval import assign_call_ids, call_risk, clearance, needs_decision
 from .bus import EventBus
 from .deciders import (
     Answer,
@@ -44,6 +44,7 @@ from .deciders import (
     RecordedDecider,
     Verdict,
 )
+from .effects import Effect, bound, call_digest, resolve
 from .events import (
     AnswerReady,
     AuthorizationDenied,
@@ -186,6 +187,7 @@ class Agent:
         bus: EventBus | None = None,
         stream: bool = False,
         scope: Scope | str | Path | None = None,
+        code_paths: Iterable[str] = (),
     ) -> None:
         self.store = store if isinstance(store, Store) else Store(store or Path.cwd() / "agent.nbagent")
         # where path arguments of tools without a scope of their own may point: the notebook's folder
@@ -193,6 +195,9 @@ class Agent:
             folder = Path(scope) if scope is not None else self.store.path.parent
             scope = Scope(root=folder, base=folder)
         self.path_guard = ScopeGuard(scope)
+        # files the host's settings name as code that runs later (an MCP configuration given to --mcp): a write of
+        # one is WRITE_HIGH_RISK whatever its name (runs_later.py)
+        self.code_paths = [str(p) for p in code_paths]
         self.session = self.store.session(session)
         self.autonomy = Autonomy(autonomy)
         self.tools = as_tools(tools)
@@ -291,14 +296,17 @@ class Agent:
             history = self.conversation(previous_run_id) if previous_run_id else []
             ctx = _Ctx(run.id, run.id if _turn is None else self._root_of(run.id), _depth, _turn or [0])
             tool_names = [t["function"]["name"] for t in self._schemas(run.id)]
+            # a replay runs under the grants its recording ran under; its own chain lists them first, which is what
+            # backs them (grants.vouched): a grant appended to the log later names no such start
+            standing = [(new_id(), terms) for terms in self.decider.standing_grants] if parent_run_id is None else []
+            by = f"recorded:{self.replay_source or 'run'}"
             self._record(run.id, ContextAssembled(
                 messages=context or [], tools=tool_names, from_run_id=previous_run_id,
                 system=self.system_prompt, history_messages=len(history),
+                grants=[{"grant_id": gid, "covers": grants_.covers_text(t), "by": by} for gid, t in standing],
             ))
-            if parent_run_id is None:
-                for terms in self.decider.standing_grants:  # a replay runs under the grants its recording ran under
-                    self._give_grant(run.id, run.id, None, None, terms, by=f"recorded:{self.replay_source or 'run'}",
-                                     expires_at=None)
+            for gid, terms in standing:
+                self._give_grant(run.id, run.id, None, None, terms, by=by, expires_at=None, grant_id=gid)
             return await self._drive(ctx)
         finally:
             self.store.release_lease(run.id)
@@ -535,15 +543,18 @@ class Agent:
             return
         in_force = self._grants(ctx, state)
         tools = allowed
-        risks = [call_risk(allowed[c.name], c.arguments or {}) for c in valid]
+        # what each call will touch, resolved now: risk, grants, the card and the approval are all about that
+        done = [self._effect(allowed[c.name], c.arguments or {}) for c in valid]
+        risks = [call_risk(allowed[c.name], c.arguments or {}, e) for c, e in zip(valid, done, strict=True)]
         # a call a grant answers (yes or no) is not asked about again; the gate in `_execute` applies the grant
-        needing = [i for i, (c, (risk, why)) in enumerate(zip(valid, risks, strict=True))
+        needing = [i for i, (c, e, (risk, why)) in enumerate(zip(valid, done, risks, strict=True))
                    if needs_decision(state.autonomy, c.name, risk) and grants_.answering(
-                       in_force, tools.get(c.name), c.name, c.arguments or {}, risk, why) is None]
+                       in_force, c.name, c.arguments or {}, e, risk, why) is None]
         if len(valid) < self.plan_threshold and not needing:
             await self._execute_all(ctx, valid, parent)  # no plan: its steps (previews, digests) are not needed
             return
-        steps = [self._step(c, allowed, r) for c, r in zip(valid, risks, strict=True)]
+        steps = [self._step(c, allowed, r, e, i in needing)
+                 for i, (c, r, e) in enumerate(zip(valid, risks, done, strict=True))]
         needs_approval = [steps[i] for i in needing]
         plan_id = new_id()
         auto = not needs_approval
@@ -589,12 +600,20 @@ class Agent:
             return str(exc)
         return None
 
-    def _step(self, call: ToolCallRequest, allowed: dict[str, Tool], risk_why: tuple[Risk, str | None]) -> PlanStep:
+    def _step(self, call: ToolCallRequest, allowed: dict[str, Tool], risk_why: tuple[Risk, str | None],
+              effect: Effect, asks: bool) -> PlanStep:
         tool = allowed[call.name]
         args = call.arguments or {}
-        risk, why = risk_why  # call_risk(tool, args)
-        return PlanStep(call_id=call.id, tool=call.name, arguments=args, risk=risk, target=tool.target(args),
-                        preview=tool.preview(args), risk_reason=why, digest=call_digest(call.name, args))
+        risk, why = risk_why  # call_risk(tool, args, effect)
+        return PlanStep(call_id=call.id, tool=call.name, arguments=args, risk=risk,
+                        target=effect.shown(tool.target(args)), preview=tool.preview(args), risk_reason=why,
+                        digest=call_digest(call.name, args, effect), effect=effect, asks=asks)
+
+    def _effect(self, tool: Tool, args: dict[str, Any]) -> Effect:
+        """What the call will touch, resolved in the notebook's folder now (effects.py)."""
+        if tool.name in CONTROL_TOOLS:
+            return Effect()
+        return resolve(tool, args, self.path_guard, sources=self.code_paths)
 
     async def _settle(self, ctx: _Ctx, state: RunState) -> bool:
         """Ask the decider about the pending request; True once a decision was recorded."""
@@ -627,9 +646,17 @@ class Agent:
         """Record a decision, and the grants it gives (checked first: a grant that cannot be given is a
         `GrantError` and nothing is recorded)."""
         terms = self.grant_terms(run_id, plan_id, verdict)
+        # everything the decision records is worked out before anything is written: a decision that fails records
+        # nothing (an expiry past what a clock can hold, patterns that cover nothing)
+        expires = None
+        if terms and verdict.grant is not None:
+            try:
+                expires = grants_.expiry(verdict.grant, grants_.now())
+            except (OverflowError, ValueError) as exc:
+                raise grants_.GrantError(f"the grant's expiry cannot be used ({exc}); nothing was decided") from None
         ids = [new_id() for _ in terms]
-        given = [{"grant_id": g, "scope": t.scope, "effect": t.effect, "covers": grants_.covers_text(t)}
-                 for g, t in zip(ids, terms, strict=True)]
+        given = [{"grant_id": g, "scope": t.scope, "effect": t.effect, "covers": grants_.covers_text(t),
+                  "expires_at": expires} for g, t in zip(ids, terms, strict=True)]
         payload: Payload
         if verdict.action == "approve":
             payload = PlanApproved(plan_id=plan_id, request_id=request_id, by=verdict.by, grants=given)
@@ -641,7 +668,6 @@ class Agent:
         event = self._record(run_id, payload, parent=parent)
         if terms:
             root = self._root_of(run_id)
-            expires = grants_.expiry(verdict.grant, grants_.now()) if verdict.grant is not None else None
             for grant_id, t in zip(ids, terms, strict=True):
                 self._give_grant(run_id, root, plan_id, request_id, t, by=verdict.by, expires_at=expires,
                                  grant_id=grant_id)
@@ -725,7 +751,8 @@ class Agent:
             return
         tool = self._allowed_tools(run_id, state)[call.name]
         args = call.arguments or {}
-        risk, risk_reason = call_risk(tool, args)
+        effect = self._effect(tool, args)  # resolved again now: the decision must still be about this
+        risk, risk_reason = call_risk(tool, args, effect)
         denial = self.authorizer.check_tool(call.name, args, shell_like=tool.shell_like)
         fact: Denial | None = None  # the folder says no (a missing file...): an error, unless policy refuses first
         if denial is None:
@@ -736,15 +763,16 @@ class Agent:
             denial = self.authorizer.check_step(self._tree_sums(ctx.root_id, state)[3])
             if denial is not None:
                 ctx.stop.append(denial.reason)
-        gate = clearance(state, call.id, call.name, args, risk, grants=self._grants(ctx, state), tool_obj=tool,
+        gate = clearance(state, call.id, call.name, args, effect, risk, grants=self._grants(ctx, state),
                          risk_reason=risk_reason)
         if denial is None and not gate.ok:
             denial = Denial(rule=gate.rule or "approval.missing", reason=gate.reason)
         if denial is not None:
             by_grant = denial.rule == "grant.reject"
-            self._deny(run_id, call.id, call.name, denial, tool.target(args), parent,
+            self._deny(run_id, call.id, call.name, denial, effect.shown(tool.target(args)), parent,
                        grant_id=gate.grant_id if by_grant else None,
-                       digest=call_digest(call.name, args) if by_grant else None)
+                       digest=call_digest(call.name, args, effect) if by_grant else None,
+                       effect=effect if effect.targets else None)
             return
         if fact is not None:  # nothing ran: a failed call the model sees, listed with errors, not with denials
             self._record(run_id, ToolCallFailed(call_id=call.id, tool=call.name, error=fact.reason,
@@ -754,13 +782,15 @@ class Agent:
             await self._control(ctx, call, args, parent)
             return
         started = self._record(run_id, ToolCallStarted(
-            call_id=call.id, tool=call.name, arguments=args, risk=risk, target=tool.target(args),
+            call_id=call.id, tool=call.name, arguments=args, risk=risk, target=effect.shown(tool.target(args)),
             reason=gate.reason, approval_event_id=gate.approval_event_id, plan_id=gate.plan_id,
-            digest=call_digest(call.name, args), risk_reason=risk_reason, grant_id=gate.grant_id), parent=parent)
+            digest=call_digest(call.name, args, effect), risk_reason=risk_reason, grant_id=gate.grant_id,
+            effect=effect if effect.targets else None), parent=parent)
         t0 = time.perf_counter()
         retries = 0
         try:
-            result, retries = await self._call_tool(tool, args)
+            with bound(effect):  # the file tools act on exactly these targets, or fail as changed
+                result, retries = await self._call_tool(tool, args)
         except Exception as exc:
             self._record(run_id, ToolCallFailed(
                 call_id=call.id, tool=call.name, error=_error_text(exc), error_type=type(exc).__name__,
@@ -913,9 +943,11 @@ class Agent:
                 yield e.payload.child_run_id  # type: ignore[attr-defined]
 
     def _deny(self, run_id: str, call_id: str | None, tool: str, denial: Denial, target: str | None,
-              parent: str | None = None, grant_id: str | None = None, digest: str | None = None) -> None:
+              parent: str | None = None, grant_id: str | None = None, digest: str | None = None,
+              effect: Effect | None = None) -> None:
         self._record(run_id, AuthorizationDenied(call_id=call_id, tool=tool, reason=denial.reason, target=target,
-                                                 rule=denial.rule, grant_id=grant_id, digest=digest), parent=parent)
+                                                 rule=denial.rule, grant_id=grant_id, digest=digest, effect=effect),
+                     parent=parent)
 
     def _finish(self, run_id: str, ctx: _Ctx) -> None:
         state = self.store.run_state(run_id)

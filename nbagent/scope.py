@@ -32,6 +32,7 @@ import errno
 import os
 import stat
 import unicodedata
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Literal
 
@@ -67,6 +68,10 @@ _LOOK_ALIKES = set("\u2044\u2215\u29f8\u2216\u29f5\u29f9\u3002\uff61\u2e31\u00b7
                    "\u0338\u20e5\u20eb\u1735\u2cf9")
 _MAX_NAME_BYTES = 255
 _MAX_PATH_BYTES = 4096
+
+# While a decided call runs (effects.bound): (operation, path as written) -> the path it resolved to when it was
+# decided. A check that resolves it elsewhere now refuses: the call acts on what was decided, or not at all.
+BOUND: ContextVar[dict[tuple[str, str], str] | None] = ContextVar("nbagent_bound_targets", default=None)
 
 
 class ScopeDenied(ToolError):
@@ -144,6 +149,10 @@ class ScopeGuard:
         if op not in self.scope.operations:
             raise ScopeDenied("operation", f"{op} is switched off in this scope", str(path))
         text, real, rel = self.contain(path)
+        decided = (BOUND.get() or {}).get((op, text))
+        if decided is not None and decided != rel:
+            raise ScopeDenied("changed", f"{text!r} now leads to {rel!r}, not to {decided!r} as when the call was "
+                                         "decided (a link changed meanwhile); nothing was done", text)
         try:
             st = self.fs.lstat(rel)  # through descriptors: what is there now, links not followed
         except OSError as exc:

@@ -86,3 +86,17 @@ def run(a: Agent, prompt: str = "do the task", **kw: Any) -> RunResult:
 
 def types(a: Agent, run_id: str) -> list[str]:
     return [e.type for e in a.store.run_events(run_id)]
+
+
+class InOrder(Decider):
+    """A person who gives these decisions and answers in turn, whatever is asked (a test's stand-in; a recording
+    is replayed by `RecordedDecider`, which answers only the calls each decision was about)."""
+
+    def __init__(self, verdicts: list[Any], answers: list[Any] | None = None) -> None:
+        self.verdicts, self.answers = list(verdicts), list(answers or [])
+
+    async def decide(self, request: Any) -> Any:
+        return self.verdicts.pop(0) if self.verdicts else None
+
+    async def answer(self, request: Any) -> Any:
+        return self.answers.pop(0) if self.answers else None

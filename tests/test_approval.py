@@ -24,7 +24,7 @@ from test_runner import nbagent, notebook, script
 from nbagent.deciders import PauseDecider, PolicyDecider, Verdict
 from nbagent.levels import Risk
 from nbagent.policy import Budget
-from nbagent.risk import code_effect
+from nbagent.runs_later import runs_later as code_effect
 from nbagent.runtime import Agent
 from nbagent.scope import Scope
 from nbagent.state import RunStatus

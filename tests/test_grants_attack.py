@@ -376,12 +376,20 @@ def test_spellings_of_the_same_path_are_covered_and_name_the_same_file(tmp_path:
     assert Path(tmp_path, later).resolve() == Path(tmp_path, "report.md").resolve()
 
 
-def test_absolute_path_inside_the_folder_needs_its_exact_pattern(tmp_path: Path) -> None:
-    inside = str(tmp_path / "out" / "a.md")
-    person = Person(Verdict.approve(grant=GrantSpec(scope="run", paths=["out/**", "**"])))
-    a = agent(tmp_path, script(one("make", path="out/a.md"), one("make", path=inside)), person)
-    run(a)
-    assert ("make", inside) not in RAN and len(person.asked) == 2
+def test_an_absolute_spelling_is_the_same_effect_and_an_outside_one_is_never_covered(tmp_path: Path) -> None:
+    # A decision is about the effect, not the words (docs/approvals.md): `/…/folder/out/a.md` writes the same file as
+    # `out/a.md`, so the grant for out/** answers it; a path outside the folder is covered by no pattern (the person
+    # is asked) and refused by the scope whatever anyone says.
+    inside, outside = str(tmp_path / "out" / "a.md"), str(tmp_path.parent / "elsewhere.md")
+    person = Person(Verdict.approve(grant=GrantSpec(scope="run", paths=["out/**", "**"])), Verdict.approve())
+    a = agent(tmp_path, script(one("make", path="out/a.md"), one("make", path=inside), one("make", path=outside)),
+              person)
+    result = run(a)
+    assert RAN == [("make", "out/a.md"), ("make", inside)] and len(person.asked) == 2
+    started = by_grant(a.store, result.run_id)
+    assert [s.effect.paths() for s in started] == [["out/a.md"]]
+    denied = [e.payload for e in a.store.run_events(result.run_id) if e.type == "authorization_denied"]
+    assert [d.rule for d in denied] == ["scope.outside"]
 
 
 @pytest.mark.parametrize("later", ["PANDAS.PY", "pkg/__init__.py", "x.pth", "pandas.py.", "pandas.py ",
@@ -494,7 +502,7 @@ def test_replayed_grants_are_run_scoped_and_ignore_live_session_grants(tmp_path:
     again = [g for g in grants.all_grants(a.store) if g.run_id == second.run_id]
     assert again and all(g.scope == "run" and g.root_run_id == second.run_id for g in again)
     # a replay is not answered by the live session grant (the first one, still active)
-    c = agent(tmp_path, script(one("make", path="r.md")), RecordedDecider([], [], "empty"), store=a.store)
+    c = agent(tmp_path, script(one("make", path="r.md")), RecordedDecider([], "empty"), store=a.store)
     res = run(c, "z")
     assert res.status.value == "failed" and not by_grant(a.store, res.run_id)
 

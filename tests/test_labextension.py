@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import agent, call, turns
+from agents import InOrder, agent, call, turns
 
-from nbagent.deciders import Answer, PauseDecider, RecordedDecider, Verdict
+from nbagent.deciders import Answer, PauseDecider, Verdict
 from nbagent.runtime import Agent
 from nbagent.tools.files import file_tools
 from nbagent.ui.viewstate import view_state
@@ -46,7 +46,7 @@ def make_views(folder: Path) -> dict[str, dict[str, Any]]:
         "## Top regions\n\n**North** leads.\n\n- North\n- South\n- East\n\n"
         "See [the docs](https://example.com/a?b=1) and [bad](javascript:alert(1)). " + EVIL,
     )
-    decider = RecordedDecider(
+    decider = InOrder(
         [Verdict.refine("list all three regions"), Verdict.approve(), Verdict.deny("keep the raw data")],
         [Answer(text="EUR")],
     )

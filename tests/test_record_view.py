@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import agent, call, turns
+from agents import InOrder, agent, call, turns
 from helpers import response
 
 from nbagent import events as E
 from nbagent.cli import main
-from nbagent.deciders import RecordedDecider, Verdict
+from nbagent.deciders import Verdict
 from nbagent.store import Store
 from nbagent.tools.files import file_tools
 from nbagent.ui.record import render_html, render_markdown, render_text
@@ -136,7 +136,7 @@ def test_file_fact_rules_match_the_runtime() -> None:
 def test_a_missing_file_today_is_a_failed_tool_call(tmp_path: Path) -> None:
     """The live path: the runtime records the missing file, the record shows an error with the call's arguments."""
     a = agent(tmp_path, turns([call("read_file", path="nothere.csv")], "done"), tools=file_tools(tmp_path),
-              decider=RecordedDecider([Verdict.approve()], []))
+              decider=InOrder([Verdict.approve()], []))
     view = run_view(a.store, asyncio.run(a.run("read it", cell_id="c-1")).run_id)
     step = next(s for s in view["steps"] if s["kind"] in ("tool", "denied"))
     assert step["kind"] == "tool" and step["status"] == "failed" and step["arguments"] == {"path": "nothere.csv"}
@@ -229,7 +229,7 @@ def test_the_header_shows_the_cell_label(tmp_path: Path) -> None:
 def test_arguments_keep_the_models_order_through_a_saved_notebook(tmp_path: Path) -> None:
     """The log's JSON and a saved notebook's sort keys; the record shows a call's arguments as the model wrote them."""
     a = agent(tmp_path, turns([call("create_file", path="z.md", content="# Z\n")], "done"),
-              tools=file_tools(tmp_path), decider=RecordedDecider([Verdict.approve()], []))
+              tools=file_tools(tmp_path), decider=InOrder([Verdict.approve()], []))
     view = run_view(a.store, asyncio.run(a.run("write z.md")).run_id)
     step = next(s for s in view["steps"] if s["kind"] == "tool")
     assert step["arg_keys"] == ["path", "content"] and view["plans"][0]["steps"][0]["arg_keys"] == ["path", "content"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import agent, call, turns
+from agents import InOrder, agent, call, turns
 
 from nbagent.deciders import (
     Answer,
@@ -22,7 +22,6 @@ from nbagent.deciders import (
     InteractiveDecider,
     PauseDecider,
     QuestionRequest,
-    RecordedDecider,
     Verdict,
 )
 from nbagent.runtime import Agent
@@ -58,7 +57,7 @@ def full(tmp_path: Path) -> dict[str, Any]:
         [call("delete_file", path="sales.csv")],
         ANSWER,
     )
-    decider = RecordedDecider(
+    decider = InOrder(
         [Verdict.refine("list all three regions"), Verdict.approve(), Verdict.deny("keep the raw data")],
         [Answer(text="EUR")],
     )
@@ -648,7 +647,7 @@ def test_records_phrase_plans_from_their_steps_and_mark_high_risk(waiting: dict[
 def test_a_tool_step_carries_its_risk_reason(tmp_path: Path) -> None:
     """A write Python would execute is raised to WRITE_HIGH_RISK by the runtime; its step says why."""
     a = agent(tmp_path, turns([call("create_file", path="pandas.py", content="print(1)\n")], "done"),
-              tools=file_tools(tmp_path), decider=RecordedDecider([Verdict.approve()], []))
+              tools=file_tools(tmp_path), decider=InOrder([Verdict.approve()], []))
     view = view_of(a, asyncio.run(a.run("plant a module")).run_id)
     step = next(s for s in view["steps"] if s["kind"] == "tool")
     assert step["risk"] == "WRITE_HIGH_RISK" and step["risk_reason"]

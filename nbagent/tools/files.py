@@ -651,23 +651,33 @@ class FileTools:
         old, rel = self._old_text(args["path"])
         return _diff(old, "", rel, deleted=True)
 
+    def _targets(self, op: Any, arg: str = "path") -> Any:
+        """The resolver of a tool acting with `op` on the path in `arg` (effects.py): the path resolved, links
+        inside the folder followed, as the decision and the act both see it."""
+        from ..effects import resolve_target
+
+        return lambda args: [resolve_target(self.guard, op, args.get(arg, "."), arg)]
+
     def tools(self) -> list[Tool]:
         def authorize(op: Any, arg: str = "path", **kw: Any) -> Any:
             return lambda args: self.guard.check(args.get(arg, "."), op, **kw)
 
         return [
-            Tool(self.list_files, risk=Risk.READ_ONLY, authorize=authorize("list")),
+            Tool(self.list_files, risk=Risk.READ_ONLY, authorize=authorize("list"), resolver=self._targets("list")),
             Tool(self.read_file, risk=Risk.READ_ONLY, authorize=lambda a: self.guard.check(
                 a.get("path"), "read",
-                max_bytes=0 if _partial(a.get("start_line", 1), a.get("end_line"), a.get("start_byte")) else None)),
-            Tool(self.search_content, risk=Risk.READ_ONLY, authorize=authorize("list")),
-            Tool(self.get_file_metadata, risk=Risk.READ_ONLY, authorize=authorize("read", max_bytes=0)),
+                max_bytes=0 if _partial(a.get("start_line", 1), a.get("end_line"), a.get("start_byte")) else None),
+                resolver=self._targets("read")),
+            Tool(self.search_content, risk=Risk.READ_ONLY, authorize=authorize("list"),
+                 resolver=self._targets("list")),
+            Tool(self.get_file_metadata, risk=Risk.READ_ONLY, authorize=authorize("read", max_bytes=0),
+                 resolver=self._targets("read")),
             Tool(self.create_file, risk=Risk.WRITE_LOW_RISK, authorize=authorize("create"),
-                 preview=self.preview_create),
+                 preview=self.preview_create, resolver=self._targets("create")),
             Tool(self.write_file, risk=Risk.WRITE_HIGH_RISK, authorize=authorize("write", max_bytes=0),
-                 preview=self.preview_write),
+                 preview=self.preview_write, resolver=self._targets("write")),
             Tool(self.delete_file, risk=Risk.WRITE_HIGH_RISK, authorize=authorize("delete", max_bytes=0),
-                 preview=self.preview_delete),
+                 preview=self.preview_delete, resolver=self._targets("delete")),
         ]
 
 

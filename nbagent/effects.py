@@ -1,0 +1,218 @@
+"""A call's effect: what it will touch, resolved before anything decides, and held to when it runs.
+
+The model writes arguments; a decision must be about what the call will *do*. So before risk, grants, approvals,
+recorded decisions, the plan card or the record look at a call, it is resolved to an `Effect`:
+
+- `targets`: every file or folder it reads, lists, writes, creates or deletes, as written by the model and as
+  resolved inside the notebook's folder. Links inside the folder are **followed** (one rule everywhere): a
+  `write_file out/latest.md` where `out/latest.md -> ../data.csv` is a write of `data.csv`, a `create_file
+  report.md` where `report.md` is a dangling link to `helpers.py` is the creation of `helpers.py`. Links that lead
+  outside, loops and everything else the scope refuses stay unresolved (`problem`), and the call is refused.
+- `runs_later`: why the call makes code that something runs later (runs_later.py), which raises it to
+  WRITE_HIGH_RISK, keeps every grant off it, and is shown on the card.
+
+Decisions bind to the resolved effect: a plan step's digest covers the tool, the arguments and the resolved
+targets (`digest`), so an approval, a grant's paths, a recorded decision or a pinned replay grant answers a call
+only while it still touches what was decided. Right before a file tool acts, the targets are resolved again
+(`bound`): a path that now leads elsewhere (a link swapped between the decision and the act) makes the call
+fail as "changed", and the file tools then act through directory descriptors on exactly the resolved path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import posixpath
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .levels import Risk
+from .runs_later import runs_later
+
+if TYPE_CHECKING:
+    from .scope import ScopeGuard
+    from .tools.base import Tool
+
+__all__ = ["Effect", "Target", "bound", "call_digest", "digest_matches", "resolve"]
+
+Op = Literal["read", "list", "write", "create", "delete"]
+WRITING: frozenset[str] = frozenset({"write", "create", "delete"})
+
+
+class Target(BaseModel):
+    """One file or folder a call touches."""
+
+    op: Op
+    written: str  # as the model wrote it
+    path: str = ""  # resolved, relative to the notebook's folder, links followed; "" when it cannot be
+    arg: str = ""  # the argument it came from
+    problem: str | None = None  # why it cannot be resolved (the scope refuses it: the call will be refused)
+
+    @property
+    def redirected(self) -> bool:
+        """The path leads somewhere other than its name says (a link on the way)."""
+        return bool(self.path) and self.path != _plain(self.written)
+
+
+class Effect(BaseModel):
+    """What a call will touch, and whether it makes code that runs later."""
+
+    targets: list[Target] = Field(default_factory=list)
+    runs_later: str | None = None
+
+    @property
+    def redirected(self) -> bool:
+        return any(t.redirected for t in self.targets)
+
+    @property
+    def refused(self) -> bool:
+        """A target the scope refuses (outside the folder, excluded...): the call is refused whatever anyone says."""
+        return any(t.problem is not None for t in self.targets)
+
+    def paths(self) -> list[str]:
+        """The resolved paths (what grants match); the written one where it could not be resolved."""
+        return [t.path or _plain(t.written) for t in self.targets]
+
+    def key(self) -> list[list[str]]:
+        """What a digest binds: each target's operation and resolved path."""
+        return [[t.op, t.path or "?" + t.written] for t in self.targets]
+
+    def shown(self, written: str | None) -> str | None:
+        """The target as the card shows it: `out/latest.md → data.csv` when a link leads elsewhere."""
+        if written is None:
+            return None
+        for t in self.targets:
+            if t.redirected and t.written == written:
+                return f"{written} → {t.path}"
+        return written
+
+
+def _plain(path: str) -> str:
+    text = str(path).replace("\\", "/")
+    norm = posixpath.normpath(text) if text else text
+    return norm[2:] if norm.startswith("./") else norm
+
+
+# ------------------------------------------------------------------------------------------------ digests
+
+
+def call_digest(tool: str, arguments: Any, effect: Effect | None = None) -> str:
+    """What a decision covers: the tool, its arguments (canonical JSON) and, given, the resolved effect.
+
+    Arguments that cannot be serialised (NaN, nesting too deep) get a digest that matches nothing, so a decision
+    can never cover them by accident: the gate fails closed.
+    """
+    from .events import canonical_json
+
+    body: dict[str, Any] = {"tool": tool, "arguments": arguments}
+    if effect is not None:
+        body["effect"] = effect.key()
+    try:
+        text = canonical_json(body)
+    except (ValueError, TypeError, RecursionError):
+        return "unmatchable:" + uuid.uuid4().hex
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def digest_matches(recorded: str | None, tool: str, arguments: Any, effect: Effect) -> bool:
+    """Whether a recorded digest covers this call with this effect now.
+
+    A digest recorded before effects were bound covers the arguments only: it still answers the call when no
+    link redirects it (then the arguments say everything the effect would), never when one does."""
+    if not recorded:
+        return False
+    if recorded == call_digest(tool, arguments, effect):
+        return True
+    return not effect.redirected and recorded == call_digest(tool, arguments)
+
+
+# ------------------------------------------------------------------------------------------------ resolving
+
+
+def resolve_target(guard: ScopeGuard, op: Op, written: Any, arg: str = "") -> Target:
+    """One path resolved inside the guard's folder, links followed (the scope's own containment)."""
+    from .scope import ScopeDenied
+
+    text = written if isinstance(written, str) else str(written)
+    try:
+        _, _, rel = guard.contain(written)
+    except ScopeDenied as exc:  # refused: the call will be too; the log keeps a bounded mention of what was asked
+        shown = text if len(text) <= 300 else f"{text[:300]}… ({len(text):,} characters)"
+        return Target(op=op, written=shown, arg=arg, problem=exc.reason)
+    return Target(op=op, written=text, path=rel, arg=arg)
+
+
+Resolver = Callable[[dict[str, Any]], list[Target]]
+
+
+def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
+            sources: Iterable[str] = ()) -> Effect:
+    """The effect of calling `tool` with `arguments`: its targets (the tool's own resolver, else every path
+    argument against `guard`), and why it makes code that runs later, if it does."""
+    own: Resolver | None = getattr(tool, "resolver", None)
+    if own is not None:
+        targets = own(arguments)
+    elif guard is not None:
+        op: Op = "read" if tool.risk == Risk.READ_ONLY else "write"
+        targets = [resolve_target(guard, op, value, where) for where, value in tool.paths(arguments)]
+    else:
+        targets = []
+    return Effect(targets=targets, runs_later=_runs_later(tool, arguments, targets, sources))
+
+
+def _runs_later(tool: Tool, arguments: dict[str, Any], targets: list[Target], sources: Iterable[str]) -> str | None:
+    if tool.risk == Risk.READ_ONLY:
+        return None  # a tool that only reads makes nothing runnable (reading pandas.py changes nothing)
+    if getattr(tool, "runs_later", None):
+        return str(tool.runs_later)
+    sources = list(sources)
+    contents = [v for v in _strings(arguments)]
+    for t in targets:
+        if t.op not in WRITING:
+            continue
+        for name in dict.fromkeys([t.written, t.path]):
+            why = runs_later(name, contents if t.op != "delete" else (), sources=sources) if name else None
+            if why is not None:
+                return why
+    return None
+
+
+def _strings(value: Any, depth: int = 0) -> Iterator[str]:
+    if depth > 32:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v, depth + 1)
+
+
+def risk_of(tool: Tool, effect: Effect) -> tuple[Risk, str | None]:
+    """The call's risk: the tool's own, raised to WRITE_HIGH_RISK when it makes code that runs later."""
+    if effect.runs_later is not None and tool.risk != Risk.READ_ONLY:
+        return Risk.WRITE_HIGH_RISK, effect.runs_later
+    return tool.risk, None
+
+
+# ------------------------------------------------------------------------------------------------ acting
+
+
+@contextlib.contextmanager
+def bound(effect: Effect) -> Iterator[None]:
+    """While a tool runs: each path the file scope checks must resolve where the decision saw it resolve
+    (scope.ScopeGuard.check compares), or the call fails as changed. Context variables follow the call into the
+    worker thread a sync tool runs in."""
+    from .scope import BOUND
+
+    table = {(t.op, t.written): t.path for t in effect.targets if t.path}
+    token = BOUND.set(table)
+    try:
+        yield
+    finally:
+        BOUND.reset(token)
