@@ -25,6 +25,7 @@ import hashlib
 import posixpath
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from .scope import ScopeGuard
     from .tools.base import Tool
 
-__all__ = ["Effect", "Target", "bound", "call_digest", "digest_matches", "resolve"]
+__all__ = ["CallInfo", "Effect", "Target", "bound", "call_digest", "current_call", "digest_matches", "resolve"]
 
 Op = Literal["read", "list", "write", "create", "delete"]
 WRITING: frozenset[str] = frozenset({"write", "create", "delete"})
@@ -203,16 +204,40 @@ def risk_of(tool: Tool, effect: Effect) -> tuple[Risk, str | None]:
 # ------------------------------------------------------------------------------------------------ acting
 
 
+class CallInfo(BaseModel):
+    """The call a tool is running for, and what let it run: a tool that leaves something behind (a notebook cell)
+    records its provenance from this (`current_call`)."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    digest: str
+    approval_event_id: str | None = None
+    plan_id: str | None = None
+    grant_id: str | None = None
+    reason: str = ""
+
+
+_CALL: ContextVar[CallInfo | None] = ContextVar("nbagent_current_call", default=None)
+
+
+def current_call() -> CallInfo | None:
+    """The call being run in this context (None outside a tool call)."""
+    return _CALL.get()
+
+
 @contextlib.contextmanager
-def bound(effect: Effect) -> Iterator[None]:
+def bound(effect: Effect, call: CallInfo | None = None) -> Iterator[None]:
     """While a tool runs: each path the file scope checks must resolve where the decision saw it resolve
-    (scope.ScopeGuard.check compares), or the call fails as changed. Context variables follow the call into the
-    worker thread a sync tool runs in."""
+    (scope.ScopeGuard.check compares), or the call fails as changed; `current_call()` names the call. Context
+    variables follow the call into the worker thread a sync tool runs in."""
     from .scope import BOUND
 
     table = {(t.op, t.written): t.path for t in effect.targets if t.path}
     token = BOUND.set(table)
+    call_token = _CALL.set(call)
     try:
         yield
     finally:
+        _CALL.reset(call_token)
         BOUND.reset(token)

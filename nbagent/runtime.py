@@ -44,7 +44,7 @@ from .deciders import (
     RecordedDecider,
     Verdict,
 )
-from .effects import Effect, bound, call_digest, resolve
+from .effects import CallInfo, Effect, bound, call_digest, resolve
 from .events import (
     AnswerReady,
     AuthorizationDenied,
@@ -789,7 +789,10 @@ class Agent:
         t0 = time.perf_counter()
         retries = 0
         try:
-            with bound(effect):  # the file tools act on exactly these targets, or fail as changed
+            call_info = CallInfo(run_id=run_id, call_id=call.id, tool=call.name, digest=started.payload.digest or "",
+                                 approval_event_id=gate.approval_event_id, plan_id=gate.plan_id,
+                                 grant_id=gate.grant_id, reason=gate.reason)
+            with bound(effect, call_info):  # the file tools act on exactly these targets, or fail as changed
                 result, retries = await self._call_tool(tool, args)
         except Exception as exc:
             self._record(run_id, ToolCallFailed(
