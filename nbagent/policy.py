@@ -34,9 +34,12 @@ def action_for(autonomy: Autonomy | str, risk: Risk | str) -> Action:
     return APPROVAL_TABLE[Autonomy(autonomy)][Risk(risk)]
 
 
-# Argument names that hold a path: checked for traversal whatever the tool.
+# Argument names that hold a path, in any spelling (`Path`, `file-name`, `FileName`): checked for traversal whatever
+# the tool, before anything else. Every other path (found by type, schema, name or value: `Tool.paths`) goes
+# through the file scope, which refuses a path that climbs out as `scope.outside`.
 PATH_ARGS = frozenset({"path", "paths", "file", "filename", "dir", "directory", "folder", "src", "dst", "source",
-                       "destination", "target", "glob", "pattern_path"})
+                       "destination", "target", "glob", "patternpath", "cwd"})
+_SPELLING = re.compile(r"[\s_\-.]+")
 _TRAVERSAL = re.compile(r"(^|[\\/])\.\.([\\/]|$)")
 _SHELL_META = re.compile(r"[;&|`$<>\n]|\$\(")
 SHELL_LIKE_NAMES = frozenset({"shell", "bash", "sh", "run_shell", "exec", "execute", "system", "terminal", "cmd"})
@@ -122,7 +125,7 @@ class Authorizer:
         strings = _strings(arguments)
         if p.check_traversal:
             for key, value in strings:
-                if key in PATH_ARGS and _TRAVERSAL.search(value):
+                if _SPELLING.sub("", key).lower() in PATH_ARGS and _TRAVERSAL.search(value):
                     return Denial(rule="path_traversal", reason=f"argument {key!r} climbs out with '..': {value!r}")
                 if "\x00" in value:
                     return Denial(rule="nul_byte", reason=f"argument {key!r} contains a NUL byte")
