@@ -206,7 +206,7 @@ def test_a_link_swapped_while_the_tool_runs_fails_the_call(folder: Path) -> None
     assert effect.paths() == ["report.md"]
     (folder / "report.md").unlink()
     os.symlink("data.csv", folder / "report.md")
-    with bound(effect), pytest.raises(ToolError, match="now leads to 'data.csv'"):
+    with bound(effect), pytest.raises(ToolError, match=r"now leads to 'data\.csv'"):
         tools["write_file"].fn(path="report.md", content="owned\n")
     assert (folder / "data.csv").read_text().startswith("region")
 
