@@ -90,9 +90,18 @@ class BlobStore:
                 tmp.unlink()
 
     def get(self, sha: str) -> bytes:
-        """The content with this hash, or BlobError (missing, or altered since it was stored)."""
+        """The content with this hash, or BlobError (missing, not a regular file, or altered since it was stored).
+        Opened without blocking and checked with fstat first: a FIFO put in a blob's place is refused, never
+        waited on."""
+        from .store.errors import NotAFile
+        from .store.regular import open_regular
+
         try:
-            data = self.path(sha).read_bytes()
+            with os.fdopen(open_regular(self.path(sha)), "rb") as f:
+                data = f.read()
+        except NotAFile as exc:
+            raise BlobError(f"the saved content {sha[:12]}… in {self.folder} is not a regular file (a {exc.kind}); "
+                            "it cannot be restored: remove it") from None
         except OSError as exc:
             raise BlobError(f"the saved content {sha[:12]}… is missing from {self.folder} ({exc.strerror})") from None
         if hashlib.sha256(data).hexdigest() != sha:

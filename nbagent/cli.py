@@ -4,7 +4,8 @@
     nbagent show RUN [PATH]       one run's event timeline (--json for machines)
     nbagent verify [PATH]         check every chain; non-zero exit on tampering
     nbagent run NOTEBOOK          execute a notebook headlessly (the main job for CI)
-    nbagent undo RUN [PATH]       restore the files a run (and its child runs) changed (docs/undo.md)
+    nbagent undo RUN [PATH]       restore the files a run (and its child runs) changed (docs/undo.md); a log that
+                                  fails `nbagent verify` is refused, nothing changed
 
 PATH is a notebook, its store folder (NAME.nbagent), or a folder, searched with its subfolders (not .git,
 node_modules, virtual environments or other hidden and tool folders); omitted, the current folder. Commands only
@@ -399,7 +400,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"nbagent: error: {exc}", file=sys.stderr)  # as for every command: one line, names the store
             code = code or 2
             continue
-        report = verify_store(store)
+        try:
+            report = verify_store(store)
+        except StoreError as exc:
+            print(f"nbagent: error: {exc}", file=sys.stderr)
+            code = code or 2
+            continue
         for w in report.warnings:
             print(f"warning: {w}", file=sys.stderr)
         if report.ok:

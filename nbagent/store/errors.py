@@ -54,3 +54,14 @@ class AppendOnly(StoreError):
 class RunNotFound(StoreError):
     def __init__(self, run_id: str, path: Path | str, why: str = "no such run") -> None:
         super().__init__(f"{path}: {why}: {run_id!r}; list runs with `nbagent runs {path}`")
+
+
+class NotAFile(StoreError):
+    """A file of the store that is something else (a FIFO, a device, a folder): never read, so never waited on."""
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(
+            f"{path}: not a regular file (a {kind}); nbagent reads only regular files in its store and did not open "
+            "it: remove it, or put the file back from a backup"
+        )

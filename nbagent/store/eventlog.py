@@ -48,6 +48,7 @@ from tinydb.table import Document, Table
 
 from ..events import canonical_json, chain_key, compute_hash, load_record
 from .errors import AppendOnly, StoreReadOnly, StoreWriteFailed
+from .regular import open_regular
 
 log = logging.getLogger("nbagent.store")
 
@@ -136,9 +137,11 @@ class EventLog:
             return self._refresh()
 
     def _reader(self) -> int | None:
+        """The held read descriptor; None while the log does not exist. NotAFile (one line, never a wait) when
+        `events.jsonl` is a FIFO, a device or a folder."""
         if self._rfd is None:
             try:
-                self._rfd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                self._rfd = open_regular(self.path)
             except FileNotFoundError:
                 return None
         return self._rfd
@@ -480,8 +483,7 @@ class EventLog:
     def _writer(self) -> int:
         if self._fd is None:
             try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                                   0o644)
+                self._fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             except OSError as exc:
                 if exc.errno in _READONLY_ERRNOS:
                     raise StoreReadOnly(self.path, exc.strerror or str(exc)) from exc
@@ -563,10 +565,15 @@ class EventTable(Table):
             self._query_cache[cond] = docs[:]
         return docs
 
-    def docs_for_chain(self, key: str) -> list[dict[str, Any]]:
-        """Fast path for one run's events: an index lookup instead of a scan."""
+    def docs_for_chain(self, key: str, start: int = 0) -> list[dict[str, Any]]:
+        """Fast path for one run's events (from position `start` on): an index lookup instead of a scan."""
         self._sync()
-        return self._log.chain(key)
+        return self._log.chain(key, start)
+
+    def doc_at(self, key: str, position: int) -> dict[str, Any] | None:
+        """The chain's event at this 0-based position (as `docs_for_chain` counts), read alone; None if none."""
+        ids = self._log.by_chain.get(key, ())
+        return self._log.record(ids[position]) if 0 <= position < len(ids) else None
 
     def chain_len(self, key: str) -> int:
         """How many events a chain has (after the same refresh as `docs_for_chain`), without reading them; once

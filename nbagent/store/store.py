@@ -12,7 +12,12 @@ always sees a consistent prefix. That is also what lets the CLI read a store on 
 
 Run state is derived from events (`nbagent.state`), kept current incrementally per run, and written to the
 runs table at checkpoints (waits, decisions, ends), together with the chain's last seq and hash, which lets
-`verify` notice a log truncated after that checkpoint.
+`verify` notice a log truncated after that checkpoint. A session's own chain (grants, revokes) is checkpointed the
+same way in its sessions row, at every event of it (rare: a run's events never write the sessions table), so a
+deleted `grant_revoked` is caught too.
+
+Every file of the folder is read only if it is a regular file (`regular.py`): a FIFO in a file's place is a
+one-line `NotAFile`, never a reader waiting forever.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -45,8 +51,9 @@ from ..events import (
 from ..ids import new_id, now_iso
 from ..levels import Autonomy
 from ..state import RunState, RunStatus
-from .errors import NewerFormat, NotAStore, RunNotFound, StoreError, StoreReadOnly
+from .errors import NewerFormat, NotAFile, NotAStore, RunNotFound, StoreError, StoreReadOnly
 from .eventlog import EventLog, EventTable
+from .regular import kind, read_regular
 from .tables import AtomicJSONStorage, open_tables
 
 STORE_SUFFIX = ".nbagent"
@@ -90,7 +97,9 @@ class _HeldLock:
         if self._fd is not None and self._pid != os.getpid():
             self._fd = None  # inherited through fork: never lock or close the parent's description
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            # O_NONBLOCK: a FIFO put in its place never blocks the open (the lock is never read)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+                               | getattr(os, "O_NONBLOCK", 0), 0o644)
             self._pid = os.getpid()
         return self._fd
 
@@ -151,11 +160,16 @@ class _Locked:
 
 
 class SessionRecord(BaseModel):
+    """A row of the sessions table: cached, for queries. `last_seq` and `last_hash` are the checkpoint of the
+    session's own chain (grants, revokes), as a run's row has for its chain: `verify` catches events cut off its end."""
+
     id: str
     name: str
     notebook: str | None = None
     created_at: str
     defaults: dict[str, Any] = Field(default_factory=dict)
+    last_seq: int = 0
+    last_hash: str | None = None
 
 
 class RunRecord(BaseModel):
@@ -220,6 +234,8 @@ class Store:
         self.sessions = self._db.table("sessions")
         self.runs = self._db.table("runs")
         self._states: dict[str, RunState] = {}
+        self._heads_seen: tuple[Any, dict[str, tuple[int, str | None]]] | None = None  # (tables.json, checkpoints)
+        self.verified: dict[str, tuple[int, str | None]] = {}  # chain -> (events, last hash) checked by grants.vouched
         if not readonly:
             self._remove_leftovers()
 
@@ -232,7 +248,7 @@ class Store:
         if not self.path.is_dir():
             raise NotAStore(self.path, "it is a file, not a store folder")
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = json.loads(read_regular(meta_path).decode("utf-8"))  # a FIFO is NotAFile, never a wait
         except FileNotFoundError as exc:
             raise NotAStore(self.path, "no meta.json in it") from exc
         except (ValueError, UnicodeDecodeError) as exc:
@@ -316,22 +332,37 @@ class Store:
         """Why `tables.json` cannot be used as it is on disk (then it is rebuilt from the events), or None."""
         return self._tables_storage.problem()
 
+    def checkpoint(self, key: str) -> tuple[int, str | None] | None:
+        """A chain's checkpoint (last seq, hash) as the tables keep it: a run's row, or a session's (`session:ID`);
+        None when there is none (a session row written before sessions were checkpointed). Read once per version of
+        tables.json, not once per grant checked (`grants.vouched`)."""
+        try:
+            st = os.stat(self.tables_path)
+            sig: Any = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            sig = None
+        if self._heads_seen is None or self._heads_seen[0] != sig or sig is None:
+            heads = {}
+            for table, prefix in ((self.runs, ""), (self.sessions, "session:")):
+                for row in table.all():
+                    seq, last_hash = row.get("last_seq"), row.get("last_hash")
+                    if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+                        heads[prefix + str(row.doc_id)] = (seq, last_hash if isinstance(last_hash, str) else None)
+            self._heads_seen = (sig, heads)
+        return self._heads_seen[1].get(key)
+
     def _rebuilt_tables(self) -> dict[str, dict[str, Any]]:
         """The sessions and runs tables as the event log says they are (when tables.json is damaged)."""
         sessions: dict[str, Any] = {}
         runs = {run_id: self._row_from_state(self.run_state(run_id)).model_dump(mode="json")
                 for run_id in self.run_ids()}  # run_ids refreshes the log
         for key in list(self._log.by_chain):
-            first = self._log.first(key) if key.startswith("session:") else None
-            if first is None or first.get("type") != "session_created" or not isinstance(first.get("payload"), dict):
+            rec = _session_record(self._log.first(key)) if key.startswith("session:") else None
+            if rec is None:
                 continue
-            p = first["payload"]
-            try:
-                rec = SessionRecord(id=first["session_id"], name=p.get("name") or "default", notebook=p.get("notebook"),
-                                    created_at=first["ts"], defaults=p.get("defaults") or {})
-            except (ValidationError, KeyError):
-                continue
-            sessions[rec.id] = rec.model_dump(mode="json")
+            last_seq, last_hash = self._log.head(key)
+            sessions[rec.id] = rec.model_copy(update={"last_seq": last_seq, "last_hash": last_hash}).model_dump(
+                mode="json")
         return {"sessions": sessions, "runs": runs}
 
     # ------------------------------------------------------------------ writing
@@ -368,7 +399,7 @@ class Store:
                 "payload": payload.model_dump(mode="json", fallback=repr) if payload_json is None else payload_json,
             }
             durable = sync if sync is not None else (
-                payload.event_type in CHECKPOINT_TYPES or self.durability == "event"
+                payload.event_type in CHECKPOINT_TYPES or self.durability == "event" or run_id is None
                 or (self.durability == "step" and payload.event_type in STEP_END_TYPES))
             written = self._log.append(record, sync=durable)
             model = EVENT_MODELS.get(payload.event_type) if payload_json is not None else None
@@ -385,6 +416,8 @@ class Store:
                         state.apply(event)
             if run_id is not None and payload.event_type in CHECKPOINT_TYPES:
                 self._checkpoint(run_id)
+            elif run_id is None and payload.event_type != "session_created":  # (create_session writes its row)
+                self._checkpoint_session(session_id, written)
             return event
 
     def lease(self, run_id: str) -> FileLock:
@@ -397,7 +430,12 @@ class Store:
             return held
         folder = self.path / "leases"
         folder.mkdir(exist_ok=True)
-        return FileLock(str(folder / f"{run_id}.lock"), thread_local=False, timeout=0)
+        path = folder / f"{run_id}.lock"
+        with contextlib.suppress(FileNotFoundError):  # a FIFO or a folder there: one clear line, not an odd OSError
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotAFile(path, kind(st.st_mode))
+        return FileLock(str(path), thread_local=False, timeout=0)
 
     def release_lease(self, run_id: str, lock: FileLock | None = None) -> None:
         """Release one hold of a run's lease (nested holds count), forgetting it once it is free."""
@@ -431,8 +469,9 @@ class Store:
         with self.locked():
             rec = SessionRecord(id=new_id(), name=name, notebook=notebook, created_at=now_iso(),
                                 defaults=defaults or {})
-            self.append(SessionCreated(name=name, notebook=notebook, defaults=rec.defaults), session_id=rec.id,
-                        sync=True)
+            first = self.append(SessionCreated(name=name, notebook=notebook, defaults=rec.defaults),
+                                session_id=rec.id, sync=True)
+            rec = rec.model_copy(update={"last_seq": first.seq, "last_hash": first.hash})
             _put(self.sessions, rec.id, rec.model_dump(mode="json"))
             return rec
 
@@ -480,6 +519,18 @@ class Store:
         # knows and the next checkpoint re-creates the row.
         self.append(started, run_id=run_id, session_id=session_id)
         return self.get_run(run_id)
+
+    def _checkpoint_session(self, session_id: str, written: dict[str, Any]) -> None:
+        """Keep the session's chain head in its row (events of a session's own chain are rare: grants, revokes,
+        resumes), so that `verify` catches events removed from its end, as the runs table does for runs. A
+        session with no row yet gets one from its `session_created` event."""
+        head = {"last_seq": written["seq"], "last_hash": written["hash"]}
+        if self.sessions.contains(doc_id=session_id):
+            self.sessions.update(head, doc_ids=[session_id])
+            return
+        rec = _session_record(self._log.first(f"session:{session_id}"))
+        if rec is not None:
+            _put(self.sessions, session_id, {**rec.model_dump(mode="json"), **head})
 
     def _checkpoint(self, run_id: str) -> None:
         state = self.run_state(run_id)
@@ -620,3 +671,15 @@ def _put(table: Table, doc_id: str, row: dict[str, Any]) -> None:
         table.update(row, doc_ids=[doc_id])
     else:
         table.insert(Document(row, doc_id=doc_id))
+
+
+def _session_record(first: dict[str, Any] | None) -> SessionRecord | None:
+    """A session's row from the first event of its chain (`session_created`); None for anything else."""
+    if first is None or first.get("type") != "session_created" or not isinstance(first.get("payload"), dict):
+        return None
+    p = first["payload"]
+    try:
+        return SessionRecord(id=first["session_id"], name=p.get("name") or "default", notebook=p.get("notebook"),
+                             created_at=first["ts"], defaults=p.get("defaults") or {})
+    except (ValidationError, KeyError):
+        return None

@@ -28,7 +28,8 @@ from tinydb import TinyDB
 from tinydb.storages import Storage
 from tinydb.table import Table
 
-from .errors import StoreReadOnly, StoreWriteFailed
+from .errors import NotAFile, StoreReadOnly, StoreWriteFailed
+from .regular import read_regular
 
 
 class AtomicJSONStorage(Storage):
@@ -53,10 +54,11 @@ class AtomicJSONStorage(Storage):
 
     def _load(self) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
         try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
+            data = json.loads(read_regular(self.path).decode("utf-8"))
         except FileNotFoundError:
             return None, None
+        except NotAFile as exc:  # a FIFO would block a reader: damage like any other (the next write replaces it)
+            return None, f"not a regular file but a {exc.kind}"
         except ValueError as exc:  # also bad UTF-8
             return None, f"not valid JSON ({exc})"
         return data, _shape_problem(data)
