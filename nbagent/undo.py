@@ -30,6 +30,7 @@ from .replay import run_tree
 from .scope import Scope, ScopeGuard
 from .store import Store
 from .tools.base import ToolError
+from .verify import verify_store
 
 UNDO_MODEL = "nbagent/undo"
 UNDO_SESSION = "undo"  # its own session: an undo run never becomes the conversation a later %%agent continues
@@ -162,8 +163,21 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
     return changes, problems
 
 
+def check_log(store: Store) -> None:
+    """Undo trusts the log to say what the runs changed, so it first checks it as `nbagent verify` does: a log
+    that fails (an edited result could name a file no run touched) is an UndoError, and nothing is changed."""
+    report = verify_store(store)
+    if not report.ok:
+        more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
+        raise UndoError(f"the log fails verification ({report.problems[0]}{more}); undo acts only on a log that "
+                        f"verifies, nothing was changed: run `nbagent verify {store.path}` for details")
+
+
 def runs_to_undo(store: Store, run_id: str, *, to: bool = False) -> list[str]:
-    """The run and its spawned runs; with `to`, also every run started after it (in log order)."""
+    """The run and its spawned runs; with `to`, also every run started after it (in log order). The log is
+    verified first (`check_log`): every route to an undo (the command, `%agent undo`, the Undo panel's preview)
+    comes through here."""
+    check_log(store)
     tree = run_tree(store, run_id)
     if not to:
         return tree

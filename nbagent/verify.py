@@ -5,7 +5,16 @@ bytes on disk and can name lines. Per chain (a run, or a session's own events) i
 file order, each `prev_hash` equal to the previous event's `hash`, and each `hash` equal to the recomputed
 one. That catches an edited event (hash mismatch), a deleted or truncated middle (seq gap, broken link), and
 reordered lines (seq going backwards). Cutting events off the *end* of a chain leaves a valid shorter chain,
-so the runs table's checkpoint (the last seq it saw at a wait, decision or end) is compared too.
+so the tables' checkpoints are compared too: a run's row keeps the last seq and hash it saw at a wait, decision or
+end, and a session's row those of the session's own chain (grants and revokes: a deleted `grant_revoked` would bring
+a grant back). The tables are read before the log, so an event appended meanwhile never looks removed.
+
+Grants are checked against what backs them (`grants.unbacked`): a `grant_given` no decision (or, for a replay's
+standing grant, no `context_assembled`) gave with these terms, and a second `grant_given` of an id already given
+(grant events are immutable: the first is the grant), are problems; nbagent ignores both.
+
+`events.jsonl` is opened without blocking and must be a regular file: a FIFO or a device in its place is a
+problem named in one line, never a wait.
 
 A torn last line (bytes after the last newline that are not a JSON object) is a crash, not tampering: a
 warning, not a failure. A last line that is a whole JSON object but lacks its newline is an event like any
@@ -24,6 +33,8 @@ from typing import Any
 
 from .events import PAYLOADS, chain_key, compute_hash, load_record
 from .store import Store
+from .store.errors import NotAFile
+from .store.regular import read_regular
 
 REQUIRED = ("id", "session_id", "seq", "type", "ts", "payload", "hash")
 
@@ -61,10 +72,15 @@ class Report:
 def verify_store(store: Store) -> Report:
     report = Report(path=store.events_path)
     chains: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    damage = store.tables_problem()  # the checkpoints first: what they saw was in the log before it is read
+    checkpoints = (store.runs.all(), store.sessions.all()) if damage is None else None
     try:
-        data = store.events_path.read_bytes()
+        data = read_regular(store.events_path)
     except FileNotFoundError:
         data = b""
+    except NotAFile as exc:
+        report.problems.append(Problem(None, None, None, f"{exc}; nothing was checked"))
+        return report
     lines = data.split(b"\n")
     tail = lines.pop()  # after the last newline: empty, a whole event lacking its newline, or a torn line
     for number, raw in enumerate(lines, start=1):
@@ -88,9 +104,8 @@ def verify_store(store: Store) -> Report:
         _check_tail(report, store, tail, len(lines) + 1, chains)
     heads = {key: _check_chain(report, key, entries) for key, entries in chains.items()}
     _check_grants(store, report, chains)
-    damage = store.tables_problem()
-    if damage is None:
-        _check_checkpoints(store, report, heads)
+    if checkpoints is not None:
+        _check_checkpoints(report, heads, chains, *checkpoints)
     else:
         report.warnings.append(
             f"{store.tables_path}: the runs and sessions cache is damaged ({damage}); the event log was checked "
@@ -104,26 +119,47 @@ def verify_store(store: Store) -> Report:
 
 
 def _check_grants(store: Store, report: Report, chains: dict[str, list[tuple[int, dict[str, Any]]]]) -> None:
-    """Every grant is backed by the decision that gave it (nbagent/grants.py `vouched`): a `grant_given` with no
-    decision listing it with the same terms was written by hand, and the runtime ignores it; an auditor should know."""
-    from .grants import from_events, vouched
+    """Every grant is backed by what gave it (nbagent/grants.py `unbacked`), and given once: a `grant_given` no
+    decision lists with the same terms was written by hand, a second one of an id is a copy (extending or widening
+    a grant); the runtime ignores both, and an auditor should know."""
+    from .events import parse_event
+    from .grants import UNSOUND_RUN, UNSOUND_SESSION, duplicated, from_events, unbacked
 
-    where = {r.get("id"): (n, key) for key, entries in chains.items() for n, r in entries
-             if r.get("type") == "grant_given"}
-    if not where:
-        return
-    try:
-        given = from_events(store.query_events(types=["grant_given", "grant_revoked"]))
-    except Exception as exc:  # a log this damaged already has its problems listed
-        report.warnings.append(f"grants not checked: {exc}")
-        return
-    ids = {g.grant_id: g for g in given.values()}
-    for event in store.query_events(types="grant_given"):
-        g = ids.get(event.payload.grant_id)  # type: ignore[attr-defined]
-        if g is not None and not vouched(store, g):
-            line, key = where.get(event.id, (None, None))
-            report.problems.append(Problem(line, event.id, key, f"grant {g.grant_id} is not backed by a decision "
-                                           "that gave it with these terms (written by hand?); nbagent ignores it"))
+    records = sorted(((n, key, r) for key, entries in chains.items() for n, r in entries
+                      if r.get("type") in ("grant_given", "grant_revoked")), key=lambda t: t[0])
+    events, where = [], {}
+    for n, key, record in records:
+        try:
+            event = parse_event(record)
+        except Exception as exc:  # a grant event with a valid hash that nbagent cannot read was not written by it
+            report.problems.append(Problem(n, record.get("id"), key, f"a {record['type']} nbagent cannot read "
+                                           f"({type(exc).__name__}): not written by nbagent; it is ignored"))
+            continue
+        events.append(event)
+        where[id(event)] = (n, key)
+    for copy in duplicated(events):
+        n, key = where[id(copy)]
+        gid = copy.payload.grant_id  # type: ignore[attr-defined]
+        report.problems.append(Problem(n, copy.id, key, f"grant {gid} is given a second time (a copy of an earlier "
+                                       "grant_given: grant events are immutable, the first is the grant); nbagent "
+                                       "ignores this one"))
+    given = from_events(events)
+    firsts = {}
+    for e in events:
+        if e.type == "grant_given":
+            firsts.setdefault(e.payload.grant_id, e)  # type: ignore[attr-defined]
+    for gid, grant in given.items():
+        try:
+            why = unbacked(store, grant)
+        except Exception as exc:  # a log this damaged already has its problems listed
+            report.warnings.append(f"grant {gid} not checked: {exc}")
+            continue
+        if why in (None, UNSOUND_RUN, UNSOUND_SESSION):  # (a chain that does not verify is named once, itself)
+            continue
+        first = firsts[gid]
+        n, key = where[id(first)]
+        report.problems.append(Problem(n, first.id, key, f"grant {gid} is not backed by a decision that gave it "
+                                       f"with these terms: {why} (written by hand?); nbagent ignores it"))
 
 
 def _check_tail(report: Report, store: Store, tail: bytes, number: int,
@@ -192,20 +228,28 @@ def _check_chain(report: Report, key: str, entries: list[tuple[int, dict[str, An
     return last["seq"], last["hash"]
 
 
-def _check_checkpoints(store: Store, report: Report, heads: dict[str, tuple[int, str | None]]) -> None:
-    for row in store.runs.all():
-        run_id = str(row.doc_id)
-        expected = row.get("last_seq") or 0
-        if not isinstance(expected, int):
-            continue  # a damaged cached row checks nothing
-        have, last_hash = heads.get(run_id, (0, None))
-        if have < expected:
-            report.problems.append(Problem(
-                None, None, run_id,
-                f"the log ends at seq {have} but the runs table saw seq {expected} at its last checkpoint: "
-                f"{expected - have} event(s) were removed from the end",
-            ))
-        elif have == expected and row.get("last_hash") not in (None, last_hash):
-            report.problems.append(Problem(
-                None, None, run_id, f"the last event (seq {have}) differs from the one the runs table recorded",
-            ))
+def _check_checkpoints(report: Report, heads: dict[str, tuple[int, str | None]],
+                       chains: dict[str, list[tuple[int, dict[str, Any]]]], runs: list[Any], sessions: list[Any]
+                       ) -> None:
+    """Each run's and each session's chain reaches the checkpoint its table row recorded: an event at that seq, with
+    that hash (so an end removed, or the checkpointed event replaced, is named)."""
+    for table, rows, prefix in (("runs", runs, ""), ("sessions", sessions, "session:")):
+        for row in rows:
+            key = prefix + str(row.doc_id)
+            expected = row.get("last_seq") or 0
+            if not isinstance(expected, int):
+                continue  # a damaged cached row checks nothing
+            have, _ = heads.get(key, (0, None))
+            if have < expected:
+                report.problems.append(Problem(
+                    None, None, key,
+                    f"the log ends at seq {have} but the {table} table saw seq {expected} at its last checkpoint: "
+                    f"{expected - have} event(s) were removed from the end",
+                ))
+                continue
+            at = next((r.get("hash") for _, r in chains.get(key, []) if r.get("seq") == expected), None)
+            if expected and row.get("last_hash") not in (None, at):
+                report.problems.append(Problem(
+                    None, None, key, f"the event at seq {expected} differs from the one the {table} table recorded "
+                    "at its last checkpoint: it was replaced",
+                ))
