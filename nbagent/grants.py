@@ -39,6 +39,7 @@ from .events import canonical_json
 from .levels import Risk
 
 if TYPE_CHECKING:
+    from .effects import Effect
     from .events import EventBase, PlanStep
     from .store import Store
     from .tools.base import Tool
@@ -188,20 +189,23 @@ def _argument_text(value: Any) -> str:
         return "\0unmatchable"
 
 
-def covers(terms: GrantTerms, tool: Tool | None, name: str, arguments: Mapping[str, Any]) -> bool:
-    """True when the grant's terms cover this call's tool and arguments (risk is the caller's business).
+def covers(terms: GrantTerms, name: str, arguments: Mapping[str, Any], effect: Effect) -> bool:
+    """True when the grant's terms cover this call: its tool, its arguments and what it resolves to (risk is the
+    caller's business).
 
-    Every path the call names must match one of the grant's path patterns, so a grant for `report.md` never
-    covers a call that also names `secret.md`; a call that names no path is covered only through argument
-    patterns; a replay's pinned grant covers only the recorded calls it lists.
+    Every path the call touches, resolved (effects.py: a link inside the folder is followed to its target), must
+    match one of the grant's path patterns, so a grant for `out/**` never covers a write through `out/latest.md`
+    that lands on `data.csv`, nor a grant for `report.md` a call that also names `secret.md`; a call that touches
+    no path is covered only through argument patterns; a replay's pinned grant covers only the recorded calls it
+    lists, each with the effect it had then.
     """
     if name != terms.tool:
         return False
     if terms.pinned:
-        from .approval import call_digest
+        from .effects import digest_matches
 
-        return call_digest(name, dict(arguments)) in terms.digests
-    values = [v for _, v in tool.paths(dict(arguments))] if tool is not None else []
+        return any(digest_matches(d, name, dict(arguments), effect) for d in terms.digests)
+    values = effect.paths()
     if not values and not terms.arguments:
         return False  # nothing pins what it covers: "any arguments" is never granted
     if not all(any(path_matches(p, v) for p in terms.paths) for v in values):
@@ -212,16 +216,16 @@ def covers(terms: GrantTerms, tool: Tool | None, name: str, arguments: Mapping[s
     return True
 
 
-def allows(grant: Grant, tool: Tool | None, name: str, arguments: Mapping[str, Any], risk: Risk,
+def allows(grant: Grant, name: str, arguments: Mapping[str, Any], effect: Effect, risk: Risk,
            risk_reason: str | None) -> bool:
     """An allow grant lets this call run: the terms cover it, at or below the approved risk, and it plants no
-    code (a write Python would run always asks)."""
-    return (grant.effect == "allow" and risk_reason is None and risk.rank <= grant.max_risk.rank
-            and covers(grant, tool, name, arguments))
+    code (a write something runs later always asks)."""
+    return (grant.effect == "allow" and risk_reason is None and effect.runs_later is None
+            and risk.rank <= grant.max_risk.rank and covers(grant, name, arguments, effect))
 
 
-def rejects(grant: Grant, tool: Tool | None, name: str, arguments: Mapping[str, Any]) -> bool:
-    return grant.effect == "reject" and covers(grant, tool, name, arguments)
+def rejects(grant: Grant, name: str, arguments: Mapping[str, Any], effect: Effect) -> bool:
+    return grant.effect == "reject" and covers(grant, name, arguments, effect)
 
 
 # ------------------------------------------------------------------------------------------------ giving
@@ -232,11 +236,15 @@ _UNIT = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400
 
 
 def parse_duration(text: str) -> float:
-    """`30m`, `2h`, `1d` -> seconds; a clear error otherwise."""
+    """`30m`, `2h`, `1d` -> seconds, at most a year (MAX_GRANT_DAYS); a clear error otherwise."""
     m = _DURATION.match(text or "")
     if not m or float(m.group(1)) <= 0:
         raise GrantError(f"--expires {text!r}: give a duration such as 30m, 2h or 1d")
-    return float(m.group(1)) * _UNIT[m.group(2).lower()]
+    seconds = float(m.group(1)) * _UNIT[m.group(2).lower()]
+    if not seconds <= MAX_GRANT_SECONDS:  # (also inf, from a number too long for a float)
+        raise GrantError(f"--expires {text!r}: a grant lasts at most {MAX_GRANT_DAYS}d (a year); give a shorter "
+                         "duration, and revoke the grant when it is no longer needed")
+    return seconds
 
 
 def terms_for(steps: Iterable[PlanStep], spec: GrantSpec, effect: Literal["allow", "reject"],
@@ -250,12 +258,12 @@ def terms_for(steps: Iterable[PlanStep], spec: GrantSpec, effect: Literal["allow
     groups: dict[str, GrantTerms] = {}
     left_out: list[str] = []
     for step in steps:
-        tool = tools.get(step.tool)
         label = f"{step.tool} {step.target or ''}".strip()
         if effect == "allow" and step.risk_reason:
             left_out.append(f"{label}: {step.risk_reason}; it is approved this once only")
             continue
-        named = [v for _, v in (tool.paths(step.arguments) if tool is not None else [])]
+        done = step_effect(step, tools)
+        named = done.paths()
         if any(whole_folder(v) for v in named):
             left_out.append(f"{label}: it names the whole folder; it is decided this once only")
             continue
@@ -270,7 +278,7 @@ def terms_for(steps: Iterable[PlanStep], spec: GrantSpec, effect: Literal["allow
         candidate = GrantTerms(effect=effect, scope=spec.scope, tool=step.tool, paths=paths,
                                arguments=dict(spec.arguments),
                                max_risk=step.risk if effect == "allow" else Risk.READ_ONLY)
-        if not covers(candidate, tool, step.tool, step.arguments):
+        if not covers(candidate, step.tool, step.arguments, done):
             left_out.append(f"{label}: not matched by the patterns given")
             continue
         key = canonical_json(candidate.model_dump(mode="json", exclude={"max_risk"}))
@@ -296,21 +304,38 @@ def for_plan(steps: Iterable[PlanStep], autonomy: Any, spec: GrantSpec, effect: 
 
 
 def expiry(spec: GrantSpec, given: datetime) -> str | None:
+    """When a grant given at `given` ends (None: with its run). A lifetime that is not above 0 and at most a year is
+    a GrantError (never an OverflowError from a date past the calendar), so the grant is not given."""
     seconds = spec.expires_in if spec.expires_in is not None else (
         SESSION_HOURS * 3600 if spec.scope == "session" else None)
-    return None if seconds is None else (given + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+    if seconds is None:
+        return None
+    if not 0 < seconds <= MAX_GRANT_SECONDS:  # (nan fails this too)
+        raise GrantError(f"a grant lasts more than 0 s and at most {MAX_GRANT_DAYS} days, not {seconds!r} s; the "
+                         "grant was not given: give a shorter duration")
+    try:
+        return (given + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+    except (OverflowError, ValueError) as exc:
+        raise GrantError(f"a grant given at {given} for {seconds:.0f} s would end after the last date a clock can "
+                         "hold; the grant was not given") from exc
 
 
 # ------------------------------------------------------------------------------------------------ reading
 
 
 def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
-    """Grants by id, folded from `grant_given` / `grant_revoked` events (any order of chains)."""
+    """Grants by id, folded from `grant_given` / `grant_revoked` events (any order of chains).
+
+    Grant events are immutable: the first `grant_given` of an id is the grant, and a later one with the same id (a
+    copy appended to extend or widen it) is ignored (`duplicated` names them for `nbagent verify`). A revoke or the
+    expiry ends a grant; nothing extends it."""
     grants: dict[str, Grant] = {}
     revoked: dict[str, tuple[str, str]] = {}
     for e in events:
         p: Any = e.payload
         if e.type == "grant_given":
+            if p.grant_id in grants:
+                continue
             grants[p.grant_id] = Grant(
                 grant_id=p.grant_id, effect=p.effect, scope=p.scope, tool=p.tool, paths=p.paths,
                 arguments=p.arguments, max_risk=p.max_risk, by=p.by, given_at=e.ts, expires_at=p.expires_at,
@@ -332,23 +357,17 @@ def session_grants(store: Store, session_id: str) -> dict[str, Grant]:
 
 
 def vouched(store: Store, grant: Grant) -> bool:
-    """A grant the log backs: its run is of its session, and the decision that gave it lists it with these very
-    terms (a replay's pinned grant: given at its own run's start, by the recording). A `grant_given` appended or
-    edited by hand, with no decision behind it, answers nothing."""
-    try:
-        state = store.run_state(grant.run_id or "")
-    except Exception:
-        return False
-    if state.session_id != grant.session_id:
-        return False
-    if grant.plan_id is None:
-        return grant.pinned and grant.scope == "run" and grant.root_run_id == grant.run_id \
-            and grant.by.startswith("recorded:")
-    kind = "approved" if grant.effect == "allow" else "rejected"
-    text = covers_text(grant)
-    return any(d.plan_id == grant.plan_id and d.kind == kind and any(
-        g.get("grant_id") == grant.grant_id and g.get("covers") == text and g.get("scope") == grant.scope
-        for g in d.grants) for d in state.decisions)
+    """A grant the log backs, with these very terms; a `grant_given` appended or edited by hand answers nothing.
+
+    Backed means: its run is of its session, `root_run_id` is the root of that run's tree, and either the decision
+    that gave it (`plan_approved` / `plan_rejected` of its plan, by the same person) lists it with the same id,
+    scope, effect, covers text and expiry, or, for a replay's standing grant (pinned, no plan), the run's
+    `context_assembled` lists it (id, covers, by) among the grants it starts with; and the session's chain and that
+    run's chain verify up to their checkpoints (`store.integrity.chain_sound`: nothing edited, removed, or cut off
+    the end, such as a revoke). Only the runtime writes those events, so a line appended to the session's chain
+    cannot vouch for itself. `unbacked` says which rule failed.
+    """
+    return unbacked(store, grant) is None
 
 
 def applicable(grants: Iterable[Grant], *, root_run_id: str, session_id: str, session_wide: bool,
@@ -357,25 +376,37 @@ def applicable(grants: Iterable[Grant], *, root_run_id: str, session_id: str, se
     may be asked in this run; a headless policy or a replay brings its own answers)."""
     out = []
     for g in grants:
-        if not g.active(at) or g.session_id != session_id:
+        if not _active(g, at) or g.session_id != session_id:
             continue
         if g.root_run_id == root_run_id or (g.scope == "session" and session_wide):
             out.append(g)
     return out
 
 
-def answering(grants: Iterable[Grant], tool: Tool | None, name: str, arguments: Mapping[str, Any], risk: Risk,
+def answering(grants: Iterable[Grant], name: str, arguments: Mapping[str, Any], effect: Effect, risk: Risk,
               risk_reason: str | None) -> Grant | None:
-    """The grant that answers this call: a matching rejection first (a no is never overruled by a yes), then
-    an allow grant that covers it; None when the person must be asked."""
+    """The grant that answers this call, as resolved (`effect`): a matching rejection first (a no is never
+    overruled by a yes), then an allow grant that covers it; None when the person must be asked."""
     grants = list(grants)
     for g in grants:
-        if rejects(g, tool, name, arguments):
+        if rejects(g, name, arguments, effect):
             return g
     for g in grants:
-        if allows(g, tool, name, arguments, risk, risk_reason):
+        if allows(g, name, arguments, effect, risk, risk_reason):
             return g
     return None
+
+
+def step_effect(step: PlanStep, tools: Mapping[str, Tool]) -> Effect:
+    """A plan step's effect as it was resolved when planned; for a step from an older log, its path arguments
+    as written (the tool's own reading of them)."""
+    if step.effect is not None:
+        return step.effect
+    from .effects import Effect, Target
+
+    tool = tools.get(step.tool)
+    found = tool.paths(step.arguments) if tool is not None else []
+    return Effect(targets=[Target(op="write", written=v, path=normal_path(v), arg=w) for w, v in found])
 
 
 def all_grants(store: Store) -> list[Grant]:
@@ -421,7 +452,12 @@ def grants_table(store: Store, *, everything: bool = False) -> str:
     rows = []
     uses = _uses(store)
     for g in all_grants(store):
-        state = g.status(at, run_ended=_run_ended(store, g.root_run_id))
+        try:
+            state = g.status(at, run_ended=_run_ended(store, g.root_run_id))
+        except (TypeError, ValueError):
+            state = f"unreadable expiry {g.expires_at!r}"
+        if state.startswith("active") and not vouched(store, g):
+            state = "ignored: no decision backs it (see nbagent verify)"
         if not everything and not state.startswith("active"):
             continue
         rows.append((g.grant_id, g.effect, "run " + (g.root_run_id or "")[:12] if g.scope == "run" else "session",
@@ -443,10 +479,113 @@ def revoke(store: Store, grant_id: str, *, by: str = "user", reason: str = "") -
     if g.revoked_at is not None:
         raise GrantError(f"grant {g.grant_id} was already revoked at {_hm(g.revoked_at)} by {g.revoked_by}; "
                          "nothing changed")
-    if not g.active(at):
+    if not _active(g, at):
         raise GrantError(f"grant {g.grant_id} expired at {_hm(g.expires_at or '')}; nothing to revoke")
     if g.scope == "run" and _run_ended(store, g.root_run_id):
         raise GrantError(f"grant {g.grant_id} ended with its run {g.root_run_id}; nothing to revoke")
     store.append(GrantRevoked(grant_id=g.grant_id, by=by, reason=reason), session_id=g.session_id)
     return (f"revoked grant {g.grant_id} ({covers_text(g)}, {'for its run' if g.scope == 'run' else 'for the session'})"
             ": later calls it covered will ask again")
+
+
+# ------------------------------------------------------------------------------------------------ backing
+
+MAX_GRANT_DAYS = 365  # the longest a grant may last (`parse_duration`, `expiry`): a year, not forever
+MAX_GRANT_SECONDS = MAX_GRANT_DAYS * 86400.0
+
+
+def duplicated(events: Iterable[EventBase]) -> list[EventBase]:
+    """The `grant_given` events `from_events` ignores: a later one with the id of an earlier grant (a copy)."""
+    seen: set[str] = set()
+    out = []
+    for e in events:
+        if e.type == "grant_given":
+            gid = getattr(e.payload, "grant_id", None)
+            if gid in seen:
+                out.append(e)
+            elif isinstance(gid, str):
+                seen.add(gid)
+    return out
+
+
+def _same_terms(entry: Any, grant: Grant, text: str) -> bool:
+    """A decision's `grants` entry that gave this grant: same id, scope, covers text, effect and expiry (an entry
+    from an older log, without `effect` or `expires_at`, is compared on what it holds)."""
+    if not isinstance(entry, dict):
+        return False
+    if entry.get("grant_id") != grant.grant_id or entry.get("covers") != text or entry.get("scope") != grant.scope:
+        return False
+    return all(entry[k] == getattr(grant, k) for k in ("effect", "expires_at") if k in entry)
+
+
+def _listed_at_start(store: Store, grant: Grant, text: str) -> bool:
+    """A replay's standing grant: its run's `context_assembled` lists it (id, covers, by) among those it starts
+    with. Logs written before that list existed back none."""
+    for e in store.query_events(run_id=grant.run_id or "", types="context_assembled"):
+        listed = getattr(e.payload, "grants", None)
+        if isinstance(listed, list) and any(
+                isinstance(g, dict) and g.get("grant_id") == grant.grant_id and g.get("covers") == text
+                and g.get("by") == grant.by for g in listed):
+            return True
+    return False
+
+
+def _root_of(store: Store, state: Any) -> str | None:
+    """The root of a run's tree (following `parent_run_id`); None when the tree is not whole in the log."""
+    seen = {state.run_id}
+    while state.parent_run_id is not None:
+        parent = state.parent_run_id
+        if parent in seen:
+            return None
+        try:
+            state = store.run_state(parent)
+        except Exception:
+            return None
+        if state.run_id != parent:
+            return None
+        seen.add(parent)
+    return state.run_id
+
+
+def _active(grant: Grant, at: datetime) -> bool:
+    """`Grant.active`, with an expiry that is not a date (or has no time zone) ending the grant, never raising."""
+    try:
+        return grant.active(at)
+    except (TypeError, ValueError):
+        return False
+
+
+def unbacked(store: Store, grant: Grant) -> str | None:
+    """Why the log does not back this grant (`vouched`), in words for `nbagent verify`; None when it does."""
+    try:
+        state = store.run_state(grant.run_id or "")
+    except Exception:
+        return f"its run {grant.run_id!r} is not in the log"
+    if state.run_id != grant.run_id:  # (a run id prefix resolves to a run: only the exact id counts)
+        return f"its run {grant.run_id!r} is not in the log"
+    if state.session_id != grant.session_id:
+        return f"its run {grant.run_id} is of another session ({state.session_id})"
+    root = _root_of(store, state)
+    if grant.root_run_id != root:
+        return f"its root_run_id {grant.root_run_id} is not the root of its run's tree ({root})"
+    from .store.integrity import chain_sound
+
+    if not chain_sound(store, f"session:{grant.session_id}"):
+        return UNSOUND_SESSION
+    text = covers_text(grant)
+    if grant.plan_id is None:
+        if not (grant.pinned and grant.scope == "run" and _listed_at_start(store, grant, text)):
+            return ("it names no plan, and its run's context_assembled does not list it among the grants a replay "
+                    "starts with")
+    elif not any(d.plan_id == grant.plan_id and d.kind == ("approved" if grant.effect == "allow" else "rejected")
+                 and d.by == grant.by and any(_same_terms(entry, grant, text) for entry in d.grants)
+                 for d in state.decisions):
+        kind = "approved" if grant.effect == "allow" else "rejected"
+        return (f"no plan_{kind} of plan {grant.plan_id} by {grant.by} in run {grant.run_id} gives it with these "
+                "terms (id, scope, effect, covers, expiry)")
+    return UNSOUND_RUN if not chain_sound(store, grant.run_id or "") else None
+
+
+# why a grant is not backed when a chain it depends on does not verify (`nbagent verify` names the chain itself)
+UNSOUND_SESSION = "its session's chain does not verify (an event edited, removed or replaced)"
+UNSOUND_RUN = "the chain of the run that gave it does not verify (an event edited, removed or replaced)"
