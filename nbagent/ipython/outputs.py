@@ -112,21 +112,29 @@ def read_image(mime: str, value: Any) -> CapturedImage | None:
     if isinstance(value, list | tuple) and value:  # (data, metadata) from some _repr_png_
         value = value[0]
     if isinstance(value, bytes | bytearray | memoryview):
+        if isinstance(value, memoryview) and (value.ndim != 1 or value.format != "B"):
+            value = value.cast("B") if value.c_contiguous else memoryview(value.tobytes())
+        size = value.nbytes if isinstance(value, memoryview) else len(value)
+        if size > MAX_IMAGE_BYTES:  # described from its first bytes: never copied whole
+            return CapturedImage(mime, size, *image_dimensions(mime, bytes(value[:65536])), why_not=TOO_BIG)
         raw = bytes(value)
-        if len(raw) > MAX_IMAGE_BYTES:
-            return CapturedImage(mime, len(raw), *image_dimensions(mime, raw[:65536]), why_not=TOO_BIG)
         return CapturedImage(mime, len(raw), *image_dimensions(mime, raw[:65536]), data=raw)
     if isinstance(value, str):
-        text = value.strip()
-        size = len(text) * 3 // 4 - text[-2:].count("=")
+        start, end = 0, len(value)  # the base64 text without surrounding whitespace, found without copying it
+        while start < end and value[start].isspace():
+            start += 1
+        while end > start and value[end - 1].isspace():
+            end -= 1
+        size = (end - start) * 3 // 4 - value[max(start, end - 2):end].count("=")
+        first = value[start:min(end, start + 87384)]
         try:
-            head = base64.b64decode(text[:87384] + "=" * (-len(text[:87384]) % 4))  # about 64 KB of the start
+            head = base64.b64decode(first + "=" * (-len(first) % 4))  # about 64 KB of the start
         except (binascii.Error, ValueError):
             return CapturedImage(mime, size, why_not=UNREADABLE)
         if size > MAX_IMAGE_BYTES:
             return CapturedImage(mime, size, *image_dimensions(mime, head), why_not=TOO_BIG)
         try:
-            raw = base64.b64decode(text, validate=False)
+            raw = base64.b64decode(value[start:end], validate=False)
         except (binascii.Error, ValueError):
             return CapturedImage(mime, size, *image_dimensions(mime, head), why_not=UNREADABLE)
         return CapturedImage(mime, len(raw), *image_dimensions(mime, raw[:65536]), data=raw)
@@ -143,12 +151,17 @@ def capture(kind: str, data: Any) -> CapturedOutput | None:
             if out.image is not None:
                 break
     text = data.get("text/plain")
-    if isinstance(text, list):
-        text = "".join(str(t) for t in text)
-    if isinstance(text, str):
-        out.text = text[:MAX_TEXT]
-        if len(text) > MAX_TEXT:
-            out.text_truncated = f"{len(text):,} characters; the first {MAX_TEXT:,} shown"
+    pieces = [str(t) for t in text] if isinstance(text, list) else [text] if isinstance(text, str) else None
+    if pieces is not None:  # only the first MAX_TEXT characters are ever joined
+        total, kept, head = sum(len(p) for p in pieces), 0, []
+        for p in pieces:
+            if kept >= MAX_TEXT:
+                break
+            head.append(p[:MAX_TEXT - kept])
+            kept += len(head[-1])
+        out.text = "".join(head)
+        if total > MAX_TEXT:
+            out.text_truncated = f"{total:,} characters; the first {MAX_TEXT:,} shown"
     return out
 
 

@@ -73,19 +73,27 @@ class Notebook:
                    results=results if isinstance(results, dict) else {},
                    printed=printed if isinstance(printed, dict) else {}, captured=captured, last_error=last_error)
 
-    def printed_text(self, n: int) -> str:
-        parts = []
+    def printed_text(self, n: int, limit: int = MAX_TEXT) -> tuple[str, int]:
+        """(the first `limit` characters cell [n] printed, how many it printed): a cell that printed 25 MB is not
+        joined into one string to show 2,000 characters of it."""
+        parts: list[str] = []
+        kept = total = 0
         for out in self.printed.get(n) or ():
             if getattr(out, "output_type", "") in ("out_stream", "err_stream"):
-                parts.extend(str(s) for s in (getattr(out, "bundle", {}) or {}).get("stream", []))
-        return "".join(parts)
+                for piece in (getattr(out, "bundle", {}) or {}).get("stream", []):
+                    text = piece if isinstance(piece, str) else str(piece)
+                    total += len(text)
+                    if kept < limit:
+                        parts.append(text[:limit - kept])
+                        kept += len(parts[-1])
+        return "".join(parts), total
 
     def has_output(self, n: int) -> bool:
         cell = self.captured.cell(n) if self.captured is not None else None
-        return n in self.results or bool(cell and cell.outputs) or bool(self.printed_text(n))
+        return n in self.results or bool(cell and cell.outputs) or self.printed_text(n, 1)[1] > 0
 
     def with_output(self) -> list[int]:
-        counts = set(self.results) | {n for n in self.printed if self.printed_text(n)}
+        counts = set(self.results) | {n for n in self.printed if self.printed_text(n, 1)[1] > 0}
         if self.captured is not None:
             counts |= {n for n, c in self.captured.cells.items() if c.outputs}
         return sorted(n for n in counts if isinstance(n, int) and 0 < n < self.current)
@@ -242,9 +250,9 @@ def _out_parts(n: int, nb: Notebook) -> list[Any]:
     parts: list[Any] = []
     if n in nb.results:
         lines.append("returned: " + json.dumps(summarize(nb.results[n]), ensure_ascii=False, default=str))
-    printed = nb.printed_text(n)
-    if printed:
-        text, note = _clip(printed, MAX_TEXT)
+    text, total = nb.printed_text(n, MAX_TEXT)
+    if total:
+        note = f"\n[… clipped: {total:,} characters, the first {MAX_TEXT:,} shown]" if total > len(text) else ""
         lines.append("printed:\n" + _fence(text) + note)
     cell = nb.captured.cell(n) if nb.captured is not None else None
     for out in cell.outputs if cell is not None else []:

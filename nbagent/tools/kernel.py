@@ -13,11 +13,15 @@ pandas, numpy, polars or xarray objects are described without importing any of t
 
 from __future__ import annotations
 
+import array
 import ast
 import asyncio
+import collections
 import contextlib
 import ctypes
 import io
+import itertools
+import reprlib
 import sys
 import threading
 import traceback
@@ -37,6 +41,92 @@ def _clip(text: str, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit], True)
 
 
+_CONTAINERS: tuple[tuple[type, str], ...] = ((dict, "dict"), (list, "list"), (tuple, "tuple"), (set, "set"),
+                                             (frozenset, "frozenset"), (collections.deque, "deque"),
+                                             (array.array, "array"))
+
+
+class _Bounded(reprlib.Repr):
+    """reprlib's repr, bounded before anything is built: strings sliced, containers cut at 20 items and 4 levels, and
+    no more leaves once `limit` characters are written (what is shown is cut there anyway). Also for what reprlib
+    would repr whole: bytes, bytearrays and memoryviews, subclasses of str and of the containers. `cut` says
+    whether anything was left out. Other objects keep their own repr (numpy's and pandas' are bounded), cut."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.fillvalue = "…"  # what was left out, as a clipped text ends (reprlib counts 3 characters for it: +2)
+        self.maxstring = self.maxlong = self.maxother = limit + 2
+        self.budget = limit
+        self.maxtuple = self.maxlist = self.maxarray = self.maxdict = self.maxset = self.maxfrozenset = 20
+        self.maxdeque = 20
+        self.maxlevel = 4
+        self.cut = False
+
+    def repr1(self, x: Any, level: int) -> str:
+        if self.budget <= 0:
+            self.cut = True
+            return self.fillvalue
+        if isinstance(x, memoryview):
+            text = self._memoryview(x, level)
+        elif isinstance(x, str | bytes | bytearray):
+            text = self.repr_str(x, level)  # slices first; works as well for bytes (reprlib has no repr_bytes)
+            self.cut |= len(x) > self.maxstring or text != repr(x)
+        else:
+            if isinstance(x, tuple) and isinstance(getattr(type(x), "_fields", None), tuple) and level > 0:
+                self.cut |= len(x) > self.maxtuple  # a named tuple: Point(x=1, y=2), its fields bounded
+                fields = itertools.islice(zip(type(x)._fields, x, strict=False), self.maxtuple)
+                return f"{type(x).__name__}({', '.join(f'{f}={self.repr1(v, level - 1)}' for f, v in fields)})"
+            for kind, name in _CONTAINERS:
+                if isinstance(x, kind):
+                    self.cut |= len(x) > self.maxlist or (level <= 0 and len(x) > 0)
+                    text = getattr(self, "repr_" + name)(x, level)
+                    return text if type(x) is kind else f"{type(x).__name__}({text})"
+            try:
+                text = super().repr1(x, level)
+            except Exception as exc:  # an int over Python's digit limit, a __repr__ that raises
+                text = f"<{type(x).__name__}: repr failed: {type(exc).__name__}>"
+            self.cut |= len(text) >= self.maxother and self.fillvalue in text
+        self.budget -= len(text)
+        return text
+
+    def _memoryview(self, x: memoryview, level: int) -> str:
+        try:
+            flat = x.cast("B") if x.c_contiguous else None
+        except (TypeError, ValueError):
+            flat = None
+        if flat is None:
+            return repr(x)
+        head = flat[:self.maxstring + 1].tobytes()  # the slice is a view: only these bytes are copied
+        self.cut |= flat.nbytes > self.maxstring
+        return f"memoryview({self.repr_str(head, level)})"
+
+    def repr_dict(self, x: Any, level: int) -> str:  # reprlib sorts every key first: a sample of the first
+        return super().repr_dict(dict(itertools.islice(x.items(), self.maxdict + 1)), level)
+
+    def repr_set(self, x: Any, level: int) -> str:
+        return super().repr_set(set(itertools.islice(x, self.maxset + 1)), level)
+
+    def repr_frozenset(self, x: Any, level: int) -> str:
+        return super().repr_frozenset(frozenset(itertools.islice(x, self.maxfrozenset + 1)), level)
+
+
+def _repr_length(value: str | bytes | bytearray) -> int:
+    """len(repr(value)), counted a chunk at a time, never building the whole repr. A chunk is quoted as the whole
+    is, except one holding ' and no " in a whole that holds both: the whole escapes each of its ' (as a bytearray's
+    repr always does)."""
+    single, double = ("'", '"') if isinstance(value, str) else (b"'", b'"')
+    both = isinstance(value, bytearray) or (single in value and double in value)
+    total = 14 if isinstance(value, bytearray) else 2 if isinstance(value, str) else 3  # bytearray(b''), '', b''
+    step = 1 << 16
+    for at in range(0, len(value), step):
+        chunk = value[at:at + step]
+        chunk = bytes(chunk) if isinstance(chunk, bytearray) else chunk
+        total += len(repr(chunk)) - (2 if isinstance(chunk, str) else 3)
+        if both and single in chunk and double not in chunk:
+            total += chunk.count(single)
+    return total
+
+
 def _size(value: Any) -> int | None:
     for attr in ("nbytes",):
         n = getattr(value, attr, None)
@@ -53,7 +143,8 @@ def _size(value: Any) -> int | None:
 
 
 def summarize(value: Any, *, head_rows: int = 5, max_repr: int = MAX_REPR) -> dict[str, Any]:
-    """A compact, bounded description of any object: never the whole thing."""
+    """A compact, bounded description of any object: never the whole thing, and never a representation much larger
+    than what it shows (a 25 MB bytes object is not turned into a 100 MB repr to show 2,000 characters of it)."""
     out: dict[str, Any] = {"type": f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")}
     shape = getattr(value, "shape", None)
     if isinstance(shape, tuple):
@@ -61,10 +152,10 @@ def summarize(value: Any, *, head_rows: int = 5, max_repr: int = MAX_REPR) -> di
     dtypes = getattr(value, "dtypes", None)
     if dtypes is not None and hasattr(dtypes, "items"):
         with contextlib.suppress(Exception):
-            items = list(dtypes.items())
+            items = list(itertools.islice(dtypes.items(), 51))
             out["dtypes"] = {str(k): str(v) for k, v in items[:50]}
             if len(items) > 50:
-                out["dtypes_truncated"] = f"{len(items)} columns; the first 50 shown"
+                out["dtypes_truncated"] = f"{len(dtypes)} columns; the first 50 shown"
     elif getattr(value, "dtype", None) is not None:
         out["dtype"] = str(value.dtype)
     size = _size(value)
@@ -75,43 +166,67 @@ def summarize(value: Any, *, head_rows: int = 5, max_repr: int = MAX_REPR) -> di
     head = getattr(value, "head", None)
     if callable(head) and shape is not None:
         with contextlib.suppress(Exception):
-            text = head(head_rows).to_string() if hasattr(head(head_rows), "to_string") else repr(head(head_rows))
+            rows = head(head_rows)
+            if hasattr(rows, "to_string"):
+                try:  # pandas' own bounds (to_string shows every column, each cell whole, unless told)
+                    text = rows.to_string(max_cols=20, max_colwidth=50)
+                except TypeError:
+                    text = rows.to_string()
+            else:
+                text = repr(rows)
             out["head"], cut = _clip(text, max_repr)
             if cut:
                 out["head_truncated"] = True
             return out
     if isinstance(value, dict):
-        keys = list(value)[:20]
-        preview = {_safe_repr(k): _short_repr(value[k]) for k in keys}
-        out["items"] = preview
+        pairs = [(_short_repr(k), _short_repr(value[k])) for k in itertools.islice(value, 20)]
+        out["items"] = {k: v for (k, _), (v, _) in pairs}
+        if any(cut for pair in pairs for _, cut in pair):
+            out["items_shortened"] = "long keys or values are cut ('…')"
         if len(value) > 20:
             out["items_truncated"] = f"{len(value)} keys; the first 20 shown"
         return out
     if isinstance(value, list | tuple) and len(value) > 20:
-        out["repr"] = _safe_repr(value[:20])[:max_repr]
+        out["repr"] = _safe_repr(value[:20], max_repr)[:max_repr]
         out["repr_truncated"] = f"{len(value)} items; the first 20 shown"
         return out
-    text = _safe_repr(value)
+    if isinstance(value, str | bytes | bytearray | memoryview) or any(isinstance(value, k) for k, _ in _CONTAINERS):
+        bounded = _Bounded(max_repr)
+        text = _safe_repr(value, max_repr, bounded)
+        out["repr"], clipped = _clip(text, max_repr)
+        if isinstance(value, str | bytes | bytearray) and (bounded.cut or clipped):
+            shown = "its start and its end" if bounded.cut else "the start"
+            out["repr_truncated"] = f"{_repr_length(value):,} characters; {len(out['repr']):,} shown ({shown})"
+        elif bounded.cut or clipped:
+            out["repr_truncated"] = (f"cut where long ({bounded.fillvalue!r}: strings, past 20 items or 4 levels); "
+                                     f"{len(out['repr']):,} characters shown")
+        return out
+    text = _safe_repr(value)  # the object's own repr (numpy's and pandas' are bounded)
     out["repr"], cut = _clip(text, max_repr)
     if cut:
         out["repr_truncated"] = f"{len(text):,} characters; the first {max_repr:,} shown"
     return out
 
 
-def _safe_repr(value: Any) -> str:
-    """repr() of the user's object, whose __repr__ may raise: then a line that says so, never a traceback."""
+def _safe_repr(value: Any, limit: int | None = None, bounded: _Bounded | None = None) -> str:
+    """repr() of the user's object, whose __repr__ may raise: then a line that says so, never a traceback. With a
+    `limit`, reprlib's bounded repr (`_Bounded`): strings, bytes and containers are cut before anything is built."""
     try:
-        return repr(value)
+        if limit is None and bounded is None:
+            return repr(value)
+        return (bounded or _Bounded(limit or MAX_REPR)).repr(value)
     except Exception as exc:
         return f"<{type(value).__name__}: repr failed: {type(exc).__name__}: {str(exc)[:200]}>"
 
 
-def _short_repr(value: Any, limit: int = 120) -> str:
+def _short_repr(value: Any, limit: int = 120) -> tuple[str, bool]:
+    """(a repr of at most `limit` characters, whether anything was left out)."""
     shape = getattr(value, "shape", None)
     if isinstance(shape, tuple):
-        return f"<{type(value).__name__} shape={shape}>"
-    text = _safe_repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        return f"<{type(value).__name__} shape={shape}>", False
+    bounded = _Bounded(limit)
+    text = _safe_repr(value, limit, bounded)
+    return (text, bounded.cut) if len(text) <= limit else (text[: limit - 1] + "…", True)
 
 
 def _visible(name: str, value: Any) -> bool:
