@@ -298,6 +298,18 @@ class GrantRevoked(Payload):
     reason: str = ""
 
 
+class McpServerTrusted(Payload):
+    """A person's (or `--approve all`'s) yes to starting one MCP server entry read from a file (docs/mcp.md); in the
+    session's chain. It covers that server, that file and that entry (`digest`): an edited entry asks again."""
+
+    event_type = "mcp_server_trusted"
+    server: str
+    source: str  # the file the entry came from (absolute)
+    digest: str  # sha256 of the entry's canonical JSON (nbagent.mcp.entry_digest)
+    command: str = ""  # what it runs, as shown when it was trusted (redacted)
+    by: str = "user"
+
+
 class HumanInputRequested(Payload):
     event_type = "human_input_requested"
     request_id: str
@@ -355,7 +367,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         Thinking, PlanningStarted, PlanProposed, WaitingForApproval, PlanApproved, PlanRejected, PlanRefined,
         ExecutionStarted, ToolCallStarted, ToolCallCompleted, ToolCallFailed, AuthorizationDenied,
         HumanInputRequested, HumanInputReceived, ChildRunStarted, AnswerReady, Completed, CompletedWithErrors,
-        Interrupted, Error, GrantGiven, GrantRevoked,
+        Interrupted, Error, GrantGiven, GrantRevoked, McpServerTrusted,
     )
 }
 
@@ -364,7 +376,7 @@ PAYLOADS: dict[str, type[Payload]] = {
 CHECKPOINT_TYPES = frozenset({
     "run_started", "run_resumed", "run_superseded", "waiting_for_approval", "plan_approved", "plan_rejected",
     "plan_refined", "human_input_requested", "human_input_received", "answer_ready", "completed",
-    "completed_with_errors", "interrupted", "error", "grant_given", "grant_revoked",
+    "completed_with_errors", "interrupted", "error", "grant_given", "grant_revoked", "mcp_server_trusted",
 })
 
 TERMINAL_TYPES = frozenset({"completed", "completed_with_errors", "interrupted", "error"})

@@ -12,6 +12,10 @@ WRITE_LOW_RISK, anything else WRITE_HIGH_RISK) unless the server's `risk` map na
 tools like any other (autonomy table, approvals, authorization, budgets, redaction, log): nothing here decides
 whether a call may run.
 
+In a notebook, a server whose entry comes from a file starts only once a person trusted that exact entry
+(`notebook_toolset(trusted=...)`, the trust itself is recorded by nbagent/ipython/trust.py); inline JSON and
+`tools(...)` in Python are the caller's own words and start as given.
+
 Servers start once per process, lazily (when their tools are first listed), and stop with the process. Their
 sessions live on one background thread with its own event loop, so a server that hangs never blocks the
 caller's loop; each call waits at most the server's `timeout` (30 s by default) and then is a `ToolError` the
@@ -113,11 +117,14 @@ class Loaded(BaseModel):
 
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     sources: dict[str, str] = Field(default_factory=dict)  # server name -> where it was configured
+    # server name -> the file its entry was read from; absent for inline JSON and dicts (the caller's own words)
+    files: dict[str, str] = Field(default_factory=dict)
     problems: list[str] = Field(default_factory=list)
 
 
-def parse(data: Any, source: str, loaded: Loaded | None = None) -> Loaded:
-    """Add the servers of one `{"mcpServers": {...}}` document to `loaded`; a bad entry is a problem line."""
+def parse(data: Any, source: str, loaded: Loaded | None = None, file: str | None = None) -> Loaded:
+    """Add the servers of one `{"mcpServers": {...}}` document to `loaded`; a bad entry is a problem line.
+    `file`: the file the document was read from (its servers then need a person's trust in a notebook)."""
     loaded = loaded or Loaded()
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", data.get("servers")), dict):
         loaded.problems.append(f"MCP config {source}: expected a JSON object with an \"mcpServers\" object")
@@ -132,6 +139,10 @@ def parse(data: Any, source: str, loaded: Loaded | None = None) -> Loaded:
             continue
         loaded.servers[name] = server  # a later source replaces an earlier entry of the same name
         loaded.sources[name] = source
+        if file is not None:
+            loaded.files[name] = file
+        else:
+            loaded.files.pop(name, None)
     return loaded
 
 
@@ -164,7 +175,7 @@ def read(source: str | Path | dict[str, Any], folder: Path | None = None, loaded
         loaded.problems.append(f"MCP config {where}: not valid JSON: {exc.msg} at line {exc.lineno}, "
                                f"column {exc.colno}")
         return loaded
-    return parse(data, where, loaded)
+    return parse(data, where, loaded, file=None if text_source.startswith("{") else where)
 
 
 def load_config(path: str | Path) -> dict[str, ServerConfig]:
@@ -173,6 +184,45 @@ def load_config(path: str | Path) -> dict[str, ServerConfig]:
     if loaded.problems:
         raise MCPConfigError("\n".join(loaded.problems))
     return loaded.servers
+
+
+# ---------------------------------------------------------------------------------------------------- trust
+
+
+class Entry(BaseModel):
+    """A server entry read from a file, as a person is asked to trust it: starting it runs `command`."""
+
+    name: str
+    source: str  # the file
+    digest: str  # entry_digest: what a trust covers
+    command: str  # what_it_runs
+
+
+def entry_digest(config: ServerConfig) -> str:
+    """sha256 of the entry's canonical JSON (every key nbagent acts on): what a person's trust covers, so an
+    edited entry (another argument, another env value, another risk) is asked about again."""
+    import hashlib
+
+    from .events import canonical_json
+
+    return hashlib.sha256(canonical_json(config.model_dump(mode="json")).encode("utf-8")).hexdigest()
+
+
+def what_it_runs(config: ServerConfig) -> str:
+    """What starting the server does, as shown to the person asked to trust it: the command line with its
+    environment and folder (`K=V command args (in sub/)`), or the URL without `user:password@`."""
+    import shlex
+
+    if config.url:
+        return f"a connection to {_no_userinfo(config.url)}"
+    words = [f"{k}={v}" for k, v in config.env.items()] + [config.command or "", *config.args]
+    return shlex.join(words) + (f" (in {config.cwd})" if config.cwd else "")
+
+
+def needs_trust(loaded: Loaded) -> list[Entry]:
+    """The enabled servers whose entry came from a file: in a notebook each starts only once trusted."""
+    return [Entry(name=name, source=loaded.files[name], digest=entry_digest(config), command=what_it_runs(config))
+            for name, config in loaded.servers.items() if name in loaded.files and not config.disabled]
 
 
 # ---------------------------------------------------------------------------------------------------- risk
@@ -670,6 +720,7 @@ class Toolset(BaseModel):
 
     tools: list[Any] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
+    untrusted: list[Entry] = Field(default_factory=list)  # servers from files left out: nobody trusted the entry
 
 
 def toolset(loaded: Loaded, folder: Path | None = None, taken: Iterable[str] = ()) -> Toolset:
@@ -738,7 +789,9 @@ def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = Non
         agent = Agent(model=..., tools=[*nbagent.mcp.tools("mcp.json"), my_tool])
 
     Each problem (a file that is not JSON, a server that does not start, a name collision) is one line given to
-    `on_problem` (default: printed to stderr); the tools that could be made are returned either way."""
+    `on_problem` (default: printed to stderr); the tools that could be made are returned either way. The servers
+    start without the trust step a notebook asks for (`notebook_toolset`): naming a file here is the caller's own
+    choice, so read a file that came with someone else's repository before passing it."""
     base = Path(folder) if folder is not None else Path.cwd()
     loaded = Loaded()
     for s in sources:
@@ -750,8 +803,8 @@ def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = Non
     return list(result.tools)
 
 
-def notebook_toolset(folder: Path, setting: str | None = None, taken: Iterable[str] = ()) -> Toolset:
-    """What a notebook uses: `mcp.json` beside it, then the `mcp` setting (a file or inline JSON: the cell's
+def notebook_config(folder: Path, setting: str | None = None) -> Loaded:
+    """What a notebook configures: `mcp.json` beside it, then the `mcp` setting (a file or inline JSON: the cell's
     `--mcp`, `%agent config mcp=`, `NbAgent.mcp`, `NBAGENT_MCP`), whose servers replace those of the same name."""
     loaded = Loaded()
     beside = folder / "mcp.json"
@@ -759,9 +812,21 @@ def notebook_toolset(folder: Path, setting: str | None = None, taken: Iterable[s
         read(beside, folder, loaded)
     if setting:
         read(setting, folder, loaded, label="the mcp setting (inline JSON)")
-    if not loaded.servers and not loaded.problems:
-        return Toolset()
-    return toolset(loaded, folder, taken)
+    return loaded
+
+
+def notebook_toolset(folder: Path, setting: str | None = None, taken: Iterable[str] = (),
+                     trusted: Callable[[Entry], bool] | None = None) -> Toolset:
+    """The tools of what a notebook configures (`notebook_config`). A server whose entry came from a file (a
+    cloned repository's mcp.json) starts only when `trusted(entry)` says a person trusted that very entry; the
+    others are left out, listed in `untrusted`, and nothing of theirs runs. Inline JSON is the person's own words."""
+    loaded = notebook_config(folder, setting)
+    held = [e for e in needs_trust(loaded) if trusted is None or not trusted(e)]
+    for entry in held:
+        del loaded.servers[entry.name]
+    out = toolset(loaded, folder, taken) if loaded.servers or loaded.problems else Toolset()
+    out.untrusted = held
+    return out
 
 
 def shutdown() -> None:
@@ -784,5 +849,6 @@ def shutdown() -> None:
 
 atexit.register(shutdown)
 
-__all__ = ["MCPConfigError", "MCPTool", "Server", "ServerConfig", "Toolset", "annotation_risk", "convert_result",
-           "load_config", "notebook_toolset", "read", "shutdown", "tools", "toolset"]
+__all__ = ["Entry", "MCPConfigError", "MCPTool", "Server", "ServerConfig", "Toolset", "annotation_risk",
+           "convert_result", "entry_digest", "load_config", "needs_trust", "notebook_config", "notebook_toolset",
+           "read", "shutdown", "tools", "toolset", "what_it_runs"]

@@ -147,14 +147,16 @@ def test_nbagent_run_shows_and_saves_no_password_of_a_server_that_did_not_start(
     (tmp_path / "mcp.json").write_text(json.dumps(_config(tmp_path)))
     (tmp_path / "s.json").write_text(json.dumps({"turns": [{"content": "Nothing to do."}]}))
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in ["%load_ext nbagent", "%%agent --script s.json\nhello"]]
+    # a server from a file starts once a person trusted it (docs/mcp.md): the trust's line is redacted too
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in ["%load_ext nbagent", "%agent trust db",
+                                                           "%%agent --script s.json\nhello"]]
     nbformat.write(nb, tmp_path / "a.ipynb")
     exe = Path(sys.executable).with_name("nbagent")
     done = subprocess.run([str(exe), "run", "a.ipynb", "-o", "out.ipynb"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=400, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     saved = (tmp_path / "out.ipynb").read_text()
-    cell = nbformat.reads(saved, as_version=4).cells[1]
+    cell = nbformat.reads(saved, as_version=4).cells[2]
     text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
     line = next(x for x in text.splitlines() if "did not start" in x)
     assert line.startswith("nbagent: MCP server 'db'") and "cannot log in with" in line

@@ -369,9 +369,13 @@ class NotebookHost:
     def user_tools(self) -> list[Tool]:
         return [v for k, v in self.shell.user_ns.items() if isinstance(v, Tool) and not k.startswith("_")]
 
-    def all_tools(self, mcp: str | None = None) -> list[Tool]:
+    def all_tools(self, mcp: str | None = None, *, approve: str | None = None, session: str | None = None,
+                  cell_mcp: str | None = None, notes: bool = True) -> list[Tool]:
         """Built-in tools, the notebook's `@tool`s, then the MCP servers' tools: mcp.json beside the notebook and
-        `mcp` (the cell's --mcp, else the `mcp` setting); each MCP problem is one line on stderr (docs/mcp.md)."""
+        `mcp` (the cell's --mcp, else the `mcp` setting); each MCP problem is one line on stderr (docs/mcp.md).
+
+        A server from a file starts only if the log trusts its entry, or `approve` is "all" (trusted now, in
+        `session`'s chain); each other one is a line in the cell (`notes`) saying how to trust it (trust.py)."""
         from ..blobs import BlobStore
         from ..scope import Scope
         from ..tools.files import file_tools
@@ -384,11 +388,17 @@ class NotebookHost:
         names = {t.name for t in builtin}
         tools = builtin + [t for t in self.user_tools() if t.name not in names]
         from ..mcp import notebook_toolset
+        from . import trust
 
         setting = mcp if mcp is not None else self.settings()["mcp"][0]
-        found = notebook_toolset(self.folder, setting or None, taken={t.name for t in tools})
+        name = session or self.settings()["session"][0]
+        gate = trust.Gate(self.store, lambda: self.store.session(name, notebook=self.notebook.name), approve)
+        found = notebook_toolset(self.folder, setting or None, taken={t.name for t in tools}, trusted=gate)
         for line in found.problems:
             print(redact(f"nbagent: {line}"), file=sys.stderr)
+        if notes:
+            own = (cell_mcp, str(self._path(cell_mcp))) if cell_mcp and not cell_mcp.lstrip().startswith("{") else None
+            trust.show(found.untrusted, gate.trusts, approve, own)
         return tools + found.tools
 
     # ------------------------------------------------------------------ %%agent
@@ -441,7 +451,7 @@ class NotebookHost:
         if cfg["script"]:
             options["script"] = str(self._path(cfg["script"]))
         agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay,
-                                recorded_from=cell_runs[-1].id if cell_runs else None)
+                                recorded_from=cell_runs[-1].id if cell_runs else None, cell_mcp=args.mcp)
         from .references import for_model
 
         # images: parts for a model that takes them (a replay: as the recorded run's model did), else described
@@ -458,7 +468,7 @@ class NotebookHost:
         return p if p.is_absolute() else self.folder / p
 
     def make_agent(self, cfg: dict[str, Any], *, session_name: str, replay: str | None = None,
-                   recorded_from: str | None = None) -> RuntimeAgent:
+                   recorded_from: str | None = None, cell_mcp: str | None = None) -> RuntimeAgent:
         decider = self.decider_for(cfg.get("approve") or "", recorded_from)
         script = self._path(cfg["script"]) if cfg.get("script") and not replay else None
         model = cfg.get("model") or None
@@ -470,11 +480,15 @@ class NotebookHost:
                 raise UsageError("%%agent: " + NO_MODEL)
             model = found.model
         budget = Budget(max_steps=int(cfg.get("max_steps") or 50), max_cost=float(cfg.get("budget") or 0) or None)
+        mcp = cfg.get("mcp") or None
+        tools = self.all_tools(mcp, approve=cfg.get("approve") or None, session=session_name, cell_mcp=cell_mcp)
         return RuntimeAgent(
             # --script implies the scripted model (its help says so), whatever model a default names
             model=None if script is not None else model,
-            script=script, replay=replay, tools=self.all_tools(cfg.get("mcp")), autonomy=cfg.get("autonomy") or "L1",
+            script=script, replay=replay, tools=tools, autonomy=cfg.get("autonomy") or "L1",
             decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
+            # the MCP file the settings name starts commands at the next run: writing it is code (runs_later.py)
+            code_paths=[str(self._path(mcp))] if mcp and not str(mcp).lstrip().startswith("{") else [],
         )
 
     def decider_for(self, approve: str, recorded_from: str | None) -> Decider:
@@ -723,7 +737,7 @@ class NotebookHost:
             pending = state.pending
             if pending is None or pending.kind != "approval":
                 raise UsageError(f"run {run_id} is not waiting for an approval; a grant needs a plan to decide")
-            tools = {t.name: t for t in self.all_tools()}
+            tools = {t.name: t for t in self.all_tools(notes=False)}
             grants.for_plan(pending.steps, state.autonomy, spec, effect, tools)  # type: ignore[arg-type]
         except grants.GrantError as exc:
             raise UsageError(f"%agent {'approve' if effect == 'allow' else 'deny'}: {exc}") from None
@@ -789,12 +803,22 @@ class NotebookHost:
     async def cmd_tools(self, args: Any) -> None:
         from ..tools.control import CONTROL_TOOLS
 
-        tools = [*self.all_tools(), *CONTROL_TOOLS.values()]
+        tools = [*self.all_tools(approve=self.settings()["approve"][0] or None), *CONTROL_TOOLS.values()]
         width = max([20, *(len(t.name) for t in tools)])  # MCP tools' names (mcp__SERVER__TOOL) are longer
         for t in tools:
             server = getattr(t, "server", None)  # an MCP server's tool (nbagent/mcp.py): say which, and why that risk
             where = f"[MCP server {server}; {t.risk_reason}] " if server else ""  # type: ignore[attr-defined]
             print(f"{t.name:<{width}} {t.risk.value:<16} {where}{t.description}")
+
+    async def cmd_trust(self, args: Any) -> None:
+        from .trust import cmd_trust
+
+        cmd_trust(self, args)
+
+    async def cmd_mcp(self, args: Any) -> None:
+        from .trust import cmd_mcp
+
+        cmd_mcp(self, args)
 
     async def cmd_models(self, args: Any) -> None:
         from ..models.detect import NO_MODEL, candidates

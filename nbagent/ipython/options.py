@@ -91,6 +91,14 @@ def line_parser() -> argparse.ArgumentParser:
                        add_help=False)
     s.add_argument("run", metavar="RUN", nargs="?", help="default: the latest waiting or interrupted run")
     sub.add_parser("tools", help="the tools the agent may use, with their risk", add_help=False)
+    s = sub.add_parser("mcp", help="the notebook's MCP servers: trusted or not, where from, what they run",
+                       add_help=False)
+    s.add_argument("--mcp", metavar="FILE", help="also this config (as a cell's --mcp)")
+    s = sub.add_parser("trust", help="trust MCP servers from a config file: they start at the next run (docs/mcp.md)",
+                       add_help=False)
+    s.add_argument("names", metavar="NAME", nargs="*", help="the servers to trust")
+    s.add_argument("--all", action="store_true", help="every server from a file that is not trusted yet")
+    s.add_argument("--mcp", metavar="FILE", help="also this config (as a cell's --mcp)")
     sub.add_parser("models", help="which model a cell without --model uses, and why", add_help=False)
     s = sub.add_parser("fix", help="ask the agent to fix the last error of this kernel", add_help=False)
     s.add_argument("words", metavar="[INSTRUCTIONS]", nargs="*", help="anything to add to the request")

@@ -1,0 +1,181 @@
+"""A notebook's MCP servers from files start only after a person trusted that exact entry (issue 23, docs/mcp.md).
+
+The server is tests/fixtures/mcp_marker_server.py: it appends a line to a marker file in the notebook's folder when
+it starts, so each test sees whether (and how often) its command ran. Real kernels, through `nbagent run` (each run
+is a new kernel: the server starts again if it is trusted) and through a kernel driven as JupyterLab drives it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from kernel_harness import Kernel
+
+from nbagent.store import Store, store_path_for
+
+MARKER_SERVER = str(Path(__file__).parent / "fixtures" / "mcp_marker_server.py")
+RUN_MIME = "application/vnd.nbagent.run+json"
+
+
+def entry(*words: str, marker: str = "started.txt") -> dict[str, Any]:
+    return {"command": sys.executable, "args": [MARKER_SERVER, marker, *words], "timeout": 20}
+
+
+def config(folder: Path, *words: str, name: str = "mcp.json") -> None:
+    (folder / name).write_text(json.dumps({"mcpServers": {"marker": entry(*words)}}))
+
+
+def starts(folder: Path, marker: str = "started.txt") -> list[str]:
+    """One line per start of the server, each its words (v1, v2...)."""
+    path = folder / marker
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def script(folder: Path, name: str, *turns: dict) -> None:
+    (folder / name).write_text(json.dumps({"turns": list(turns)}))
+
+
+CALL = {"tool_calls": [{"name": "mcp__marker__fine", "arguments": {"text": "hi"}}]}
+
+
+def notebook(folder: Path, cells: list[str]) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    path = folder / "analysis.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def nbagent_run(path: Path, approve: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("nbagent")
+    # the timeout is a guard against a hang, not a timing assertion
+    return subprocess.run([str(exe), "run", str(path), "--approve", approve, "--allow-tool-errors"],
+                          capture_output=True, text=True, cwd=path.parent, timeout=400, check=False)
+
+
+def shown(cell: Any) -> list[str]:
+    """The lines a cell shows: its streams and the plain text of its displays (not run records)."""
+    out: list[str] = []
+    for o in cell.get("outputs", []):
+        if o["output_type"] == "stream":
+            out += o["text"].splitlines()
+        elif o["output_type"] in ("display_data", "execute_result") and RUN_MIME not in o["data"]:
+            out += str(o["data"].get("text/plain", "")).splitlines()
+    return out
+
+
+def trusts(path: Path) -> list[Any]:
+    store = Store(store_path_for(path), readonly=True)
+    events = store.query_events(types="mcp_server_trusted")
+    assert all(e.run_id is None for e in events)  # in the session's own chain, as grants are
+    return [e.payload for e in events]
+
+
+def tool_results(path: Path) -> list[Any]:
+    store = Store(store_path_for(path), readonly=True)
+    return [e.payload.result for run in store.run_ids() for e in store.run_events(run)
+            if e.type == "tool_call_completed" and e.payload.tool == "mcp__marker__fine"]
+
+
+def test_approve_none_and_low_never_start_a_server_from_mcp_json(tmp_path: Path) -> None:
+    """Was: the first %%agent cell started every command of an mcp.json beside the notebook (a cloned repository's),
+    at any autonomy and under any policy."""
+    config(tmp_path, "v1")
+    script(tmp_path, "s.json", CALL, {"content": "No marker tool here."})
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --autonomy L0 --script s.json\nhello"])
+    for approve in ("none", "low"):
+        result = nbagent_run(path, approve)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert starts(tmp_path) == [], f"--approve {approve} started the server"
+        (line,) = [x for x in shown(nbformat.read(path, as_version=4).cells[1]) if "MCP server" in x]
+        assert line.startswith(f"nbagent: MCP server 'marker' ({tmp_path / 'mcp.json'}) was not started: it would "
+                               f"run `{sys.executable} {MARKER_SERVER} started.txt v1`, and no one has trusted this "
+                               f"entry (--approve {approve} does not: starting a server runs a command")
+        assert line.endswith("To trust it: %agent trust marker (or --all); headless: nbagent run --approve all")
+    assert trusts(path) == [] and tool_results(path) == []
+
+
+def test_approve_all_trusts_it_and_only_that_entry_stays_trusted(tmp_path: Path) -> None:
+    """`--approve all` trusts (recorded by policy:all); later runs start it under any policy; an edited entry is not
+    started again (`none`, `recorded`) until trusted again."""
+    config(tmp_path, "v1")
+    script(tmp_path, "s.json", CALL, {"content": "Called it."})
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script s.json\nhello"])
+
+    assert nbagent_run(path, "all").returncode == 0
+    assert starts(tmp_path) == ["v1"]
+    (trust,) = trusts(path)
+    assert (trust.server, trust.source, trust.by) == ("marker", str(tmp_path / "mcp.json"), "policy:all")
+    assert trust.command == f"{sys.executable} {MARKER_SERVER} started.txt v1" and len(trust.digest) == 64
+    assert tool_results(path) == ["fine: hi"]
+
+    result = nbagent_run(path, "none")  # a new kernel: the log's trust is in force whatever the policy
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert starts(tmp_path) == ["v1", "v1"] and tool_results(path) == ["fine: hi"] * 2
+
+    config(tmp_path, "v2")  # one more argument's worth of change: another entry
+    for approve in ("none", "recorded"):
+        result = nbagent_run(path, approve)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert starts(tmp_path) == ["v1", "v1"], f"--approve {approve} started the edited entry"
+        (line,) = [x for x in shown(nbformat.read(path, as_version=4).cells[1]) if "MCP server" in x]
+        assert "started.txt v2`, and its entry changed since it was trusted" in line
+    assert len(trusts(path)) == 1
+
+    assert nbagent_run(path, "all").returncode == 0
+    assert starts(tmp_path) == ["v1", "v1", "v2"]
+    assert [t.by for t in trusts(path)] == ["policy:all", "policy:all"]
+    assert trusts(path)[0].digest != trusts(path)[1].digest
+
+
+def test_agent_trust_in_a_kernel_then_the_cell_starts_it_and_inline_json_needs_no_trust(tmp_path: Path) -> None:
+    """As in JupyterLab: the untrusted server is one line shown as a display (not stderr) and the run goes on
+    without it; `%agent trust NAME` records the trust and says so; the next %%agent cell starts it. An inline
+    `--mcp '{...}'` is the person's own words: it starts without the step."""
+    config(tmp_path, "v1")
+    script(tmp_path, "plain.json", {"content": "Nothing to call."})
+    script(tmp_path, "call.json", CALL, {"content": "Called it."})
+    inline = json.dumps({"mcpServers": {"own": entry("inline", marker="inline.txt")}})
+    script(tmp_path, "own.json", {"tool_calls": [{"name": "mcp__own__fine", "arguments": {"text": "x"}}]},
+           {"content": "Called my own."})
+    k = Kernel(tmp_path, env={"NBAGENT_WARMUP": "0"})
+    try:
+        assert k.run("%load_ext nbagent", cell_id="c1").ok
+        first = k.run("%%agent --script plain.json\nhello", cell_id="c2")
+        assert first.ok and first.records[-1]["status"] == "completed", first.stderr
+        notes = [text for o in first.outputs if "MCP server" in (text := o.get("data", {}).get("text/plain", ""))]
+        assert len(notes) == 1 and "'marker'" in notes[0] and "%agent trust marker" in notes[0]
+        assert "MCP server" not in first.stderr and "MCP server" not in first.stdout
+        assert starts(tmp_path) == []
+
+        listing = k.run("%agent mcp", cell_id="c3")
+        assert "not trusted: %agent trust marker" in listing.stdout and starts(tmp_path) == []
+        trusted = k.run("%agent trust marker", cell_id="c4")
+        assert trusted.ok and trusted.stdout.startswith(f"trusted MCP server 'marker' ({tmp_path / 'mcp.json'}): ")
+        assert starts(tmp_path) == []  # trusting starts nothing: the next run does
+        assert "marker           trusted  [" in k.run("%agent mcp", cell_id="c5").stdout
+        again = k.run("%agent trust marker", cell_id="c6")
+        assert "is trusted already" in again.stdout
+        unknown = k.run("%agent trust nosuch", cell_id="c7")
+        assert not unknown.ok and "no MCP server 'nosuch'" in unknown.reply["content"]["evalue"]  # type: ignore[index]
+
+        second = k.run("%%agent --script call.json\ncall it", cell_id="c8")
+        assert second.ok and second.records[-1]["status"] == "completed", second.stderr
+        assert starts(tmp_path) == ["v1"]
+        assert not [o for o in second.outputs if "MCP server" in o.get("data", {}).get("text/plain", "")]  # trusted
+
+        own = k.run(f"%%agent --mcp '{inline}' --script own.json\ncall mine", cell_id="c9")
+        assert own.ok and own.records[-1]["status"] == "completed", own.stderr
+        assert starts(tmp_path, "inline.txt") == ["inline"]
+    finally:
+        k.close()
+    (trust,) = trusts(tmp_path / "test.ipynb")
+    assert (trust.server, trust.by) == ("marker", "%agent trust")
+    store = Store(tmp_path / "test.nbagent", readonly=True)
+    done = [e.payload.tool for r in store.run_ids() for e in store.run_events(r) if e.type == "tool_call_completed"]
+    assert done == ["mcp__marker__fine", "mcp__own__fine"]
