@@ -9,7 +9,9 @@ nbclient underneath, plus what a plain nbclient run lacks:
   run fails, is interrupted or is left waiting, or a run's tools failed or were denied (`completed_with_errors`;
   `allow_tool_errors` accepts those);
 - one record per run: a run continued in a later cell (`%agent approve`, `%agent resume`) has its earlier
-  records replaced by the final one, so the notebook never shows a run in two states.
+  records replaced by the final one, so the notebook never shows a run in two states;
+- a cell the agent wrote (`insert_code_cell`: `metadata.nbagent`) runs only when the notebook's log holds an
+  approval of exactly its code (`agent_cell_clearance`); otherwise it fails with one line, unsent to the kernel.
 """
 
 from __future__ import annotations
@@ -101,18 +103,125 @@ class NotebookResult(BaseModel):
         return f"FAILED: {n} run(s); {written}"
 
 
+# ------------------------------------------------------------------------------------------ cells the agent wrote
+
+AGENT_CELL_ERROR = "AgentCellNotApproved"
+_WHAT_TO_DO = ("run it by hand in JupyterLab if you trust it, or delete its \"nbagent\" metadata to make it your own "
+               "cell")
+_NOT_APPROVALS = ("policy:", "recorded:")  # a headless policy short of `all`, a replayed decision
+
+
+def _source(cell: Any) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def agent_cell_clearance(store: Any, cell: Any) -> str | None:
+    """Whether `nbagent run` may execute this cell: None when it may (not written by the agent, or an approval in
+    the log covers exactly its code), else the one line saying why not and what a person can do.
+
+    A cell the agent wrote (`metadata.nbagent`, see ipython/cells.py) runs only when its run's log holds the
+    `tool_call_started` of that `insert_code_cell` call with an `approval_event_id` naming a `plan_approved` of that
+    run, given by a person or `--approve all` (not `low`, not a replayed decision), for a plan that listed this call
+    with these arguments at WRITE_HIGH_RISK (the card said the code runs later), and the code recorded there gives
+    exactly the cell's source now. The metadata only says where to look: everything is checked in the log."""
+    meta = (cell.get("metadata") or {}).get("nbagent") if isinstance(cell, dict) else None
+    if meta is None or cell.get("cell_type", "code") != "code":
+        return None
+    why, where = _refusal(store, cell, meta)
+    if why is None:
+        return None
+    return f"nbagent: not run: the agent wrote this cell{where} and {why}; {_WHAT_TO_DO}"
+
+
+def _refusal(store: Any, cell: Any, meta: Any) -> tuple[str | None, str]:
+    from .ipython.cells import TOOL, cell_source
+    from .levels import Risk
+
+    if not isinstance(meta, dict):
+        return "its \"nbagent\" metadata is not what nbagent writes", ""
+    run_id, call_id = meta.get("run_id"), meta.get("call_id")
+    if not isinstance(run_id, str) or not run_id or not isinstance(call_id, str) or not call_id:
+        return ("its metadata names no run and call to check an approval against (an older nbagent wrote it, or "
+                "it was edited)"), ""
+    where = f" (run {run_id}, call {call_id})"
+    if store is None or run_id not in store.run_ids():
+        return f"run {run_id} is not in this notebook's log", where
+    events = store.run_events(run_id)
+    order = {e.id: i for i, e in enumerate(events)}
+    started = next((e for e in events if e.type == "tool_call_started" and e.payload.call_id == call_id), None)
+    if started is None or started.payload.tool != TOOL:
+        return f"the log of run {run_id} holds no {TOOL} call {call_id}", where
+    p = started.payload
+    if not any(e.type == "tool_call_completed" and e.payload.call_id == call_id for e in events):
+        return f"the log holds no completed {TOOL} for call {call_id}", where
+    if p.approval_event_id is None:
+        return (f"no one approved its code: the call ran because \"{p.reason or 'no reason recorded'}\", which is "
+                "not an approval of running it"), where
+    approval = next((e for e in events if e.id == p.approval_event_id), None)
+    if approval is None or approval.type != "plan_approved" or order[approval.id] > order[started.id] or \
+            approval.payload.plan_id != p.plan_id:
+        return f"the approval it names ({p.approval_event_id}) is not a plan_approved of run {run_id}", where
+    by = approval.payload.by or ""
+    if by.startswith(_NOT_APPROVALS) and by != "policy:all":
+        return f"its plan was approved by {by}, not by a person or --approve all", where
+    plan = next((e for e in events if e.type == "plan_proposed" and e.payload.plan_id == p.plan_id
+                 and order[e.id] < order[approval.id]), None)
+    step = next((s for s in plan.payload.steps if s.call_id == call_id), None) if plan is not None else None
+    if step is None or step.tool != TOOL or _canonical(step.arguments) != _canonical(p.arguments):
+        return f"the approved plan {p.plan_id} does not list this call with this code", where
+    if Risk(step.risk) != Risk.WRITE_HIGH_RISK:
+        return f"its plan was approved as {Risk(step.risk).value}: the card did not say the code would run", where
+    code, explanation = p.arguments.get("code"), p.arguments.get("explanation", "")
+    if not isinstance(code, str) or not isinstance(explanation, str) or \
+            _source(cell).rstrip() != cell_source(code, run_id, explanation).rstrip():
+        return f"its source is not the code approved in run {run_id} (it was edited since)", where
+    return None, where
+
+
+def _canonical(value: Any) -> str:
+    from .events import canonical_json
+
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+# ------------------------------------------------------------------------------------------ executing
+
+
 def _client_class() -> Any:
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     class CellIdClient(NotebookClient):  # type: ignore[misc]
-        """Sends each cell's id with its execute_request, as JupyterLab does."""
+        """Sends each cell's id with its execute_request, as JupyterLab does; a cell the agent wrote runs only when
+        an approval in the notebook's log covers exactly its code (`agent_cell_clearance`)."""
 
         current_cell_id: str | None = None
+        store_path: Path | None = None
 
         async def async_execute_cell(self, cell: Any, cell_index: int, execution_count: int | None = None,
                                      store_history: bool = True) -> Any:
             self.current_cell_id = cell.get("id")
+            if cell.get("cell_type") == "code" and "nbagent" in (cell.get("metadata") or {}) and \
+                    _source(cell).strip():
+                why = agent_cell_clearance(self._store(), cell)
+                if why is not None:  # never sent to the kernel: failed as any failing cell, in one line
+                    from nbformat import v4
+
+                    cell.outputs = [v4.new_output("error", ename=AGENT_CELL_ERROR, evalue=why,
+                                                  traceback=[f"{AGENT_CELL_ERROR}: {why}"])]
+                    cell.execution_count = None
+                    raise CellExecutionError("", AGENT_CELL_ERROR, why)
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+
+        def _store(self) -> Any:
+            from .store import Store
+
+            path = self.store_path
+            return Store(path, readonly=True) if path is not None and (path / "meta.json").exists() else None
 
         async def async_start_new_kernel_client(self) -> Any:
             kc = await super().async_start_new_kernel_client()
@@ -172,6 +281,7 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "kernel"))
     client = _client_class()(nb, km=km, timeout=timeout, kernel_name=kernel_name,
                              resources={"metadata": {"path": str(nb_path.parent)}})
+    client.store_path = store_path
     cell_error = None
     try:
         client.execute(env=kernel_env, cwd=str(nb_path.parent))

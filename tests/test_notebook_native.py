@@ -105,7 +105,8 @@ def test_inserted_cell_appears_in_the_executed_notebook(tmp_path: Path) -> None:
                 nbformat.v4.new_markdown_cell("the end")]
     nbformat.write(nb, tmp_path / "plot.ipynb")
     exe = Path(sys.executable).with_name("nbagent")
-    result = subprocess.run([str(exe), "run", "plot.ipynb", "--approve", "low"], cwd=tmp_path, capture_output=True,
+    # the cell is code that runs later (WRITE_HIGH_RISK): `--approve low` would deny it (tests/test_agent_cells.py)
+    result = subprocess.run([str(exe), "run", "plot.ipynb", "--approve", "all"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     executed = nbformat.read(tmp_path / "plot.ipynb", as_version=4)
@@ -113,5 +114,7 @@ def test_inserted_cell_appears_in_the_executed_notebook(tmp_path: Path) -> None:
     inserted = executed.cells[2]
     run_id = Store(tmp_path / "plot.nbagent", readonly=True).run_ids()[-1]
     assert inserted.source == f"# nbagent: proposed by run {run_id}: a bar chart\ndf.plot(x='region', y='revenue')\n"
-    assert inserted.metadata["nbagent"] == {"run_id": run_id, "index": 1}
+    assert {k: inserted.metadata["nbagent"][k] for k in ("run_id", "index", "call_id")} == {
+        "run_id": run_id, "index": 1, "call_id": "nb1_0"}
+    assert inserted.metadata["nbagent"]["approval_event_id"]  # provenance: tests/test_agent_cells.py
     assert inserted.outputs == [] and inserted.execution_count is None  # proposed, not executed

@@ -2,13 +2,19 @@
 
 In JupyterLab the cell is inserted by the lab extension, which listens on the comm target `nbagent.cells`;
 `nbagent run` inserts the same cell into the executed notebook from the run's log (the tool's recorded
-result), so headless and interactive runs leave the same notebook. Each inserted cell carries
-`metadata.nbagent = {"run_id", "index"}` and a first line naming the run, so it can be traced to the run that
-wrote it. The tool is WRITE_LOW_RISK: it changes the notebook, not the data, and runs nothing.
+result), so headless and interactive runs leave the same notebook.
+
+The cell is code that runs later (Run All, the next `nbagent run`), so the tool is WRITE_HIGH_RISK and no grant
+covers it: a person (or `--approve all`) approves exactly that code. Each inserted cell carries its provenance in
+`metadata.nbagent`: the run and call that wrote it, the approval that let the call run (`approval_event_id`,
+`plan_id`; `grant_id` would name a grant), and the sha256 of its source. `nbagent run` executes such a cell only when
+the notebook's log holds that approval for exactly its source (`nbagent.runner.agent_cell_clearance`); a person
+running it by hand in JupyterLab is the person's choice.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -18,11 +24,29 @@ from ..tools.base import Tool
 
 log = logging.getLogger("nbagent.ipython")
 COMM_TARGET = "nbagent.cells"
+TOOL = "insert_code_cell"
+RUNS_LATER = ("insert_code_cell writes a notebook cell: Run All runs it, and `nbagent run` runs it when this "
+              "approval covers exactly its code")
 
 
 def cell_source(code: str, run_id: str | None, explanation: str = "") -> str:
-    header = f"# nbagent: proposed by run {run_id}" + (f": {explanation.strip()}" if explanation.strip() else "")
-    return header + "\n" + code.rstrip() + "\n"
+    """The cell as inserted: a comment naming the run (the explanation made one line: text after a line break
+    would be code no card showed as such), then the code."""
+    about = " ".join(str(explanation or "").split())
+    header = f"# nbagent: proposed by run {run_id}" + (f": {about}" if about else "")
+    return header + "\n" + str(code).rstrip() + "\n"
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _preview(arguments: dict[str, Any]) -> str | None:
+    code = arguments.get("code")
+    if not isinstance(code, str):
+        return None
+    about = " ".join(str(arguments.get("explanation") or "").split())
+    return (f"# {about}\n" if about else "") + code
 
 
 def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool:
@@ -36,10 +60,20 @@ def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool
             code: the cell's code
             explanation: one line on what the code does (shown in the cell's first line)
         """
+        from ..effects import current_call
+
         cell_id, run_id = where()
+        call = current_call()
+        if call is not None:
+            run_id = call.run_id  # the run whose log holds the call (a sub-agent's own run)
         index = counter[run_id or ""] = counter.get(run_id or "", 0) + 1
         source = cell_source(code, run_id, explanation)
-        metadata = {"nbagent": {"run_id": run_id, "index": index}}
+        provenance: dict[str, Any] = {"run_id": run_id, "index": index}
+        if call is not None:
+            provenance.update(call_id=call.call_id, approval_event_id=call.approval_event_id, plan_id=call.plan_id,
+                              grant_id=call.grant_id)
+        provenance["source_sha256"] = source_digest(source)
+        metadata = {"nbagent": provenance}
         payload = {"after_cell_id": cell_id, "source": source, "metadata": metadata}
         delivered = False
         try:
@@ -53,14 +87,14 @@ def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool
         return {"inserted": True, "after_cell_id": cell_id, "source": source, "metadata": metadata,
                 "sent_to_frontend": delivered}
 
-    return Tool(insert_code_cell, risk=Risk.WRITE_LOW_RISK, preview=lambda a: a.get("code"))
+    return Tool(insert_code_cell, risk=Risk.WRITE_HIGH_RISK, preview=_preview, runs_later=RUNS_LATER)
 
 
 def inserted_cells(events: list[Any]) -> list[dict[str, Any]]:
     """The cells a run's log says were inserted, in order (for `nbagent run`)."""
     out = []
     for e in events:
-        if e.type == "tool_call_completed" and e.payload.tool == "insert_code_cell" and isinstance(
+        if e.type == "tool_call_completed" and e.payload.tool == TOOL and isinstance(
                 e.payload.result, dict) and e.payload.result.get("inserted"):
             out.append(e.payload.result)
     return out
