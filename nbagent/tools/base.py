@@ -8,10 +8,12 @@ for the model ("argument 'n': Input should be a valid integer"), so it can corre
 
 A tool without a declared risk counts as WRITE_HIGH_RISK: the approval table then asks before running it.
 
-Paths are found by type first: a parameter annotated `pathlib.Path` (any PurePath, alone or inside lists,
-dicts, dataclasses and pydantic models) holds a path wherever it sits in the arguments, and the runtime puts every such
-value through the file scope. Strings under a path-like name (`path`, `file_path`, `output_dir`...) at any
-depth are checked too, as a fallback for tools without annotations.
+Paths are found four ways (`Tool.paths`), and the runtime puts every one through the file scope: by type (a
+parameter annotated `pathlib.Path`, alone or inside lists, dicts, dataclasses and pydantic models); by schema (a
+property of the tool's JSON schema, at any depth, with `"format": "path"`, or a `uri` whose value is a `file:` URI:
+an MCP server's tools declare no Python types); by name (a key naming a path in any spelling: `path`, `file_path`,
+`absolutePath`, `repo-path`, `OutputDir`, `workingDirectory`, `cwd`, `dest`); and by value (a one-line string that
+is an absolute path, `~...`, a `file:` URI or a Windows drive path, or that climbs with `..`, whatever its key).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 import inspect
 import re
 import weakref
@@ -34,24 +37,147 @@ _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\w+)\s*(\([^)]*\))?\s*:\s*(.+)$")
 
 
-# a key that names a path (fallback for unannotated tools): path, paths, file, file_path, output_dir, src, ...
-PATH_NAME = re.compile(r"(^|_)(path|paths|file|files|filename|filenames|filepath|dir|dirs|directory|folder|src|"
-                       r"dst|source|destination|target|glob|output|input|outfile|infile)s?($|_)", re.IGNORECASE)
+# One word of a key that names a path (keys are split into words: absolutePath, repo-path, OutputDir, file_name).
+PATH_NAME = re.compile(r"(?:file|dir|path|in|out|src|dst|dest|base|work|root|tmp|temp|log|data|home|sub|abs|rel|"
+                       r"full)?(?:paths?|files?|dirs?|director(?:y|ies)|folders?|cwd|roots?|globs?)(?:names?|paths?)?"
+                       r"|pathnames?|filenames?", re.IGNORECASE)
+# Words that name where something comes from or goes to: a path when one line (`source`, `output_dir`), content
+# when several (`input`, `source` holding a script)
+WEAK_PATH_NAME = re.compile(r"(?:sources?|src|dst|dest|destinations?|inputs?|outputs?|targets?)", re.IGNORECASE)
+# The last word of a key that holds content, not a path, whatever comes before (`fileContent`, `source_code`,
+# `file_size`, `output_format`): only the value rule looks at it
+NOT_A_PATH = frozenset({
+    "content", "contents", "text", "texts", "code", "body", "data", "bytes", "base64", "string", "value", "values",
+    "type", "types", "size", "sizes", "format", "formats", "encoding", "mode", "id", "ids", "hash", "count", "length",
+    "language", "lang", "kind", "regex", "query", "message", "description", "title", "label", "template", "schema",
+    "diff", "patch", "line", "lines", "offset", "limit", "ext", "extension", "url", "uri"})
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_ABSOLUTE = re.compile(r"/+(?:$|[^\s^$*+?()\[\]{}|\\/])|~[\w.-]*(?:$|[/\\])|file:|[A-Za-z]:[\\/]|\\\\",
+                       re.IGNORECASE)
+_CLIMBS = re.compile(r"(?:^|[\\/])\.\.(?:[\\/]|$)")
+_PATH_FORMATS = frozenset({"path", "file-path", "directory-path"})
+_URI_FORMATS = frozenset({"uri", "uri-reference", "iri", "iri-reference"})
+
+
+def path_key(key: str) -> str | None:
+    """"path" when the key names a path, "weak" when it names one only as a source or target (then a value of
+    several lines is content), None otherwise."""
+    return _path_key(key) if len(key) <= 200 else _path_key.__wrapped__(key)  # a huge key is not kept
+
+
+@functools.lru_cache(maxsize=4096)
+def _path_key(key: str) -> str | None:
+    words = [w.lower() for w in _WORDS.findall(key)]
+    if not words or (len(words) > 1 and words[-1] in NOT_A_PATH):
+        return None
+    if any(PATH_NAME.fullmatch(w) for w in words):
+        return "path"
+    return "weak" if any(WEAK_PATH_NAME.fullmatch(w) for w in words) else None
+
+
+def path_shaped(value: str) -> bool:
+    """A one-line string that is an absolute path (`/x`, `~/x`, `file:...`, `C:\\x`, `C:/x`) or climbs with `..`:
+    a path whatever its key (a regular expression or a script of several lines is not)."""
+    return "\n" not in value and "\r" not in value and (_ABSOLUTE.match(value) is not None
+                                                       or _CLIMBS.search(value) is not None)
+
+
+def local_path(value: str) -> str:
+    """A `file:` URI as the local path it names (`file:///etc/x` -> `/etc/x`, another host -> `//host/x`, so the
+    scope refuses it); any other string as it is."""
+    if value[:5].lower() != "file:":
+        return value
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(value)
+    host = parts.netloc if parts.netloc.lower() not in ("", "localhost") else ""
+    return (f"//{host}" if host else "") + unquote(parts.path)
+
+
+def _named_path(key: str, value: str) -> bool:
+    kind = path_key(key) if key else None
+    return kind == "path" or (kind == "weak" and "\n" not in value and "\r" not in value)
 
 
 def named_paths(value: Any, key: str = "", where: str = "", depth: int = 0) -> list[tuple[str, str]]:
-    """(location, string) for every string under a path-like key, at any depth (what the name heuristic sees)."""
+    """(location, string) for every string under a key naming a path, at any depth (what the name rule sees)."""
     if depth > 64:
         return []
     if isinstance(value, str):
-        return [(where, value)] if PATH_NAME.search(key) else []
+        return [(where, value)] if _named_path(key, value) else []
     if isinstance(value, dict):
         # under a path-like key, every string inside counts ({"path": {"x": "secret.md"}} names secret.md)
         return [hit for k, v in value.items() for hit in named_paths(
-            v, key if PATH_NAME.search(key) else str(k), f"{where}.{k}".lstrip("."), depth + 1)]
+            v, key if key and path_key(key) else str(k), f"{where}.{k}".lstrip("."), depth + 1)]
     if isinstance(value, list | tuple):
         return [hit for i, v in enumerate(value) for hit in named_paths(v, key, f"{where}[{i}]", depth + 1)]
     return []
+
+
+def valued_paths(value: Any, where: str = "", depth: int = 0) -> list[tuple[str, str]]:
+    """(location, string) for every string shaped as a path (`path_shaped`) once stripped of surrounding
+    whitespace (as a lenient server would read `" /etc/x\\n"`), whatever its key, at any depth."""
+    if depth > 64:
+        return []
+    if isinstance(value, str):
+        if value[:1].isspace() or value[-1:].isspace():  # (a copy only then: arguments may be megabytes)
+            value = value.strip()
+        return [(where, value)] if path_shaped(value) else []
+    if isinstance(value, dict):
+        return [hit for k, v in value.items() for hit in valued_paths(v, f"{where}.{k}".lstrip("."), depth + 1)]
+    if isinstance(value, list | tuple):
+        return [hit for i, v in enumerate(value) for hit in valued_paths(v, f"{where}[{i}]", depth + 1)]
+    return []
+
+
+def schema_paths(schema: Any, value: Any, root: Any = None, where: str = "", depth: int = 0
+                 ) -> list[tuple[str, str]]:
+    """(location, string) for every string the JSON schema declares a path (`"format": "path"`, or a `uri` given
+    a `file:` URI), following properties, items, additional and pattern properties, $ref and anyOf/oneOf/allOf."""
+    root = schema if root is None else root
+    for _ in range(16):  # a $ref to a $ref...: followed a bounded number of times
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            break
+        schema = root
+        for part in ref[1:].split("/")[1:]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            schema = schema.get(part) if isinstance(schema, dict) else None
+    if depth > 64 or not isinstance(schema, dict):
+        return []
+    found: list[tuple[str, str]] = []
+    for branch in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(branch) or () if isinstance(schema.get(branch), list) else ():
+            found += schema_paths(sub, value, root, where, depth + 1)
+    if isinstance(value, str):
+        fmt = schema.get("format")
+        if fmt in _PATH_FORMATS or (fmt in _URI_FORMATS and value[:5].lower() == "file:"):
+            found.append((where, value))
+    elif isinstance(value, dict):
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        patterns = schema.get("patternProperties") if isinstance(schema.get("patternProperties"), dict) else {}
+        for k, v in value.items():
+            subs = [props[k]] if k in props else [s for p, s in patterns.items() if _search(p, str(k))]
+            if not subs and isinstance(schema.get("additionalProperties"), dict):
+                subs = [schema["additionalProperties"]]
+            for sub in subs:
+                found += schema_paths(sub, v, root, f"{where}.{k}".lstrip("."), depth + 1)
+    elif isinstance(value, list | tuple):
+        prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
+        items = schema.get("items")
+        if isinstance(items, list):  # the older tuple form
+            prefix, items = items, schema.get("additionalItems")
+        for i, v in enumerate(value):
+            sub = prefix[i] if i < len(prefix) else items
+            found += schema_paths(sub, v, root, f"{where}[{i}]", depth + 1)
+    return found
+
+
+def _search(pattern: str, key: str) -> bool:
+    try:
+        return re.search(pattern, key) is not None
+    except re.error:
+        return False
 
 
 def typed_paths(value: Any, where: str = "", depth: int = 0) -> list[tuple[str, str]]:
@@ -126,6 +252,8 @@ class Tool:
         authorize: Callable[[dict[str, Any]], None] | None = None,
         shell_like: bool = False,
         parameters: dict[str, Any] | None = None,
+        runs_later: str | None = None,
+        resolver: Callable[[dict[str, Any]], list[Any]] | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -143,6 +271,12 @@ class Tool:
         self._preview = preview
         self._authorize = authorize
         self.shell_like = shell_like
+        # why every call of this tool makes code that runs later (a notebook cell it writes): such a call is
+        # WRITE_HIGH_RISK with this reason, whatever its arguments, and no grant covers it (effects.py)
+        self.runs_later = runs_later
+        # what the call touches, resolved (effects.Target list), for a tool that knows its own operations (the
+        # file tools); others have their path arguments resolved by the runtime (effects.resolve)
+        self.resolver = resolver
         self._schema: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -200,14 +334,24 @@ class Tool:
         return dict(arguments)
 
     def paths(self, arguments: dict[str, Any]) -> list[tuple[str, str]]:
-        """Every path in the arguments, with where it sits: typed values first, then path-like names."""
+        """Every path in the arguments, with where it sits: typed values, then those the schema declares, then
+        those under path-like names, then strings shaped as paths; a `file:` URI as the local path it names."""
         found: list[tuple[str, str]] = []
         try:
-            found = typed_paths(self.validate(arguments))
+            found = [(w, local_path(v)) for w, v in typed_paths(self.validate(arguments))]
         except ToolError:
-            pass  # invalid arguments never run; the names still say what the call would touch
+            pass  # invalid arguments never run; the schema, names and values still say what the call would touch
         seen = {w for w, _ in found}
-        found += [(w, v) for w, v in named_paths(arguments) if w not in seen]
+        schema = self.parameters if self.parameters is not None else self.schema()["function"]["parameters"]
+        for w, v in [*schema_paths(schema, arguments), *named_paths(arguments)]:
+            if w not in seen:
+                seen.add(w)
+                found.append((w, local_path(v)))
+        have = set(found)
+        for w, v in valued_paths(arguments):  # also where a name found the string as written (" /etc/x")
+            if (w, local_path(v)) not in have:
+                have.add((w, local_path(v)))
+                found.append((w, local_path(v)))
         return found
 
     def path_values(self, arguments: dict[str, Any]) -> list[str]:
