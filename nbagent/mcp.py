@@ -797,9 +797,12 @@ def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = Non
     for s in sources:
         read(s, base, loaded)
     result = toolset(loaded, base)
+    from .secrets import Redactor
+
     report = on_problem or (lambda line: print(f"nbagent: {line}", file=sys.stderr))
+    redactor = Redactor()  # a line quotes what a server printed, which may be a secret (its config's, the env's)
     for line in result.problems:
-        report(line)
+        report(redactor.text(line))
     return list(result.tools)
 
 

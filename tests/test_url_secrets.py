@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -135,8 +134,6 @@ def test_the_did_not_start_line_of_the_python_api_redacts_to_no_password(tmp_pat
     assert f"cannot log in with {REDACTED} {REDACTED}" in shown
 
 
-@pytest.mark.xfail(strict=True, reason="nbagent.mcp.tools() hands on_problem its lines unredacted (mcp.py `tools`, "
-                                       "not this change's to edit): remove this mark when it redacts them")
 def test_the_python_api_gives_on_problem_redacted_lines(tmp_path: Path) -> None:
     problems: list[str] = []
     mcp.tools(_config(tmp_path), folder=tmp_path, on_problem=problems.append)
