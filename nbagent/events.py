@@ -308,6 +308,9 @@ class McpServerTrusted(Payload):
     digest: str  # sha256 of the entry's canonical JSON (nbagent.mcp.entry_digest)
     command: str = ""  # what it runs, as shown when it was trusted (redacted)
     by: str = "user"
+    # HMAC of server, source and digest under a key of this user's, kept outside every project (ipython/trust.py):
+    # a trust in a log that came with a cloned repository, or was appended by hand, has no valid seal here
+    seal: str | None = None
 
 
 class HumanInputRequested(Payload):

@@ -133,6 +133,32 @@ def test_approve_all_trusts_it_and_only_that_entry_stays_trusted(tmp_path: Path)
     assert trusts(path)[0].digest != trusts(path)[1].digest
 
 
+def test_a_trust_that_came_with_the_log_is_not_this_users_and_starts_nothing(tmp_path: Path) -> None:
+    """A repository can ship its notebook's log (`NAME.nbagent/`) with a well-chained `mcp_server_trusted` for its own
+    mcp.json, or anyone can append one: without this user's seal it answers nothing."""
+    from nbagent import mcp
+    from nbagent.events import McpServerTrusted
+    from nbagent.ipython import trust
+
+    config(tmp_path, "v1")
+    script(tmp_path, "s.json", CALL, {"content": "No marker tool here."})
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script s.json\nhello"])
+    loaded = mcp.notebook_config(tmp_path, None)
+    (shipped,) = mcp.needs_trust(loaded)
+    store = Store(store_path_for(path))
+    session = store.session("default", notebook=path.name)
+    for forged_seal in (None, "0" * 64, trust.seal("marker", "/elsewhere/mcp.json", shipped.digest)):
+        store.append(McpServerTrusted(server="marker", source=shipped.source, digest=shipped.digest,
+                                      command=shipped.command, by="%agent trust", seal=forged_seal),
+                     session_id=session.id)
+    store.close()
+    result = nbagent_run(path, "none")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert starts(tmp_path) == [], "a trust this user never gave started the server"
+    (line,) = [x for x in shown(nbformat.read(path, as_version=4).cells[1]) if "MCP server" in x]
+    assert "no one has trusted this entry" in line
+
+
 def test_agent_trust_in_a_kernel_then_the_cell_starts_it_and_inline_json_needs_no_trust(tmp_path: Path) -> None:
     """As in JupyterLab: the untrusted server is one line shown as a display (not stderr) and the run goes on
     without it; `%agent trust NAME` records the trust and says so; the next %%agent cell starts it. An inline

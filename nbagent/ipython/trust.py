@@ -10,13 +10,24 @@ for later runs and kernels, whatever their approval policy, until the entry chan
 An untrusted server is not started: the cell shows one line per server (a display, not stderr) saying what it
 would run and how to trust it, and the run goes on without its tools. Inline JSON is the person's own words and
 needs no trust.
+
+The log travels with the notebook (a repository may ship `NAME.nbagent/` beside it), and anyone can append a
+well-chained event to it. So each trust carries a seal: an HMAC of the server, its file and its entry's digest
+under a key that belongs to this user and lives outside every project (`$XDG_DATA_HOME/nbagent/trust.key`, made on
+first use, readable by the user only). Only trusts sealed with this user's key count: a trust that came with a
+cloned repository, was written on another machine, or was appended by hand is asked about again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import html
+import os
+import secrets
 import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..events import McpServerTrusted
@@ -50,18 +61,58 @@ def recorded(store: Store) -> list[McpServerTrusted]:
     return out
 
 
+def key_path() -> Path:
+    """Where this user's trust key lives: outside every project, so no repository can ship it."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "nbagent" / "trust.key"
+
+
+def _key() -> bytes:
+    """This user's trust key, made on first use (32 random bytes, mode 0600, written whole or not at all)."""
+    path = key_path()
+    try:
+        data = path.read_bytes()
+        if len(data) >= 32:
+            return data
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".trust.key.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secrets.token_bytes(32))
+    try:
+        os.link(tmp, path)  # the first writer wins; another process's key is read back below
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_bytes()
+
+
+def seal(server: str, source: str, digest: str) -> str:
+    return hmac.new(_key(), "\0".join((server, source, digest)).encode(), hashlib.sha256).hexdigest()
+
+
+def sealed(t: McpServerTrusted) -> bool:
+    """A trust this user gave here (its seal verifies under this user's key)."""
+    return bool(t.seal) and hmac.compare_digest(str(t.seal), seal(t.server, t.source, t.digest))
+
+
 def state(trusts: list[McpServerTrusted], entry: Entry) -> str:
-    """"trusted" (this very entry), "changed" (this server of this file, another entry), or "untrusted"."""
-    same = [t for t in trusts if t.server == entry.name and t.source == entry.source]
+    """"trusted" (this very entry, sealed by this user), "changed" (this server of this file, another entry), or
+    "untrusted"."""
+    same = [t for t in trusts if t.server == entry.name and t.source == entry.source and sealed(t)]
     if any(t.digest == entry.digest for t in same):
         return "trusted"
     return "changed" if same else "untrusted"
 
 
 def record(store: Store, session_id: str, entry: Entry, by: str) -> McpServerTrusted:
-    """Write the trust of one entry to the session's chain of the log."""
+    """Write the trust of one entry to the session's chain of the log, sealed with this user's key."""
     payload = McpServerTrusted(server=entry.name, source=entry.source, digest=entry.digest,
-                               command=_redact(entry.command), by=by)
+                               command=_redact(entry.command), by=by,
+                               seal=seal(entry.name, entry.source, entry.digest))
     store.append(payload, session_id=session_id)
     return payload
 
