@@ -7,7 +7,8 @@ the notebook's settings), the autonomy, and the person's decisions (approve, den
 session, with or without patterns), and has the folder change under the run: a link is pointed elsewhere while
 the person decides, after the card was drawn. Then, half of the time, the run is replayed (the recorded model at
 another autonomy) or re-run with an edited script under the recorded decisions (`--approve recorded`), on the
-folder as it first was.
+folder as it first was. The model also writes notebook cells (`insert_code_cell`); the cells a run left behind,
+some edited afterwards by one character, are then judged as `nbagent run` judges them before running one.
 
 The oracle is written here, from the files on disk, not from nbagent's log or code. It resolves paths itself
 (`os.path.realpath`), has its own list of files that run later, its own risk table and its own glob matcher, and
@@ -40,8 +41,10 @@ from hypothesis import strategies as st
 
 from nbagent.deciders import Answer, ApprovalRequest, Decider, QuestionRequest, RecordedDecider, Verdict
 from nbagent.grants import GrantSpec
+from nbagent.ipython.cells import insert_cell_tool, inserted_cells
 from nbagent.policy import Budget
 from nbagent.replay import recorded_events
+from nbagent.runner import agent_cell_clearance
 from nbagent.runtime import Agent
 from nbagent.tools.files import FileTools
 from nbagent.verify import verify_store
@@ -144,6 +147,7 @@ class Witness:
     autonomy: str
     states: list[dict[str, str | None]] = field(default_factory=list)  # written -> resolved, per link state
     approved: set[tuple[str, str, str]] = field(default_factory=set)  # (tool, canonical args, resolved path)
+    approved_calls: set[tuple[str, str]] = field(default_factory=set)  # (tool, canonical args) on approved cards
     grants: list[tuple[str, list[str], int]] = field(default_factory=list)  # (tool, patterns, max risk rank)
 
     def note_state(self, names: list[str]) -> None:
@@ -167,6 +171,7 @@ class Person(Decider):
             shown[s.call_id] = resolve(w.folder, path) if path else None
         grant = GrantSpec(scope=scope, paths=patterns) if scope else None
         if action == "approve":
+            w.approved_calls.update((s.tool, json.dumps(s.arguments, sort_keys=True)) for s in request.steps)
             for s in request.steps:
                 if shown[s.call_id] is not None:
                     w.approved.add((s.tool, json.dumps(s.arguments, sort_keys=True), shown[s.call_id]))
@@ -250,16 +255,37 @@ def explained(before: dict[str, str], after: dict[str, str], calls: list[tuple[s
                          f"(autonomy {w.autonomy}, recorded={recorded is not None}): {calls}")
 
 
+def judge_cells(store: Any, run_id: str, w: Witness | None, edit: int) -> None:
+    """The cells a run wrote, some edited by one character, as `nbagent run` judges them: a cell may run only when
+    the person approved a card holding that very call and nobody changed its code since (oracle); a replay's own
+    cells were approved by no person."""
+    for i, cell in enumerate(inserted_cells(store.run_events(run_id))):
+        source = cell["source"]
+        edited = (edit + i) % 3 == 0
+        if edited:
+            source = source.replace("1", "2", 1) if "1" in source else source + "#"
+        verdict = agent_cell_clearance(store, {"cell_type": "code", "source": source, "metadata": cell["metadata"]})
+        call = next(e.payload for e in store.run_events(run_id) if e.type == "tool_call_started"
+                    and e.payload.call_id == cell["metadata"]["nbagent"]["call_id"])
+        approved = w is not None and ("insert_code_cell", json.dumps(call.arguments, sort_keys=True)) in \
+            w.approved_calls
+        assert (verdict is None) == (approved and not edited), (verdict, approved, edited, call.arguments)
+
+
 # ------------------------------------------------------------------------------------------------ generation
 
 NAMES = ["data.csv", "raw.csv", "notes.md", "out/a.md", "out/latest.md", "report.md", "link.md", "new.md",
          "out/new.md", "helpers.py", "conf.json", "servers.json", ".bashrc", "x.ipynb", "./data.csv", "mcp.json"]
 CONTENTS = ["1\n", "2\n", MCP]
+CODES = ["x = 1", "print(11)", "open('data.csv', 'w').write('1')"]
 
 
 @st.composite
 def file_call(draw: Any) -> dict[str, Any]:
-    tool = draw(st.sampled_from(["read_file", "create_file", "create_file", "write_file", "delete_file"]))
+    tool = draw(st.sampled_from(["read_file", "create_file", "create_file", "write_file", "delete_file",
+                                 "insert_code_cell"]))
+    if tool == "insert_code_cell":
+        return {"name": tool, "arguments": {"code": draw(st.sampled_from(CODES))}}
     name = draw(st.sampled_from([*NAMES, "@data.csv", "@out/latest.md"]))
     args: dict[str, Any] = {"path": name}
     if tool in ("create_file", "write_file"):
@@ -282,6 +308,10 @@ def _absolute(folder: Path, script: list[dict[str, Any]]) -> list[dict[str, Any]
     return json.loads(text)
 
 
+def _tools(folder: Path) -> list[Any]:
+    return [*FileTools(folder).tools(), insert_cell_tool(lambda: ("agent-cell", None))]
+
+
 def _calls(script: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return [(c["name"], c["arguments"]) for turn in script for c in turn.get("tool_calls") or []]
 
@@ -296,11 +326,12 @@ def one_session(links: list[str], autonomy: str, script: list[dict[str, Any]], d
         w = Witness(folder, autonomy)
         w.note_state(names)
         before = snapshot(folder)
-        a = Agent(script={"turns": script}, tools=FileTools(folder).tools(), autonomy=autonomy,
+        a = Agent(script={"turns": script}, tools=_tools(folder), autonomy=autonomy,
                   decider=Person(decisions, w, names), store=folder / "nb.ipynb", code_paths=CODE_PATHS,
                   budget=Budget(max_tool_calls_per_turn=3, max_steps=20), retry_base=0.0, retry_cap=0.0)
         first = asyncio.run(a.run("do it"))
         explained(before, snapshot(folder), _calls(script), w, None)
+        judge_cells(a.store, first.run_id, w, edit)
         assert verify_store(a.store).ok
         if then is None:
             return
@@ -312,7 +343,7 @@ def one_session(links: list[str], autonomy: str, script: list[dict[str, Any]], d
         before = snapshot(folder)
         recorded = w.approved | grant_covered(_calls(script), w)
         if then == "replay":
-            b = Agent(replay=first.run_id, tools=FileTools(folder).tools(), autonomy=other, store=a.store,
+            b = Agent(replay=first.run_id, tools=_tools(folder), autonomy=other, store=a.store,
                       code_paths=CODE_PATHS, budget=Budget(max_tool_calls_per_turn=3, max_steps=20))
             calls = _calls(script)
         else:
@@ -324,12 +355,13 @@ def one_session(links: list[str], autonomy: str, script: list[dict[str, Any]], d
                 victim["arguments"] = {"path": NAMES[edit % len(NAMES)], **(
                     {} if victim["name"] == "delete_file" else {"content": CONTENTS[edit % len(CONTENTS)]})}
             decider = RecordedDecider.from_events(recorded_events(a.store, first.run_id), first.run_id)
-            b = Agent(script={"turns": edited}, tools=FileTools(folder).tools(), autonomy=other, decider=decider,
+            b = Agent(script={"turns": edited}, tools=_tools(folder), autonomy=other, decider=decider,
                       store=a.store, code_paths=CODE_PATHS, budget=Budget(max_tool_calls_per_turn=3, max_steps=20),
                       retry_base=0.0, retry_cap=0.0)
             calls = _calls(edited)
-        asyncio.run(b.run("do it"))
+        second = asyncio.run(b.run("do it"))
         explained(before, snapshot(folder), calls, w2, recorded)
+        judge_cells(a.store, second.run_id, None, edit)
         assert verify_store(a.store).ok
         a.store.close()
 
