@@ -132,7 +132,24 @@ def runs_later(path: str, contents: Iterable[str] = (), *, sources: Iterable[str
         if rule.pattern.search(norm):
             return _reason(rule, path, norm)
     for text in contents:
-        if isinstance(text, str) and _MCP_CONTENT.search(text[:200_000]):
+        if isinstance(text, str) and _defines_mcp(text):
             return f"{name} would define MCP servers (its text has \"mcpServers\"): a run given it as its MCP " \
                    "configuration starts the commands it names"
     return None
+
+
+def _defines_mcp(text: str) -> bool:
+    """Text nbagent would read as an MCP configuration (mcp.parse: an object with "mcpServers" or "servers"), found
+    by the words or, for JSON, by its keys once parsed (so `"\\u006dcpServers"` is caught too)."""
+    if _MCP_CONTENT.search(text[:200_000]):
+        return True
+    head = text.lstrip()[:1]
+    if head != "{" or len(text) > 2_000_000:
+        return False
+    import json
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and any(k in data for k in ("mcpServers", "servers"))

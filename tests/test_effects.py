@@ -269,3 +269,14 @@ def test_a_home_folders_startup_files_are_high_risk(tmp_path: Path, path: str) -
     assert not (tmp_path / path).exists()
     step = next(iter(a.store.run_state(result.run_id).plans.values())).steps[0]
     assert step.risk == Risk.WRITE_HIGH_RISK
+
+
+@pytest.mark.parametrize("text", [
+    '{"mcpServers": {"x": {"command": "sh"}}}',
+    '{\n  "mcpServers" : {\n    "x": {"command": "sh"}\n  }\n}',
+    '{"\\u006dcpServers": {"x": {"command": "sh"}}}',  # a JSON escape: nbagent reads it as mcpServers
+    '{"servers": {"x": {"type": "stdio", "command": "sh"}}}',  # VS Code's form, which nbagent reads too
+])
+def test_text_nbagent_would_read_as_an_mcp_configuration_makes_any_file_code(text: str) -> None:
+    assert runs_later("notes/any-name.json", [text]) is not None
+    assert runs_later("notes/any-name.json", ['{"servers_seen": 3, "data": [1, 2]}']) is None
