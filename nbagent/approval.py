@@ -146,6 +146,12 @@ def _plan_clearance(state: RunState, call_id: str, tool: str, arguments: dict[st
         return Clearance(ok=False, rule="approval.mismatch", plan_id=plan.plan_id,
                          reason=f"the approved plan {plan.plan_id} does not contain this exact call ({tool} with "
                                 "these arguments)")
+    if step.asks is False:
+        # the card listed it, but the decision was not about it: a grant (a yes, or a person's standing no) or the
+        # autonomy answered it when the plan was made, and it is answered the same way now, not by this approval
+        return Clearance(ok=False, rule="approval.missing", plan_id=plan.plan_id,
+                         reason=f"{tool} was not among the calls plan {plan.plan_id} asked about (a grant or the "
+                                "autonomy answered it), and nothing answers it now")
     if Risk(step.risk).rank < risk.rank:
         return Clearance(ok=False, rule="approval.risk", plan_id=plan.plan_id,
                          reason=f"plan {plan.plan_id} was approved as {Risk(step.risk).value}; this call is now "

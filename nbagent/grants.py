@@ -18,7 +18,8 @@ checks them with the rest of the log. A grant holds:
 
 Grants only answer questions: a call the autonomy table runs without asking, or refuses, is not touched. An allow
 grant never covers a higher risk than the one approved, another tool, or a write Python would run (`risk.py`):
-those always ask. A person's answer to a plan that lists the exact call wins over any grant. Headless policies
+those always ask. A decision on a plan covers only the calls it asked about: a call a grant answered when the plan
+was made stays answered by the grant (a standing no holds). Headless policies
 (`--approve all|none|low`) see no session grants: what they do stays what their flag says.
 """
 

@@ -232,14 +232,20 @@ def test_deny_for_the_run_rejects_matching_calls_without_asking(tmp_path: Path) 
     assert EFFECTS == []
 
 
-def test_a_person_answer_to_the_exact_call_wins_over_a_reject_grant(tmp_path: Path) -> None:
+def test_a_standing_no_holds_when_a_card_lists_the_call_next_to_others(tmp_path: Path) -> None:
+    # Was: a yes to a plan listing the exact call won over a reject grant, so one Approve click on a card that also
+    # held other calls overrode the person's earlier "no, for this run" (and --approve recorded, which matches only
+    # the calls a plan asked about, approved it too). A decision covers the calls it asked about; the card says so.
     both = {"tool_calls": [{"name": "remove", "arguments": {"path": "a.csv"}},
                            {"name": "make", "arguments": {"path": "n.md"}}]}
     person = Person(Verdict.deny(grant=FOR_RUN), Verdict.approve())
     a = agent(tmp_path, script(one("remove", path="a.csv"), both), person)
-    asyncio.run(a.run("x"))
-    # the plan listing remove a.csv again was shown and approved: it ran; the grant answers only unasked calls
-    assert ("remove", {"path": "a.csv"}) in EFFECTS
+    result = asyncio.run(a.run("x"))
+    assert ("remove", {"path": "a.csv"}) not in EFFECTS and ("make", {"path": "n.md"}) in EFFECTS
+    plan = list(a.store.run_state(result.run_id).plans.values())[-1]
+    assert [(s.tool, s.asks) for s in plan.steps] == [("remove", False), ("make", True)]
+    refused = denied(a.store, result.run_id)[-1]
+    assert refused.rule == "grant.reject"
 
 
 def test_patterns_cover_what_they_say(tmp_path: Path) -> None:

@@ -508,6 +508,7 @@ background:var(--nbr-bg2)}
 .nbagent-run .nbr-danger{margin:4px 0 6px;padding:4px 10px;border:1px solid var(--nbr-red);border-radius:4px}
 .nbagent-run .nbr-danger ul{margin:2px 0;padding-left:1.4em}
 .nbagent-run .nbr-risk-reason{font-size:11.5px;margin-top:2px}
+.nbagent-run .nbr-not-asked{font-size:11.5px;margin-top:2px;opacity:.8}
 .nbagent-run .nbr-purpose{margin:2px 0 4px}
 .nbagent-run .nbr-banner{padding:6px 10px;border-radius:4px;margin:0 0 8px;border:1px solid currentColor}
 .nbagent-run .nbr-banner code{color:var(--nbr-fg)}
@@ -765,9 +766,15 @@ def _upper_first(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+NOT_ASKED = "not asked: a grant or the autonomy answers it, not this decision"
+
+
 def _risk_reason_html(step: dict[str, Any]) -> str:
     reason = step.get("risk_reason")
-    return f'<div class="nbr-risk-reason">{_esc(reason)}</div>' if reason else ""
+    out = f'<div class="nbr-risk-reason">{_esc(reason)}</div>' if reason else ""
+    if step.get("asks") is False:
+        out += f'<div class="nbr-not-asked">{_esc(NOT_ASKED)}</div>'
+    return out
 
 
 def _looks_like_diff(text: str) -> bool:
@@ -997,6 +1004,7 @@ def render_markdown(view: dict[str, Any]) -> str:
             out += ["", "| # | tool | target | risk | arguments |", "|---|---|---|---|---|"]
             for n, s in enumerate(p.get("steps") or [], 1):
                 reason = f" ({_md_text(s['risk_reason'])})" if s.get("risk_reason") else ""
+                reason += f" ({NOT_ASKED})" if s.get("asks") is False else ""
                 out.append(f"| {n} | {_md_text(s.get('tool'))} | {_md_text(s.get('target') or '')} | "
                            f"`{s.get('risk')}`{reason} | {_md_text(format_args(arguments_of(s), 48))} |")
             out.append("")

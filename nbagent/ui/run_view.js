@@ -576,6 +576,8 @@ function dangerEl(plan, asking) {
     h("ul", {}, effects.map((e) => h("li", { text: e }))), check.trim());
 }
 
+const NOT_ASKED = "not asked: a grant or the autonomy answers it, not this decision";
+
 // the runtime's stand-in purpose when the model wrote nothing ("2 tool call(s): a, b"): not the model's words
 const NO_NOTE = /^\d+ tool call\(s\): [\w.:-]+(, [\w.:-]+)*$/;
 
@@ -605,7 +607,9 @@ function planEl(ctx, plan, index, view, controls) {
       h("tbody", {}, steps.map((s, k) => h("tr", { class: s.risk === HIGH ? "nbv-row-high" : null },
         h("td", { text: k + 1 }), h("td", {}, h("span", { class: "nbv-tool", text: s.tool })),
         h("td", {}, s.target ? h("code", { text: s.target }) : ""),
-        h("td", {}, riskBadge(s.risk) || "", s.risk_reason ? h("div", { class: "nbv-risk-reason", text: s.risk_reason }) : ""),
+        h("td", {}, riskBadge(s.risk) || "", s.risk_reason ? h("div", { class: "nbv-risk-reason", text: s.risk_reason }) : "",
+          // a call a grant (a yes, or a standing no) or the autonomy answered: this decision is not about it
+          s.asks === false ? h("div", { class: "nbv-not-asked", text: NOT_ASKED }) : ""),
         h("td", { class: "nbv-args-cell" }, h("span", { class: "nbv-args", text: formatArgs(s.arguments, 48, s.arg_keys) }),
           argsClipped(s.arguments, 48)
             ? details(ctx, `pargs:${plan.plan_id}:${k}`, "all arguments", h("pre", { text: argsJson(s.arguments, s.arg_keys) }))
