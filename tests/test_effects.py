@@ -280,3 +280,61 @@ def test_a_home_folders_startup_files_are_high_risk(tmp_path: Path, path: str) -
 def test_text_nbagent_would_read_as_an_mcp_configuration_makes_any_file_code(text: str) -> None:
     assert runs_later("notes/any-name.json", [text]) is not None
     assert runs_later("notes/any-name.json", ['{"servers_seen": 3, "data": [1, 2]}']) is None
+
+
+# ------------------------------------------------------------------------------------------- found by attack (h13, h12)
+
+
+def test_approve_recorded_never_runs_a_call_the_person_rejected_beside_one_they_approved(folder: Path) -> None:
+    # Was: the person said no to `delete_file data.csv` for the session; the recording shows the delete refused and a
+    # create approved. --approve recorded with a script that puts read, delete and create in one reply deleted
+    # data.csv, "approved by recorded": the recorded yes matched only the create, yet covered the whole plan.
+    run(agent(folder, script(one("delete_file", path="data.csv")),
+              InOrder([Verdict.deny("never delete the data", grant=GrantSpec(scope="session"))])))
+    a = agent(folder, script(one("delete_file", path="data.csv"), one("create_file", path="new.md", content="n")),
+              InOrder([Verdict.approve()]), store=folder / "nb.ipynb")
+    recorded = run(a)
+    (folder / "new.md").unlink()
+    decider = RecordedDecider.from_events(recorded_events(a.store, recorded.run_id), recorded.run_id)
+    together = {"turns": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "raw.csv"}},
+                                          {"name": "delete_file", "arguments": {"path": "data.csv"}},
+                                          {"name": "create_file", "arguments": {"path": "new.md", "content": "n"}}]},
+                          {"content": "done"}]}
+    b = agent(folder, together, decider, store=a.store)
+    result = run(b)
+    assert (folder / "data.csv").exists() and (folder / "new.md").exists()
+    assert [d.rule for d in events(b, result.run_id, "authorization_denied")] == ["grant.reject"]
+
+
+def test_a_pinned_replay_grant_answers_a_call_no_more_often_than_it_did(folder: Path) -> None:
+    # Was: the recording ran one grant-answered append; --approve recorded with a reply holding the append three
+    # times beside a recorded-approved create ran all three, "approved by recorded".
+    from nbagent.tools.base import tool
+
+    @tool(risk="WRITE_LOW_RISK")
+    def append_line(path: Path, text: str) -> str:
+        """Append a line to a file."""
+        with open(folder / path, "a") as f:
+            f.write(text + "\n")
+        return "appended"
+
+    tools = [append_line, *FileTools(folder).tools()]
+    (folder / "log.txt").write_text("")
+
+    def make(turns: dict[str, Any], decider: Decider) -> Agent:
+        return Agent(script=turns, tools=tools, decider=decider, store=folder / "nb.ipynb", retry_base=0.0,
+                     retry_cap=0.0)
+
+    run(make(script(one("append_line", path="log.txt", text="pay")),
+             InOrder([Verdict.approve(grant=GrantSpec(scope="session"))])))
+    a = make(script(one("append_line", path="log.txt", text="pay"), one("create_file", path="new.md", content="n")),
+             InOrder([Verdict.approve()]))
+    recorded = run(a)
+    before = (folder / "log.txt").read_text().count("pay")
+    (folder / "new.md").unlink()
+    decider = RecordedDecider.from_events(recorded_events(a.store, recorded.run_id), recorded.run_id)
+    thrice = {"turns": [{"tool_calls": [{"name": "append_line", "arguments": {"path": "log.txt", "text": "pay"}}] * 3
+                         + [{"name": "create_file", "arguments": {"path": "new.md", "content": "n"}}]},
+                        {"content": "done"}]}
+    run(make(thrice, decider))
+    assert (folder / "log.txt").read_text().count("pay") - before == 1
