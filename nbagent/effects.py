@@ -82,13 +82,23 @@ class Effect(BaseModel):
         return [[t.op, t.path or "?" + t.written] for t in self.targets]
 
     def shown(self, written: str | None) -> str | None:
-        """The target as the card shows it: `out/latest.md → data.csv` when a link leads elsewhere."""
+        """The target as the card shows it: `out/latest.md → data.csv` when a link leads elsewhere. A tool whose
+        target argument nbagent does not know (an MCP tool's `outputPath`) shows the paths it resolved to, so the
+        card never hides what the decision is about."""
         if written is None:
-            return None
+            if not self.targets:
+                return None
+            shown = [_clip(f"{t.written} → {t.path}" if t.redirected else t.written) for t in self.targets[:3]]
+            more = len(self.targets) - 3
+            return ", ".join(shown) + (f", and {more} more" if more > 0 else "")
         for t in self.targets:
             if t.redirected and t.written == written:
                 return f"{written} → {t.path}"
         return written
+
+
+def _clip(text: str, width: int = 120) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _plain(path: str) -> str:

@@ -338,3 +338,21 @@ def test_a_pinned_replay_grant_answers_a_call_no_more_often_than_it_did(folder: 
                         {"content": "done"}]}
     run(make(thrice, decider))
     assert (folder / "log.txt").read_text().count("pay") - before == 1
+
+
+def test_the_card_names_what_a_tool_with_an_unknown_target_argument_resolves_to(folder: Path) -> None:
+    # Was (attack h16): a tool whose path argument is not named path/file/filename/target (an MCP tool's outputPath)
+    # had no target on the card, though the decision was about data.csv through a link.
+    from nbagent.tools.base import tool
+
+    @tool(risk="WRITE_LOW_RISK")
+    def save_text(outputPath: str, text: str) -> str:  # an MCP server's spelling
+        """Save text."""
+        return "saved"
+
+    os.symlink("data.csv", folder / "latest.md")
+    a = Agent(script=script(one("save_text", outputPath="latest.md", text="x")), tools=[save_text],
+              decider=InOrder([]), store=folder / "nb.ipynb")
+    result = run(a)
+    step = next(iter(a.store.run_state(result.run_id).plans.values())).steps[0]
+    assert step.target == "latest.md → data.csv"
