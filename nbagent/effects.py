@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from .levels import Risk
-from .runs_later import runs_later
+from .runs_later import defines_mcp, mcp_reason, runs_later
 
 if TYPE_CHECKING:
     from .scope import ScopeGuard
@@ -180,14 +180,16 @@ def _runs_later(tool: Tool, arguments: dict[str, Any], targets: list[Target], so
     if getattr(tool, "runs_later", None):
         return str(tool.runs_later)
     sources = list(sources)
-    contents = [v for v in _strings(arguments)]
-    for t in targets:
-        if t.op not in WRITING:
-            continue
-        for name in dict.fromkeys([t.written, t.path]):
-            why = runs_later(name, contents if t.op != "delete" else (), sources=sources) if name else None
-            if why is not None:
-                return why
+    writing = [t for t in targets if t.op in WRITING]
+    # each name once, then the call's text once (not each name against each text: a reply naming thousands of
+    # paths beside a large content stays linear)
+    for name in dict.fromkeys(n for t in writing for n in (t.written, t.path) if n):
+        why = runs_later(name, sources=sources)
+        if why is not None:
+            return why
+    made = next((t for t in writing if t.op != "delete"), None)
+    if made is not None and any(defines_mcp(text) for text in _strings(arguments)):
+        return mcp_reason(made.path or made.written)
     return None
 
 

@@ -82,6 +82,18 @@ RULES: tuple[Rule, ...] = (
           "{name} is git configuration: it can name commands git runs (core.fsmonitor, filters, hooks)"),
     _rule("git", r"(?:[^/]+/)*(?:\.git|\.githooks|\.husky)/.*",
           "{path} is git's own folder or hooks: git runs the hooks and reads the config"),
+    # builds, installs and CI: what `pip install`, `make`, a container build or a CI runner executes
+    _rule("build", r"requirements[^/]*\.(?:txt|in)|constraints[^/]*\.txt|pyproject\.toml|setup\.cfg|pipfile(?:\.lock)?|"
+                   r"environment\.ya?ml|package\.json|makefile|gnumakefile|dockerfile[^/]*|containerfile|"
+                   r"(?:docker-)?compose[^/]*\.ya?ml|tox\.ini|\.devcontainer\.json|\.rprofile|rprofile\.site|"
+                   r"startup\.jl|\.gitlab-ci\.ya?ml|\.travis\.ya?ml|azure-pipelines\.ya?ml|bitbucket-pipelines\.ya?ml|"
+                   r"jenkinsfile",
+          "{name} names what an install, a build, R or Julia at start, or a CI runner executes"),
+    _rule("build", r"(?:[^/]+/)*(?:\.github/(?:workflows|actions)|\.circleci|\.buildkite|\.devcontainer)/.*",
+          "{path} is a CI or dev-container definition: a runner executes what it names"),
+    # other agents' and editors' MCP settings
+    _rule("mcp", r"\.codex/config\.toml|\.zed/settings\.json|opencode\.jsonc?|\.continue/.*|\.windsurf/.*",
+          "{name} configures an agent's or an editor's MCP servers: it starts the commands it names"),
     # desktop sessions and services
     _rule("autostart", r"(?:[^/]+/)*(?:\.config/autostart|\.config/systemd/user|\.config/upstart|\.kde4?/Autostart|"
                        r"\.config/plasma-workspace/env|Library/LaunchAgents)/.*",
@@ -103,8 +115,9 @@ def _normal(path: str) -> str:
 
 
 def _reason(rule: Rule, path: str, norm: str) -> str:
-    name = posixpath.basename(norm)
-    parts = norm.split("/")
+    shown = posixpath.normpath(path.replace("\\", "/")).rstrip("/. ")
+    name = posixpath.basename(shown) or posixpath.basename(norm)
+    parts = shown.split("/")
     return rule.why.format(name=name, stem=name.split(".")[0], parent=parts[-2] if len(parts) > 1 else "",
                            path=path)
 
@@ -132,20 +145,30 @@ def runs_later(path: str, contents: Iterable[str] = (), *, sources: Iterable[str
         if rule.pattern.search(norm):
             return _reason(rule, path, norm)
     for text in contents:
-        if isinstance(text, str) and _defines_mcp(text):
-            return f"{name} would define MCP servers (its text has \"mcpServers\"): a run given it as its MCP " \
-                   "configuration starts the commands it names"
+        if isinstance(text, str) and defines_mcp(text):
+            return mcp_reason(name)
     return None
 
 
-def _defines_mcp(text: str) -> bool:
+def mcp_reason(name: str) -> str:
+    return f"{name} would define MCP servers (its text has \"mcpServers\"): a run given it as its MCP " \
+           "configuration starts the commands it names"
+
+
+MAX_JSON = 20_000_000  # JSON larger than this is not parsed to look for MCP servers: it is taken to define some
+
+
+def defines_mcp(text: str) -> bool:
     """Text nbagent would read as an MCP configuration (mcp.parse: an object with "mcpServers" or "servers"), found
-    by the words or, for JSON, by its keys once parsed (so `"\\u006dcpServers"` is caught too)."""
-    if _MCP_CONTENT.search(text[:200_000]):
+    by the words anywhere in it or, for JSON, by its keys once parsed (so `"\\u006dcpServers"` is caught too). A JSON
+    object too large to parse here counts as one: the check fails closed."""
+    if _MCP_CONTENT.search(text):
         return True
     head = text.lstrip()[:1]
-    if head != "{" or len(text) > 2_000_000:
+    if head != "{":
         return False
+    if len(text) > MAX_JSON:
+        return True
     import json
 
     try:

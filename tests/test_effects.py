@@ -228,6 +228,10 @@ def test_a_read_follows_a_link_inside_the_folder_and_says_where_it_went(folder: 
     "mcp.json", ".mcp.json", "servers.mcp.json", ".vscode/mcp.json", "claude_desktop_config.json",
     "analysis.ipynb", ".pdbrc", ".config/fish/config.fish", "pkg/__init__.py", "x.pth", "jupyter_lab_config.py",
     ".envrc", ".githooks/pre-commit", ".config/systemd/user/a.service",
+    # found by attack (h11): CI, dev containers, install manifests, R's profile, other MCP clients' settings
+    ".github/workflows/ci.yml", ".gitlab-ci.yml", ".devcontainer/devcontainer.json", ".Rprofile", "requirements.txt",
+    "requirements-dev.txt", "pyproject.toml", "package.json", "Makefile", "Dockerfile", ".codex/config.toml",
+    ".zed/settings.json", "opencode.json",
 ])
 def test_files_that_run_later_are_in_the_registry(path: str) -> None:
     assert runs_later(path) is not None
