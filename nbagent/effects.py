@@ -51,6 +51,7 @@ class Target(BaseModel):
     path: str = ""  # resolved, relative to the notebook's folder, links followed; "" when it cannot be
     arg: str = ""  # the argument it came from
     problem: str | None = None  # why it cannot be resolved (the scope refuses it: the call will be refused)
+    rule: str | None = None  # the scope's rule that refuses it (outside, symlink_escape, excluded...)
 
     @property
     def redirected(self) -> bool:
@@ -143,16 +144,20 @@ def digest_matches(recorded: str | None, tool: str, arguments: Any, effect: Effe
 # ------------------------------------------------------------------------------------------------ resolving
 
 
-def resolve_target(guard: ScopeGuard, op: Op, written: Any, arg: str = "") -> Target:
-    """One path resolved inside the guard's folder, links followed (the scope's own containment)."""
+def resolve_target(guard: ScopeGuard, op: Op, written: Any, arg: str = "", base: str | None = None) -> Target:
+    """One path resolved inside the guard's folder, links followed (the scope's own containment). `base`: the
+    folder a relative path is relative to, when it is not the notebook's (an MCP server's cwd)."""
     from .scope import ScopeDenied
 
     text = written if isinstance(written, str) else str(written)
+    value: Any = written
+    if base and isinstance(written, str) and written and not posixpath.isabs(written) and not written.startswith("~"):
+        value = posixpath.join(base, written)
     try:
-        _, _, rel = guard.contain(written)
+        _, _, rel = guard.contain(value)
     except ScopeDenied as exc:  # refused: the call will be too; the log keeps a bounded mention of what was asked
         shown = text if len(text) <= 300 else f"{text[:300]}… ({len(text):,} characters)"
-        return Target(op=op, written=shown, arg=arg, problem=exc.reason)
+        return Target(op=op, written=shown, arg=arg, problem=exc.reason, rule=exc.rule)
     return Target(op=op, written=text, path=rel, arg=arg)
 
 
@@ -168,22 +173,35 @@ def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
         targets = own(arguments)
     elif guard is not None:
         op: Op = "read" if tool.risk == Risk.READ_ONLY else "write"
-        targets = [resolve_target(guard, op, value, where) for where, value in tool.paths(arguments)]
+        base = getattr(tool, "base", None)
+        targets = [resolve_target(guard, op, value, where, base) for where, value in tool.paths(arguments)]
     else:
         targets = []
-    return Effect(targets=targets, runs_later=_runs_later(tool, arguments, targets, sources))
+    return Effect(targets=targets, runs_later=_runs_later(tool, arguments, targets, sources, mentioned=own is None))
 
 
-def _runs_later(tool: Tool, arguments: dict[str, Any], targets: list[Target], sources: Iterable[str]) -> str | None:
+def _file_like(value: str) -> bool:
+    """A short one-line string that could be a file's name (`sitecustomize.py`, `hooks/pre-commit`), not prose."""
+    return 0 < len(value) <= 255 and ("." in value or "/" in value) and "://" not in value and not any(
+        c.isspace() or ord(c) < 32 for c in value)
+
+
+def _runs_later(tool: Tool, arguments: dict[str, Any], targets: list[Target], sources: Iterable[str], *,
+                mentioned: bool = False) -> str | None:
     if tool.risk == Risk.READ_ONLY:
         return None  # a tool that only reads makes nothing runnable (reading pandas.py changes nothing)
     if getattr(tool, "runs_later", None):
         return str(tool.runs_later)
     sources = list(sources)
     writing = [t for t in targets if t.op in WRITING]
+    names = [n for t in writing for n in (t.written, t.path) if n]
+    if mentioned:
+        # a tool nbagent does not know (an MCP server's, your own) may take a file's name under any key
+        # (`items=[{"name": "sitecustomize.py"}]`): every name it mentions counts for the risk, never for refusals
+        names += [v for v in _strings(arguments) if _file_like(v)]
     # each name once, then the call's text once (not each name against each text: a reply naming thousands of
     # paths beside a large content stays linear)
-    for name in dict.fromkeys(n for t in writing for n in (t.written, t.path) if n):
+    for name in dict.fromkeys(names):
         why = runs_later(name, sources=sources)
         if why is not None:
             return why

@@ -90,7 +90,7 @@ from .llm import (
 )
 from .models.base import LocalModel
 from .policy import Authorizer, AuthPolicy, Budget, Denial, TreeUsage, hour_ago_iso
-from .scope import Scope, ScopeDenied, ScopeGuard
+from .scope import Scope, ScopeGuard
 from .secrets import Redactor, StreamRedactor
 from .state import RunState, RunStatus, assistant_message
 from .store import Store
@@ -933,11 +933,11 @@ class Agent:
             return None
         if tool.name in CONTROL_TOOLS:
             return None
-        for where, value in tool.paths(args):
-            try:
-                self.path_guard.contain(value)
-            except ScopeDenied as exc:
-                return Denial(rule=f"scope.{exc.rule}", reason=f"argument {where!r}: {exc.reason}")
+        # the call's own effect, resolved as the decision saw it (relative paths from the tool's folder: an MCP
+        # server's cwd), so the scope refuses exactly what the card would have shown
+        for t in self._effect(tool, args).targets:
+            if t.problem is not None:
+                return Denial(rule=f"scope.{t.rule or 'denied'}", reason=f"argument {t.arg!r}: {t.problem}")
         return None
 
     def _child_of_call(self, state: RunState, call_id: str) -> Iterable[str]:

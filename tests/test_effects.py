@@ -360,3 +360,29 @@ def test_the_card_names_what_a_tool_with_an_unknown_target_argument_resolves_to(
     result = run(a)
     step = next(iter(a.store.run_state(result.run_id).plans.values())).steps[0]
     assert step.target == "latest.md → data.csv"
+
+
+def test_a_writing_tool_nbagent_does_not_know_is_high_risk_when_it_mentions_a_file_that_runs_later(
+        folder: Path) -> None:
+    # Was (attack h6): an MCP tool `write_many(items=[{"name": "sitecustomize.py", ...}])` planted a module at L2
+    # without asking: no key said "path". Any file name such a tool mentions counts for its risk.
+    from nbagent.tools.base import tool
+
+    @tool(risk="WRITE_LOW_RISK")
+    def write_many(items: list[dict[str, str]]) -> str:
+        """Write several files."""
+        for item in items:
+            (folder / item["name"]).write_text(item["body"])
+        return "written"
+
+    a = Agent(script=script(one("write_many", items=[{"name": "notes.txt", "body": "n"},
+                                                     {"name": "sitecustomize.py", "body": "import os"}])),
+              tools=[write_many], autonomy="L2", decider=PolicyDecider("low"), store=folder / "nb.ipynb")
+    result = run(a)
+    assert not (folder / "sitecustomize.py").exists()
+    step = next(iter(a.store.run_state(result.run_id).plans.values())).steps[0]
+    assert step.risk == Risk.WRITE_HIGH_RISK and "sitecustomize" in (step.risk_reason or "")
+    b = Agent(script=script(one("write_many", items=[{"name": "notes.txt", "body": "n"}])), tools=[write_many],
+              autonomy="L2", decider=PolicyDecider("low"), store=folder / "b.ipynb")
+    run(b)
+    assert (folder / "notes.txt").read_text() == "n"  # plain data still runs at L2

@@ -277,6 +277,9 @@ class Tool:
         # what the call touches, resolved (effects.Target list), for a tool that knows its own operations (the
         # file tools); others have their path arguments resolved by the runtime (effects.resolve)
         self.resolver = resolver
+        # the folder its relative paths are relative to, when not the notebook's (an MCP server's cwd): str, relative
+        # to the notebook's folder or absolute; effects.resolve joins it before the file scope judges the path
+        self.base: str | None = None
         self._schema: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
