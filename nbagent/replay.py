@@ -25,14 +25,37 @@ def run_tree(store: Store, run_id: str) -> list[str]:
     return out
 
 
+class RecordingRefused(ValueError):
+    """A recording that cannot be replayed as recorded (its log fails verification): nothing was replayed."""
+
+
 def recorded_events(store: Store, run_id: str) -> list[EventBase]:
     """Every event of the run tree, in the order they were written, with the grants (kept in the session's
-    chain) that its decisions gave or that answered its calls."""
-    tree = set(run_tree(store, run_id))
+    chain) that its decisions gave or that answered its calls.
+
+    A replay and `--approve recorded` act on these decisions, so they must be the ones recorded: every chain they
+    come from (each run of the tree, and the session's, where grants live) must verify (`store.integrity.
+    chain_sound`: no event edited, removed or cut off), or `RecordingRefused`; and a grant counts only if the log
+    backs it (`grants.vouched`), as a live run requires: a grant appended by hand, or named by a hand-made
+    `authorization_denied`, is left out."""
+    from .grants import from_events, vouched
+    from .store.integrity import chain_sound
+
+    tree = run_tree(store, run_id)
+    sessions = {store.run_state(r).session_id for r in tree}
+    for key in [*tree, *(f"session:{s}" for s in sessions if s)]:
+        if not chain_sound(store, key):
+            where = f"the session's chain ({key[8:]})" if key.startswith("session:") else f"run {key}'s chain"
+            raise RecordingRefused(f"the recording {run_id} cannot be replayed: {where} fails verification (an event "
+                                   "edited, removed or cut off); `nbagent verify` names it; nothing was replayed")
+    members = set(tree)
     everything = store.query_events()
-    used = {getattr(e.payload, "grant_id", None) for e in everything if e.run_id in tree} - {None}
-    return [e for e in everything if e.run_id in tree or (
-        e.type == "grant_given" and (e.payload.run_id in tree or e.payload.grant_id in used))]
+    used = {getattr(e.payload, "grant_id", None) for e in everything if e.run_id in members} - {None}
+    backed = {g.grant_id for g in from_events(e for e in everything if e.type in ("grant_given", "grant_revoked")
+                                              ).values() if vouched(store, g)}
+    return [e for e in everything if e.run_id in members or (
+        e.type == "grant_given" and e.payload.grant_id in backed
+        and (e.payload.run_id in members or e.payload.grant_id in used))]
 
 
 def recorded_calls(store: Store, run_id: str) -> list[RecordedCall]:

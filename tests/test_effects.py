@@ -386,3 +386,56 @@ def test_a_writing_tool_nbagent_does_not_know_is_high_risk_when_it_mentions_a_fi
               autonomy="L2", decider=PolicyDecider("low"), store=folder / "b.ipynb")
     run(b)
     assert (folder / "notes.txt").read_text() == "n"  # plain data still runs at L2
+
+
+# ------------------------------------------------------------------------------------------- found by attack (h5, h5b)
+
+
+def test_a_replay_refuses_a_recording_whose_log_was_edited(folder: Path) -> None:
+    # Was: one word changed in events.jsonl (plan_rejected -> plan_approved, hashes not recomputed): `nbagent verify`
+    # named the edit, and the replay deleted data.csv "approved by recorded".
+    import json
+
+    from nbagent.replay import RecordingRefused
+
+    a = agent(folder, script(one("delete_file", path="data.csv")), InOrder([Verdict.deny("keep it")]))
+    recorded = run(a)
+    log = folder / "nb.nbagent" / "events.jsonl"
+    lines = []
+    for line in log.read_text().splitlines():
+        d = json.loads(line)
+        if d["type"] == "plan_rejected":
+            d["type"] = "plan_approved"
+        lines.append(json.dumps(d))
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordingRefused, match="fails verification"):
+        Agent(replay=recorded.run_id, tools=FileTools(folder).tools(), store=folder / "nb.ipynb")
+    with pytest.raises(RecordingRefused):
+        RecordedDecider.from_events(recorded_events(a.store, recorded.run_id), recorded.run_id)
+    assert (folder / "data.csv").exists()
+
+
+def test_approve_recorded_gives_no_grant_the_log_does_not_back(folder: Path) -> None:
+    # Was: a well-chained grant_given appended by hand (delete_file **) and an authorization_denied naming it: a live
+    # run ignored the grant, but --approve recorded gave it again as a standing grant, and data.csv was deleted.
+    from nbagent.effects import call_digest
+    from nbagent.events import AuthorizationDenied, GrantGiven
+    from nbagent.ids import new_id
+    from nbagent.scope import Scope, ScopeGuard
+
+    a = agent(folder, script(one("read_file", path="data.csv")), PolicyDecider("none"))
+    recorded = run(a)
+    session_id = a.store.run_state(recorded.run_id).session_id or ""
+    tools = {t.name: t for t in FileTools(folder).tools()}
+    effect = resolve(tools["delete_file"], {"path": "data.csv"}, ScopeGuard(Scope(root=folder, base=folder)))
+    gid = new_id()
+    a.store.append(GrantGiven(grant_id=gid, effect="allow", scope="session", tool="delete_file", paths=["**"],
+                              max_risk=Risk.WRITE_HIGH_RISK, run_id=recorded.run_id, root_run_id=recorded.run_id),
+                   session_id=session_id)
+    a.store.append(AuthorizationDenied(call_id="nb9_0", tool="delete_file", reason="x", rule="grant.reject",
+                                       grant_id=gid, digest=call_digest("delete_file", {"path": "data.csv"}, effect)),
+                   run_id=recorded.run_id)
+    decider = RecordedDecider.from_events(recorded_events(a.store, recorded.run_id), recorded.run_id)
+    assert decider.standing_grants == []
+    run(agent(folder, script(one("delete_file", path="data.csv")), decider, store=a.store))
+    assert (folder / "data.csv").exists()
