@@ -50,6 +50,8 @@ class Target(BaseModel):
     written: str  # as the model wrote it
     path: str = ""  # resolved, relative to the notebook's folder, links followed; "" when it cannot be
     arg: str = ""  # the argument it came from
+    # for a write: the file's other names, links in the folder that lead to it (helper.py -> data/cache.txt)
+    aliases: list[str] = Field(default_factory=list)
     problem: str | None = None  # why it cannot be resolved (the scope refuses it: the call will be refused)
     rule: str | None = None  # the scope's rule that refuses it (outside, symlink_escape, excluded...)
 
@@ -177,7 +179,17 @@ def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
         targets = [resolve_target(guard, op, value, where, base) for where, value in tool.paths(arguments)]
     else:
         targets = []
-    return Effect(targets=targets, runs_later=_runs_later(tool, arguments, targets, sources, mentioned=own is None))
+    unknown = False
+    if guard is not None and tool.risk != Risk.READ_ONLY:
+        for t in targets:
+            if t.op in WRITING and t.path:
+                t.aliases, complete = guard.other_names(t.path)
+                unknown = unknown or not complete
+    why = _runs_later(tool, arguments, targets, sources, mentioned=own is None)
+    if why is None and unknown and any(t.op in WRITING and t.path for t in targets):
+        why = ("the folder has too many entries to find every link that leads to this file, so whether something "
+               "runs it later cannot be told (links.py)")
+    return Effect(targets=targets, runs_later=why)
 
 
 def _file_like(value: str) -> bool:
@@ -194,17 +206,22 @@ def _runs_later(tool: Tool, arguments: dict[str, Any], targets: list[Target], so
         return str(tool.runs_later)
     sources = list(sources)
     writing = [t for t in targets if t.op in WRITING]
-    names = [n for t in writing for n in (t.written, t.path) if n]
+    names = {n: "" for t in writing for n in (t.written, t.path) if n}
+    for t in writing:
+        for alias in t.aliases:
+            names.setdefault(alias, f"{t.path} is also {alias} (a link leads there): ")
     if mentioned:
         # a tool nbagent does not know (an MCP server's, your own) may take a file's name under any key
         # (`items=[{"name": "sitecustomize.py"}]`): every name it mentions counts for the risk, never for refusals
-        names += [v for v in _strings(arguments) if _file_like(v)]
+        for v in _strings(arguments):
+            if _file_like(v):
+                names.setdefault(v, "")
     # each name once, then the call's text once (not each name against each text: a reply naming thousands of
     # paths beside a large content stays linear)
-    for name in dict.fromkeys(names):
+    for name, via in names.items():
         why = runs_later(name, sources=sources)
         if why is not None:
-            return why
+            return via + why
     made = next((t for t in writing if t.op != "delete"), None)
     if made is not None and any(defines_mcp(text) for text in _strings(arguments)):
         return mcp_reason(made.path or made.written)

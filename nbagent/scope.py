@@ -40,6 +40,7 @@ import pathspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from .beneath import Beneath, Redirected
+from .links import LinkIndex
 from .tools.base import ToolError
 
 Operation = Literal["read", "list", "write", "create", "delete"]
@@ -138,9 +139,18 @@ class ScopeGuard:
                                  "allow_outside_base=True to allow that explicitly")
         self.root = root
         self.fs = Beneath(root)
+        self._links: LinkIndex | None = None  # the folder's links, for the other names of a written file
         patterns = (DEFAULT_EXCLUDES if scope.default_excludes else []) + list(scope.exclude)
         self._exclude = pathspec.PathSpec.from_lines("gitignore", patterns)
         self._include = pathspec.PathSpec.from_lines("gitignore", scope.include)
+
+    def other_names(self, rel: str) -> tuple[list[str], bool]:
+        """The other names the file `rel` is reached by (links leading to it or to a folder holding it), and
+        whether the folder's links could all be looked at (links.py)."""
+        if self._links is None:
+            self._links = LinkIndex(self.root)
+        names = self._links.names_of(rel)
+        return names, not self._links.partial
 
     # ------------------------------------------------------------------ checks
 

@@ -439,3 +439,44 @@ def test_approve_recorded_gives_no_grant_the_log_does_not_back(folder: Path) -> 
     assert decider.standing_grants == []
     run(agent(folder, script(one("delete_file", path="data.csv")), decider, store=a.store))
     assert (folder / "data.csv").exists()
+
+
+# ------------------------------------------------------------------------------------------- found by attack (h1)
+
+
+@pytest.mark.parametrize(("link", "to", "written"), [
+    ("helper.py", "data/cache.txt", "data/cache.txt"),  # a module that is a link to a data file
+    ("pkg", "data", "data/__init__.py"),  # a folder link: data/__init__.py is pkg/__init__.py
+    ("analysis.ipynb", "data/cache.txt", "data/cache.txt"),
+    (".git/hooks/pre-commit", "../../data/cache.txt", "data/cache.txt"),
+])
+def test_a_write_to_a_file_a_link_makes_code_is_high_risk(folder: Path, link: str, to: str, written: str) -> None:
+    # Was: a repository ships `helper.py -> data/cache.txt`; `create_file data/cache.txt` with Python in it was low
+    # risk (--approve low and L2 let it through) and `import helper` ran it: the file's other name was never looked at.
+    (folder / "data").mkdir()
+    (folder / link).parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(to, folder / link)
+    for autonomy, decider in (("L1", PolicyDecider("low")), ("L2", InOrder([]))):
+        a = agent(folder, script(one("create_file", path=written, content="open('PWNED', 'w')\n")), decider,
+                  autonomy=autonomy, store=folder / f"{autonomy}.ipynb")
+        result = run(a)
+        assert not (folder / written).exists(), f"planted at {autonomy}"
+        step = next(iter(a.store.run_state(result.run_id).plans.values())).steps[0]
+        assert step.risk == Risk.WRITE_HIGH_RISK
+        assert runs_later(written) is not None or "a link leads there" in (step.risk_reason or "")
+
+
+def test_the_link_index_sees_a_link_made_after_it_was_read_and_fails_closed_past_its_bounds(
+        folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbagent import links
+
+    guard = ScopeGuard(Scope(root=folder, base=folder))
+    (folder / "data").mkdir()
+    assert guard.other_names("data/cache.txt") == ([], True)
+    os.symlink("data/cache.txt", folder / "helper.py")  # made after the index was read: its folder changed
+    assert guard.other_names("data/cache.txt") == (["helper.py"], True)
+    monkeypatch.setattr(links, "MAX_FOLDERS", 1)  # a folder too big to look at whole
+    tools = {t.name: t for t in FileTools(folder).tools()}
+    effect = resolve(tools["create_file"], {"path": "notes.txt", "content": "x"}, ScopeGuard(Scope(root=folder,
+                                                                                                 base=folder)))
+    assert effect.runs_later is not None and "too many entries" in effect.runs_later
