@@ -132,10 +132,13 @@ def now() -> datetime:
 
 
 def _hm(ts: str) -> str:
+    """`14:02` today; `2125-03-01 14:02` any other day (a grant's end far away must not read as "today")."""
     try:
-        return datetime.fromisoformat(ts).strftime("%H:%M")
+        when = datetime.fromisoformat(ts)
     except ValueError:
         return ts
+    today = now().astimezone(when.tzinfo).date() if when.tzinfo else datetime.now().date()
+    return when.strftime("%H:%M") if when.date() == today else when.strftime("%Y-%m-%d %H:%M")
 
 
 # ------------------------------------------------------------------------------------------------ matching

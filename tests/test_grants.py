@@ -357,3 +357,9 @@ def test_grants_in_the_cli_show_grants_and_revoke(tmp_path: Path) -> None:
     assert "no grants in force" in cli("grants", nb).stdout
     js = json.loads(cli("show", result.run_id, nb, "--json").stdout)
     assert any(e["payload"].get("grant_id") for e in js if e["type"] == "tool_call_started")
+
+
+def test_a_grant_ending_on_another_day_shows_its_date(tmp_path: Path) -> None:
+    # Was (attack h3b): a grant ending in 2125 was listed "active until 15:51", as if it ended today.
+    assert grants._hm("2125-03-01T15:51:00Z") == "2125-03-01 15:51"
+    assert grants._hm(grants.now().isoformat()) == grants.now().strftime("%H:%M")
