@@ -163,7 +163,7 @@ class Agent:
         model: str | None = None,
         *,
         tools: Iterable[ToolLike] = (),
-        autonomy: Autonomy | str = Autonomy.L1,
+        autonomy: Autonomy | str | None = None,
         decider: Decider | None = None,
         store: Store | str | Path | None = None,
         session: str = "default",
@@ -199,7 +199,11 @@ class Agent:
         # one is WRITE_HIGH_RISK whatever its name (runs_later.py)
         self.code_paths = [str(p) for p in code_paths]
         self.session = self.store.session(session)
-        self.autonomy = Autonomy(autonomy)
+        # L1 by default; a replay, by default, at the autonomy it was recorded at, so it asks what the recording
+        # asked (at another autonomy it runs what that autonomy runs: at L3, a recorded no answers nothing)
+        if autonomy is None and replay is not None:
+            autonomy = self.store.run_state(self.store.resolve_run(replay)).autonomy
+        self.autonomy = Autonomy(autonomy or Autonomy.L1)
         self.tools = as_tools(tools)
         clash = set(self.tools) & set(CONTROL_TOOLS)
         if clash:

@@ -480,3 +480,16 @@ def test_the_link_index_sees_a_link_made_after_it_was_read_and_fails_closed_past
     effect = resolve(tools["create_file"], {"path": "notes.txt", "content": "x"}, ScopeGuard(Scope(root=folder,
                                                                                                  base=folder)))
     assert effect.runs_later is not None and "too many entries" in effect.runs_later
+
+
+def test_a_replay_is_at_its_recordings_autonomy_unless_told_otherwise(folder: Path) -> None:
+    # (attack h14: a replay at L3 ran a delete the recording denied; L3 asks nothing, so that is L3's doing. By
+    # default a replay now runs at the autonomy it was recorded at, and so asks what the recording asked.)
+    turns = script(one("read_file", path="data.csv"), one("delete_file", path="data.csv"))
+    a = agent(folder, turns, InOrder([Verdict.approve(), Verdict.deny("keep it")]), autonomy="L0")
+    recorded = run(a)
+    b = Agent(replay=recorded.run_id, tools=FileTools(folder).tools(), store=a.store)
+    assert b.autonomy.value == "L0"
+    result = run(b)
+    assert (folder / "data.csv").exists() and result.status.value in ("completed", "completed_with_errors")
+    assert [d.kind for d in b.store.run_state(result.run_id).decisions] == ["approved", "rejected"]
