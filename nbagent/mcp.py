@@ -120,6 +120,7 @@ class Loaded(BaseModel):
     # server name -> the file its entry was read from; absent for inline JSON and dicts (the caller's own words)
     files: dict[str, str] = Field(default_factory=dict)
     problems: list[str] = Field(default_factory=list)
+    folder: str | None = None  # the notebook's folder: entries' relative cwd and files are read from it
 
 
 def parse(data: Any, source: str, loaded: Loaded | None = None, file: str | None = None) -> Loaded:
@@ -150,6 +151,8 @@ def read(source: str | Path | dict[str, Any], folder: Path | None = None, loaded
          label: str | None = None) -> Loaded:
     """Read one source: a dict, inline JSON text (starting with `{`), or a file (relative to `folder`)."""
     loaded = loaded or Loaded()
+    if folder is not None and loaded.folder is None:
+        loaded.folder = str(folder)
     if isinstance(source, dict):
         return parse(source, label or "the MCP config", loaded)
     text_source = str(source).strip()
@@ -196,16 +199,143 @@ class Entry(BaseModel):
     source: str  # the file
     digest: str  # entry_digest: what a trust covers
     command: str  # what_it_runs
+    files: list[str] = Field(default_factory=list)  # the files of the notebook's folder it runs (entry_files), found
 
 
-def entry_digest(config: ServerConfig) -> str:
-    """sha256 of the entry's canonical JSON (every key nbagent acts on): what a person's trust covers, so an
-    edited entry (another argument, another env value, another risk) is asked about again."""
+MAX_HASHED = 8 * 1024 * 1024  # a file it runs larger than this counts by its size and time of change, not read
+
+
+def entry_digest(config: ServerConfig, folder: str | Path | None = None) -> str:
+    """What a person's trust covers: sha256 of the entry's canonical JSON (every key nbagent acts on), so an edited
+    entry (another argument, env value or risk) is asked about again; and, given the notebook's folder, `+` and a
+    sha256 of the files of the folder it runs (`entry_files`: their names and contents), so a script edited after
+    the trust (by the agent, a collaborator's git pull) is not started until trusted again. An entry naming no file
+    there has the first part alone."""
     import hashlib
 
     from .events import canonical_json
 
-    return hashlib.sha256(canonical_json(config.model_dump(mode="json")).encode("utf-8")).hexdigest()
+    text = hashlib.sha256(canonical_json(config.model_dump(mode="json")).encode("utf-8")).hexdigest()
+    found = _file_states(config, folder)
+    if not found:
+        return text
+    return text + "+" + hashlib.sha256(canonical_json(found).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def entry_part(digest: str) -> str:
+    """The part of a digest that covers the entry's JSON (without the files it runs)."""
+    return digest.split("+", 1)[0]
+
+
+def _server_cwd(config: ServerConfig, folder: Path | None) -> Path | None:
+    """The folder the server starts in (Server._transport): its cwd, relative to the notebook's folder, or that."""
+    if not config.cwd:
+        return folder
+    path = Path(config.cwd).expanduser()
+    return path if path.is_absolute() or folder is None else folder / path
+
+
+def _inside(path: Path, root: Path) -> bool:
+    lexical, top = os.path.normpath(path), os.path.normpath(root)
+    real, real_top = os.path.realpath(path), os.path.realpath(root)
+    return any(p != t and p.startswith(t.rstrip(os.sep) + os.sep) for p, t in ((lexical, top), (real, real_top)))
+
+
+# a command that runs the file its first argument names (`sh tools/serve.sh`, `node server.js`)
+_INTERPRETER = re.compile(r"(?:(?:ba|da|z|k|c|tc|fi)?sh|python[0-9.]*|pypy[0-9.]*|node(?:js)?|deno|bun|ruby|perl|"
+                          r"php|rscript|julia|lua(?:jit)?|pwsh|powershell|tsx|ts-node|groovy|tclsh|wish)(?:\.exe)?",
+                          re.IGNORECASE)
+# names of files that are code or that configure what runs (a data file a server writes, its database or its log,
+# is none of these: its every change would otherwise undo the trust)
+_CODE_SUFFIX = re.compile(r"\.(?:sh|bash|zsh|ksh|fish|py|pyw|pyz|pyc|ipy|js|mjs|cjs|ts|mts|cts|jsx|tsx|rb|pl|pm|php|"
+                          r"lua|r|jl|ps1|psm1|bat|cmd|exe|com|jar|class|go|java|kt|kts|scala|swift|dart|ex|exs|tcl|groovy|"
+                          r"wasm|so|dll|dylib|appimage|json|jsonc|json5|toml|ya?ml|ini|cfg|conf|env)$", re.IGNORECASE)
+
+
+def entry_files(config: ServerConfig, folder: str | Path | None) -> list[Path]:
+    """The files inside the notebook's folder a stdio entry runs, existing or not: its command (a path, or a name
+    found on PATH or beside the interpreter there); an interpreter's script (its first argument that is no option);
+    each argument, or `--option=value`'s value, named as code or configuration (`.sh`, `.py`, `.js`, `.json`,
+    `.toml`, `.env`...) or an executable file; a `-m module`'s files; all resolved from the entry's cwd. Starting the
+    server runs or reads them, so they are code (the host gives them to the runtime's runs-later rule) and their
+    contents are part of the trust. A data file it names (`--db-path data.db`, a log) is none of them."""
+    if folder is None or not config.command:
+        return []
+    root = Path(folder)
+    cwd = _server_cwd(config, root) or root
+    command = config.command
+    if os.sep in command or "/" in command:
+        words = [(command, True)]
+    else:
+        found = sys.executable if command in ("python", "python3") else shutil.which(command)
+        words = [(found or str(Path(sys.executable).parent / command), True)]
+    script = _INTERPRETER.fullmatch(os.path.basename(command)) is not None
+    args = list(config.args)[:256]
+    skip = False
+    for i, arg in enumerate(args):
+        if skip or not arg:
+            skip = False
+            continue
+        if arg.startswith("-"):
+            if "=" in arg:
+                words.append((arg.split("=", 1)[1], False))
+            if arg == "-c" and script:  # `sh -c TEXT`, `python -c TEXT`: the code is the entry's own text
+                skip, script = True, False
+            if arg == "-m" and i + 1 < len(args):
+                module = args[i + 1].replace(".", "/")
+                words += [(module + ".py", True), (module + "/__main__.py", True)]
+                skip, script = True, False
+            continue
+        words.append((arg, script))
+        script = False
+    out: list[Path] = []
+    for word, always in words:
+        if not word or "\0" in word or "\n" in word:
+            continue
+        path = Path(word).expanduser()
+        path = path if path.is_absolute() else cwd / path
+        try:
+            if path in out or path.is_dir() or not _inside(path, root):
+                continue
+            if always or _CODE_SUFFIX.search(path.name) or (path.is_file() and os.stat(path).st_mode & 0o111):
+                out.append(path)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _file_states(config: ServerConfig, folder: str | Path | None) -> list[list[str]]:
+    """[name, state] for each file of `entry_files` that exists: sha256 of its content, read bounded (over
+    MAX_HASHED, or unreadable: its size and time of change); not a regular file: its kind."""
+    import hashlib
+    import stat
+
+    out: list[list[str]] = []
+    for path in entry_files(config, folder):
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            continue  # absent: another state than present, since the name is not in the list
+        name = os.path.relpath(path, folder) if folder is not None else str(path)
+        if not stat.S_ISREG(st.st_mode):
+            out.append([name, f"not a regular file ({stat.S_IFMT(st.st_mode):o})"])
+            continue
+        by_size = f"size {st.st_size}, changed {st.st_mtime_ns}"
+        if st.st_size > MAX_HASHED:
+            out.append([name, by_size])
+            continue
+        try:  # never blocks on a FIFO swapped in since the stat; reads what it opened, bounded
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            out.append([name, "unreadable, " + by_size])
+            continue
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                out.append([name, "not a regular file"])
+                continue
+            data = f.read(MAX_HASHED + 1)
+        out.append([name, by_size if len(data) > MAX_HASHED else "sha256 " + hashlib.sha256(data).hexdigest()])
+    return out
 
 
 def what_it_runs(config: ServerConfig) -> str:
@@ -219,10 +349,24 @@ def what_it_runs(config: ServerConfig) -> str:
     return shlex.join(words) + (f" (in {config.cwd})" if config.cwd else "")
 
 
-def needs_trust(loaded: Loaded) -> list[Entry]:
-    """The enabled servers whose entry came from a file: in a notebook each starts only once trusted."""
-    return [Entry(name=name, source=loaded.files[name], digest=entry_digest(config), command=what_it_runs(config))
-            for name, config in loaded.servers.items() if name in loaded.files and not config.disabled]
+def needs_trust(loaded: Loaded, folder: str | Path | None = None) -> list[Entry]:
+    """The enabled servers whose entry came from a file: in a notebook each starts only once trusted. Their digest
+    covers the files of the notebook's folder (`folder`, else the one the config was read from) they run."""
+    where = folder if folder is not None else loaded.folder
+    out = []
+    for name, config in loaded.servers.items():
+        if name in loaded.files and not config.disabled:
+            files = [os.path.relpath(p, where) for p in entry_files(config, where) if p.is_file()] if where else []
+            out.append(Entry(name=name, source=loaded.files[name], digest=entry_digest(config, where),
+                             command=what_it_runs(config), files=files))
+    return out
+
+
+def code_files(loaded: Loaded, folder: str | Path | None = None) -> list[str]:
+    """Every file of the notebook's folder the configured stdio servers run (`entry_files`, existing or not), for
+    the runtime's `code_paths`: writing one changes what a server runs at its next start."""
+    where = folder if folder is not None else loaded.folder
+    return list(dict.fromkeys(str(p) for c in loaded.servers.values() for p in entry_files(c, where)))
 
 
 # ---------------------------------------------------------------------------------------------------- risk
@@ -399,12 +543,9 @@ class Server:
         if self._stderr is not None:
             self._stderr.close()
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (kept open)
-        cwd = self.config.cwd
-        if cwd and self.folder is not None and not Path(cwd).expanduser().is_absolute():
-            cwd = str(self.folder / cwd)
+        cwd = _server_cwd(self.config, self.folder)
         params = StdioServerParameters(command=self._executable(), args=list(self.config.args),
-                                       env=dict(self.config.env) or None,
-                                       cwd=cwd or (str(self.folder) if self.folder else None))
+                                       env=dict(self.config.env) or None, cwd=str(cwd) if cwd else None)
         return stdio_client(params, errlog=self._stderr), None
 
     # ------------------------------------------------------------------ life (on the background loop)
@@ -662,6 +803,7 @@ class MCPTool(Tool):
     server: str
     remote_name: str
     risk_reason: str
+    code_files: list[str]
 
 
 def _make_tool(server: Server, listed: Any) -> MCPTool:
@@ -688,6 +830,12 @@ def _make_tool(server: Server, listed: Any) -> MCPTool:
     tool = MCPTool(call, name=f"{PREFIX}{server.name}__{remote}", description=description, risk=risk,
                    parameters=schema)
     tool.server, tool.remote_name, tool.risk_reason = server.name, remote, why
+    # the files of the folder its server runs (entry_files): a runtime may count writing them as code (code_paths)
+    tool.code_files = [str(p) for p in entry_files(server.config, server.folder)]
+    # the server resolves a relative path from its own working folder: the scope judges it from there too
+    if server.config.command and server.config.cwd:
+        cwd = Path(server.config.cwd).expanduser()
+        tool.base = cwd.as_posix() if cwd.is_absolute() else server.config.cwd.replace("\\", "/")
     return tool
 
 
@@ -696,7 +844,10 @@ _servers_lock = threading.Lock()
 
 
 def _key(name: str, config: ServerConfig, folder: Path | None) -> str:
-    return json.dumps([name, config.model_dump(mode="json"), str(folder or "")], sort_keys=True)
+    """Which running server a listing reuses: the same entry, folder and files it runs (an edited script is a new
+    server: the old process, running the old script, is stopped)."""
+    return json.dumps([name, config.model_dump(mode="json"), str(folder or ""), entry_digest(config, folder)],
+                      sort_keys=True)
 
 
 def _server(name: str, config: ServerConfig, source: str, folder: Path | None) -> Server:
@@ -809,7 +960,7 @@ def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = Non
 def notebook_config(folder: Path, setting: str | None = None) -> Loaded:
     """What a notebook configures: `mcp.json` beside it, then the `mcp` setting (a file or inline JSON: the cell's
     `--mcp`, `%agent config mcp=`, `NbAgent.mcp`, `NBAGENT_MCP`), whose servers replace those of the same name."""
-    loaded = Loaded()
+    loaded = Loaded(folder=str(folder))
     beside = folder / "mcp.json"
     if beside.exists():
         read(beside, folder, loaded)
@@ -824,7 +975,7 @@ def notebook_toolset(folder: Path, setting: str | None = None, taken: Iterable[s
     cloned repository's mcp.json) starts only when `trusted(entry)` says a person trusted that very entry; the
     others are left out, listed in `untrusted`, and nothing of theirs runs. Inline JSON is the person's own words."""
     loaded = notebook_config(folder, setting)
-    held = [e for e in needs_trust(loaded) if trusted is None or not trusted(e)]
+    held = [e for e in needs_trust(loaded, folder) if trusted is None or not trusted(e)]
     for entry in held:
         del loaded.servers[entry.name]
     out = toolset(loaded, folder, taken) if loaded.servers or loaded.problems else Toolset()
@@ -853,5 +1004,5 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 __all__ = ["Entry", "MCPConfigError", "MCPTool", "Server", "ServerConfig", "Toolset", "annotation_risk",
-           "convert_result", "entry_digest", "load_config", "needs_trust", "notebook_config", "notebook_toolset",
-           "read", "shutdown", "tools", "toolset", "what_it_runs"]
+           "code_files", "convert_result", "entry_digest", "entry_files", "entry_part", "load_config", "needs_trust",
+           "notebook_config", "notebook_toolset", "read", "shutdown", "tools", "toolset", "what_it_runs"]

@@ -482,13 +482,18 @@ class NotebookHost:
         budget = Budget(max_steps=int(cfg.get("max_steps") or 50), max_cost=float(cfg.get("budget") or 0) or None)
         mcp = cfg.get("mcp") or None
         tools = self.all_tools(mcp, approve=cfg.get("approve") or None, session=session_name, cell_mcp=cell_mcp)
+        from ..mcp import code_files, notebook_config
+
+        # the MCP file the settings name starts commands at the next run, and the files of the folder its servers'
+        # command lines name (`sh tools/serve.sh`) are what those commands run: writing any of them is code
+        code = [str(self._path(mcp))] if mcp and not str(mcp).lstrip().startswith("{") else []
+        code += code_files(notebook_config(self.folder, mcp))
         return RuntimeAgent(
             # --script implies the scripted model (its help says so), whatever model a default names
             model=None if script is not None else model,
             script=script, replay=replay, tools=tools, autonomy=cfg.get("autonomy") or "L1",
             decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
-            # the MCP file the settings name starts commands at the next run: writing it is code (runs_later.py)
-            code_paths=[str(self._path(mcp))] if mcp and not str(mcp).lstrip().startswith("{") else [],
+            code_paths=code,  # runs_later.py: a write of one is WRITE_HIGH_RISK, no grant covers it
         )
 
     def decider_for(self, approve: str, recorded_from: str | None) -> Decider:

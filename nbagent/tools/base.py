@@ -52,6 +52,25 @@ NOT_A_PATH = frozenset({
     "language", "lang", "kind", "regex", "query", "message", "description", "title", "label", "template", "schema",
     "diff", "patch", "line", "lines", "offset", "limit", "ext", "extension", "url", "uri"})
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# A key written as one lowercase word (`savepath`, `outputdir`, `dbfile`, `fname`) names a path when it ends with one
+# of these (or begins with one, below), so no spelling of a compound hides it from the scope
+_COMPOUND_END = re.compile(r"(?:paths?|files?|(?:file|f)names?|dirs?|director(?:y|ies)|folders?|cwd|destinations?|"
+                           r"locations?|roots?)$")
+# ... and words that end so but name no path (`profile`, an XPath, `allocation`); `dest` ends superlatives (`oldest`,
+# `closest`), so it counts only as a word of its own (`dest`, `destPath`)
+_COMPOUND_NOT = re.compile(r"(?:profiles?|xpaths?|(?:al|col|geo)locations?)$")
+# begins with one, the rest not a content word (`filelist`, `pathspec`; `filetype`, `filesize` are content). `dir`,
+# `dest` and `root` do not count as beginnings: `direction`, `destroy`, `rooted`
+_COMPOUND_START = re.compile(r"(?:paths?|files?|(?:file|f)names?|directory|folders?|cwd|destination|locations?)"
+                             r"(?=[a-z])")
+# where a call writes: `saveTo`, `save_as`, `exportTo`, `writeInto`
+_WRITES_TO = re.compile(r"(?:save|write|export|output|out|dump|download|copy|move|extract|store|upload)(?:to|as|into)")
+# a value that starts with an environment variable (`$HOME/x`, `${XDG_CONFIG_HOME}/x`, `%USERPROFILE%\x`): a server
+# that expands it reads or writes outside the notebook's folder, and what it expands to is not known here
+# (whatever its key: `$NAME` in capitals, then a separator, so `$price` or `$x/y$` is not one; under a key naming a
+# path, any spelling and alone: `$home`, `%APPDATA%`)
+_ENV_START = re.compile(r"\$(?:[A-Z_][A-Z0-9_]*|\{[^{}\s]+\})[\\/]|%[A-Za-z_][\w()]*%[\\/]")
+_ENV_ANY = re.compile(r"\$(?:[A-Za-z_]\w*|\{[^{}]*\})(?:[\\/]|$)|%[A-Za-z_][\w()]*%(?:[\\/]|$)")
 _ABSOLUTE = re.compile(r"/+(?:$|[^\s^$*+?()\[\]{}|\\/])|~[\w.-]*(?:$|[/\\])|file:|[A-Za-z]:[\\/]|\\\\",
                        re.IGNORECASE)
 _CLIMBS = re.compile(r"(?:^|[\\/])\.\.(?:[\\/]|$)")
@@ -72,19 +91,39 @@ def _path_key(key: str) -> str | None:
         return None
     if any(PATH_NAME.fullmatch(w) for w in words):
         return "path"
+    joined = "".join(words).rstrip("0123456789")  # separators and case gone: `save_path`, `SAVEPATH`, `savepath2`
+    if WEAK_PATH_NAME.fullmatch(joined):
+        return "weak"
+    if _compound_path(joined):
+        return "path"
     return "weak" if any(WEAK_PATH_NAME.fullmatch(w) for w in words) else None
 
 
+def _compound_path(joined: str) -> bool:
+    """A key of run-together words that names a path (`savepath`, `cachedir`, `filelist`, `saveto`), not one that
+    ends with a content word (`filetype`, `filesize`, `fileid`)."""
+    if _WRITES_TO.fullmatch(joined):
+        return True
+    if _COMPOUND_END.search(joined):
+        return _COMPOUND_NOT.search(joined) is None
+    return _COMPOUND_START.match(joined) is not None and not any(joined.endswith(w) for w in NOT_A_PATH)
+
+
 def path_shaped(value: str) -> bool:
-    """A one-line string that is an absolute path (`/x`, `~/x`, `file:...`, `C:\\x`, `C:/x`) or climbs with `..`:
-    a path whatever its key (a regular expression or a script of several lines is not)."""
+    """A one-line string that is an absolute path (`/x`, `~/x`, `file:...`, `C:\\x`, `C:/x`), starts with an
+    environment variable (`$HOME/x`, `${VAR}/x`, `%USERPROFILE%\\x`) or climbs with `..`: a path whatever its key (a
+    regular expression or a script of several lines is not)."""
     return "\n" not in value and "\r" not in value and (_ABSOLUTE.match(value) is not None
+                                                       or _ENV_START.match(value) is not None
                                                        or _CLIMBS.search(value) is not None)
 
 
 def local_path(value: str) -> str:
     """A `file:` URI as the local path it names (`file:///etc/x` -> `/etc/x`, another host -> `//host/x`, so the
-    scope refuses it); any other string as it is."""
+    scope refuses it); a path starting with an environment variable as an absolute one (`$HOME/x` -> `/$HOME/x`:
+    outside the folder, whatever the server expands it to); any other string as it is."""
+    if value[:1] in ("$", "%") and _ENV_ANY.match(value):
+        return "/" + value
     if value[:5].lower() != "file:":
         return value
     from urllib.parse import unquote, urlsplit
