@@ -9,6 +9,11 @@ so the tables' checkpoints are compared too: a run's row keeps the last seq and 
 end, and a session's row those of the session's own chain (grants and revokes: a deleted `grant_revoked` would bring
 a grant back). The tables are read before the log, so an event appended meanwhile never looks removed.
 
+The tables live beside the log, so whoever cuts a chain can damage or edit them too. Each chain's head is also kept
+outside the project, in this user's anchor of the store (store/anchor.py), read before the log as well: a chain
+shorter than its anchor, or different at the anchor's seq, is named whatever the tables say. A store this user's
+anchor folder never saw (a fresh clone) has no anchor and is checked as before.
+
 Grants are checked against what backs them (`grants.unbacked`): a `grant_given` no decision (or, for a replay's
 standing grant, no `context_assembled`) gave with these terms, and a second `grant_given` of an id already given
 (grant events are immutable: the first is the grant), are problems; nbagent ignores both.
@@ -74,6 +79,9 @@ def verify_store(store: Store) -> Report:
     chains: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     damage = store.tables_problem()  # the checkpoints first: what they saw was in the log before it is read
     checkpoints = (store.runs.all(), store.sessions.all()) if damage is None else None
+    anchors = dict(store.anchors.heads())  # (also read before the log)
+    if store.anchors.problem:
+        report.warnings.append(store.anchors.problem)
     try:
         data = read_regular(store.events_path)
     except FileNotFoundError:
@@ -112,6 +120,7 @@ def verify_store(store: Store) -> Report:
             "without it, so events cut off the end of a run cannot be detected. A write to this notebook's log "
             "rebuilds it from the events"
         )
+    _check_anchors(report, store, anchors, heads, chains)
     report.runs = sum(1 for k in chains if not k.startswith("session:"))
     report.sessions = sum(1 for k in chains if k.startswith("session:"))
     report.problems.sort(key=lambda p: (p.line is None, p.line or 0))
@@ -253,3 +262,31 @@ def _check_checkpoints(report: Report, heads: dict[str, tuple[int, str | None]],
                     None, None, key, f"the event at seq {expected} differs from the one the {table} table recorded "
                     "at its last checkpoint: it was replaced",
                 ))
+
+
+def _check_anchors(report: Report, store: Store, anchors: dict[str, tuple[int, str, str]],
+                   heads: dict[str, tuple[int, str | None]], chains: dict[str, list[tuple[int, dict[str, Any]]]]
+                   ) -> None:
+    """Each chain reaches the head this user's anchor saw (outside the project, so a damaged or edited tables.json
+    cannot hide a cut). A chain the checkpoints already named is not named twice; a chain absent from the log is
+    named only if the anchor was written by this very store (not by an earlier one made at the same place)."""
+    named = {p.chain for p in report.problems if p.line is None}
+    where = f"this user's anchor ({store.anchors.path}) saw"
+    undo = "if you restored an older copy of this log on purpose, delete that file"
+    for key, (expected, digest, identity) in anchors.items():
+        if key in named:
+            continue
+        if key not in chains:
+            if identity and identity == store.identity:
+                report.problems.append(Problem(None, None, key, f"the log has no event of this chain but {where} seq "
+                                               f"{expected}: the chain was removed; {undo}"))
+            continue
+        have, _ = heads.get(key, (0, None))
+        if have < expected:
+            report.problems.append(Problem(None, None, key, f"the log ends at seq {have} but {where} seq {expected}: "
+                                           f"{expected - have} event(s) were removed from the end; {undo}"))
+            continue
+        at = next((r.get("hash") for _, r in chains[key] if r.get("seq") == expected), None)
+        if at != digest:
+            report.problems.append(Problem(None, None, key, f"the event at seq {expected} is not the one {where}: it "
+                                           f"was replaced; {undo}"))

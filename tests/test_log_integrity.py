@@ -7,12 +7,15 @@ behaviour; each failed before its fix:
 - a grant answers only when what gave it (a decision by the same person, with the same terms; a replay's
   `context_assembled` for its standing grants) backs it: `grants.vouched`;
 - every chain is checkpointed (sessions too), so a deleted `grant_revoked` is caught and brings no grant back;
+- and anchored outside the project (this user's data folder), so it is caught even when tables.json is damaged or
+  edited to the earlier head too (attack h4);
 - `nbagent verify` names each of these, on the command line and through `verify_store`;
 - undo verifies first and refuses a log that fails;
 - a FIFO in place of a store file is refused in one line, never waited on;
 - grant lifetimes are bounded (a year), and never overflow.
 
 Offline and deterministic: the scripted model, tools that record what ran, the CLI in a subprocess with a timeout.
+The user's data folder (anchors, key) is a temporary one ($XDG_DATA_HOME), for the CLI's subprocesses too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -81,8 +85,14 @@ class Person(Decider):
 
 
 @pytest.fixture(autouse=True)
-def _clear() -> None:
+def _clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     RAN.clear()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "user-data"))  # never the real user's anchors
+
+
+def another_machine(tmp: Path) -> None:
+    """What a fresh clone on another machine sees: no anchor of this store in its user's data folder."""
+    os.environ["XDG_DATA_HOME"] = str(tmp / "another-user-data")  # (monkeypatch restores it)
 
 
 def one(name: str, **arguments: Any) -> dict[str, Any]:
@@ -322,6 +332,109 @@ def test_a_deleted_revoke_brings_no_grant_back(tmp_path: Path) -> None:
     assert asked_again(tmp_path, store)
 
 
+def cut_revoke(tmp: Path, how: str) -> grants.Grant:
+    """A session grant, revoked; the revoke cut off the log's end, and tables.json damaged (`damaged`) or given the
+    earlier head of the session's chain (`edited`) too, as whoever can cut a line can (attack h4)."""
+    a, g = session_grant(tmp)
+    grants.revoke(a.store, g.grant_id)
+    a.store.close()
+    drop_lines(tmp, lambda r: r["type"] == "grant_revoked")
+    tables = tmp / "nb.nbagent" / "tables.json"
+    if how == "damaged":
+        tables.write_text("{ damaged")
+    else:
+        t = json.loads(tables.read_text())
+        last = [r for r in log_lines(tmp) if r["run_id"] is None][-1]
+        t["sessions"][g.session_id].update(last_seq=last["seq"], last_hash=last["hash"])
+        tables.write_text(json.dumps(t))
+    return g
+
+
+@pytest.mark.parametrize("tables", ["damaged", "edited"])
+def test_a_cut_revoke_is_caught_with_the_tables_damaged_or_edited_too(tmp_path: Path, tables: str) -> None:
+    # Was (attack h4): the checkpoints lived only in tables.json, beside the log and unkeyed; with the revoke cut and
+    # tables.json damaged (rebuilt from the log) or given the earlier seq and hash, the revoked grant answered again
+    # and `nbagent verify` said "every chain intact".
+    g = cut_revoke(tmp_path, tables)
+    store = Store(tmp_path / "nb.ipynb")
+    assert asked_again(tmp_path, store)
+    problems = [str(p) for p in verify_store(Store(tmp_path / "nb.ipynb", readonly=True)).problems]
+    assert any(f"(session:{g.session_id}): the log ends at seq 2 but this user's anchor" in p for p in problems)
+    done = cli("verify", str(tmp_path / "nb.ipynb"))
+    assert done.returncode == 1 and "this user's anchor" in done.stdout + done.stderr, done
+
+
+def test_a_cut_chain_that_grows_again_stays_caught(tmp_path: Path) -> None:
+    """The anchor is never moved back: an event appended to the cut chain (a new grant, here) does not make the old
+    seq's new event the anchored one, so the revoked grant stays unbacked."""
+    cut_revoke(tmp_path, "damaged")
+    store = Store(tmp_path / "nb.ipynb")
+    b = agent(tmp_path, script(one("make", path="other.md")), Person(Verdict.approve(grant=FOR_SESSION)), store=store)
+    assert run(b, "again").status.value == "completed"
+    assert any("no longer reaches seq 3" in w for w in store.warnings)
+    assert asked_again(tmp_path, store)
+    assert not verify_store(Store(tmp_path / "nb.ipynb", readonly=True)).ok
+
+
+def test_a_store_its_user_never_saw_is_checked_as_before(tmp_path: Path) -> None:
+    """A fresh clone on another machine has no anchor, and a store copied elsewhere is not judged by the anchor of
+    the one it was copied from: no false alarm, grants answer."""
+    a, _ = session_grant(tmp_path)
+    a.store.close()
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "nb.nbagent", copy / "nb.nbagent")
+    for where in (copy, tmp_path):
+        if where is tmp_path:
+            another_machine(tmp_path)
+        store = Store(where / "nb.ipynb")
+        assert verify_store(store).ok
+        (here,) = grants.all_grants(store)
+        assert grants.vouched(store, here)
+
+
+def test_meta_edited_or_store_made_again(tmp_path: Path) -> None:
+    """The anchor is found by the store's path: editing meta.json (its identity) does not escape it. A store made
+    again at the same place (`rm -r NAME.nbagent`) has new chains: the old store's anchor raises no alarm for it."""
+    cut_revoke(tmp_path, "damaged")
+    meta = tmp_path / "nb.nbagent" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "id": "01ANOTHERSTORE", "created_at": "2020"}))
+    assert not verify_store(Store(tmp_path / "nb.ipynb", readonly=True)).ok
+    assert asked_again(tmp_path, Store(tmp_path / "nb.ipynb"))
+    shutil.rmtree(tmp_path / "nb.nbagent")
+    session_grant(tmp_path)
+    assert verify_store(Store(tmp_path / "nb.ipynb", readonly=True)).ok
+
+
+def test_a_chain_removed_whole_is_named_by_its_own_store(tmp_path: Path) -> None:
+    a, g = session_grant(tmp_path)
+    a.store.close()
+    drop_lines(tmp_path, lambda r: r["run_id"] == g.run_id)
+    (tmp_path / "nb.nbagent" / "tables.json").unlink()
+    problems = [str(p) for p in verify_store(Store(tmp_path / "nb.ipynb", readonly=True)).problems]
+    assert any(f"(run {g.run_id}): the log has no event of this chain but this user's anchor" in p
+               for p in problems), problems
+
+
+def test_only_session_events_and_run_checkpoints_write_the_anchor(tmp_path: Path) -> None:
+    """Appends stay cheap: a run's other events (model turns, tool calls) never touch the anchor; a session's events
+    and a run's checkpoints add one line each."""
+    from nbagent.events import Completed, Thinking
+
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session()
+    run_id = store.create_run(session.id, "p").id
+    anchors = list((tmp_path / "user-data" / "nbagent" / "anchors").iterdir())
+    assert len(anchors) == 1 and len(anchors[0].read_bytes().splitlines()) == 2  # session_created, run_started
+    before = anchors[0].read_bytes()
+    for _ in range(20):
+        store.append(Thinking(text="t"), run_id=run_id)
+    assert anchors[0].read_bytes() == before
+    store.append(Completed(summary="done"), run_id=run_id)
+    last = json.loads(anchors[0].read_bytes().splitlines()[-1])
+    assert (last["chain"], last["seq"]) == (run_id, 22)
+    assert store.anchored(run_id) == (22, store.raw_events(run_id)[-1]["hash"])
+
+
 def test_session_checkpoints_cost_the_run_path_nothing(tmp_path: Path) -> None:
     """Only events of a session's own chain write its row; a run's events leave the sessions table as it was."""
     a, _ = session_grant(tmp_path)
@@ -347,9 +460,36 @@ def _regiven(tmp: Path) -> str:
     a, g = session_grant(tmp)
     a.store.close()
     drop_lines(tmp, lambda r: r["type"] == "grant_given")
+    another_machine(tmp)  # (here, the anchor names the replaced event first: _regiven_here)
     copy = {**g.model_dump(mode="json", include=set(GrantGiven.model_fields)), "by": "mallory"}
     Store(tmp / "nb.ipynb").append(GrantGiven.model_validate(copy), session_id=g.session_id)
     return f"no plan_approved of plan {g.plan_id} by mallory"
+
+
+def _regiven_here(tmp: Path) -> str:
+    a, g = session_grant(tmp)
+    a.store.close()
+    drop_lines(tmp, lambda r: r["type"] == "grant_given")
+    copy = {**g.model_dump(mode="json", include=set(GrantGiven.model_fields)), "by": "mallory"}
+    Store(tmp / "nb.ipynb").append(GrantGiven.model_validate(copy), session_id=g.session_id)
+    return f"(session:{g.session_id}): the event at seq 2 is not the one this user's anchor"
+
+
+def _revoke_cut_tables_damaged(tmp: Path) -> str:
+    a, g = session_grant(tmp)
+    grants.revoke(a.store, g.grant_id)
+    a.store.close()
+    drop_lines(tmp, lambda r: r["type"] == "grant_revoked")
+    (tmp / "nb.nbagent" / "tables.json").write_text("{ damaged")
+    return f"(session:{g.session_id}): the log ends at seq 2 but this user's anchor"
+
+
+def _run_end_cut_tables_damaged(tmp: Path) -> str:
+    a, g = session_grant(tmp)
+    a.store.close()
+    drop_lines(tmp, lambda r: r["type"] == "completed")
+    (tmp / "nb.nbagent" / "tables.json").unlink()
+    return f"(run {g.run_id}): the log ends at seq"
 
 
 def _copied(tmp: Path) -> str:
@@ -398,8 +538,9 @@ def _run_end_deleted(tmp: Path) -> str:
     return f"(run {g.run_id}): the log ends at seq"
 
 
-@pytest.mark.parametrize("tamper", [_standing, _regiven, _copied, _revoke_deleted, _session_end_deleted,
-                                    _session_middle_deleted, _run_middle_deleted, _run_end_deleted])
+@pytest.mark.parametrize("tamper", [_standing, _regiven, _regiven_here, _copied, _revoke_deleted,
+                                    _session_end_deleted, _session_middle_deleted, _run_middle_deleted,
+                                    _run_end_deleted, _revoke_cut_tables_damaged, _run_end_cut_tables_damaged])
 def test_verify_names_each_tampering(tmp_path: Path, tamper: Any) -> None:
     expected = tamper(tmp_path)
     report = verify_store(Store(tmp_path / "nb.ipynb", readonly=True))

@@ -65,3 +65,36 @@ class NotAFile(StoreError):
             f"{path}: not a regular file (a {kind}); nbagent reads only regular files in its store and did not open "
             "it: remove it, or put the file back from a backup"
         )
+
+
+class IsALink(NotAFile):
+    """A file or folder inside the store that is a symbolic link: never followed, so the log and the saved contents
+    are never written wherever a shipped link points (another folder, a data file of the project)."""
+
+    def __init__(self, path: Path | str, target: str) -> None:
+        self.kind = f"symbolic link to {target}"
+        self.target = target
+        StoreError.__init__(
+            self, f"{path}: a symbolic link (to {target}); nbagent never follows a link inside its store folder (the "
+            "log or saved files would go wherever it points) and did not use it: remove the link"
+        )
+
+
+class StoreFolderIsALink(StoreError):
+    """The store folder itself is a link: refused by readers and writers alike (docs/log.md)."""
+
+    def __init__(self, path: Path | str, target: str) -> None:
+        self.target = target
+        super().__init__(
+            f"{path}: the store folder is a symbolic link (to {target}); nbagent does not follow it (a repository "
+            "could point the log anywhere): remove the link, or name the folder it points to instead"
+        )
+
+
+class NotAFolder(StoreError):
+    """A folder of the store (leases/, blobs/, a blob's shard) that is something else."""
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"{path}: not a folder (a {kind}); nbagent keeps its own files there and did not use it: "
+                         "remove it")

@@ -399,7 +399,7 @@ class EventLog:
     def torn_tail(self) -> int:
         """Bytes after the last complete line (a crash mid-write, or a writer mid-write)."""
         try:
-            return max(0, os.stat(self.path).st_size - self._offset)
+            return max(0, os.lstat(self.path).st_size - self._offset)
         except FileNotFoundError:
             return 0
 
@@ -481,6 +481,8 @@ class EventLog:
             os.fsync(self._fd)
 
     def _writer(self) -> int:
+        """The O_APPEND descriptor; never through a link (IsALink), so a shipped `events.jsonl -> elsewhere` is
+        refused, not created or appended to."""
         if self._fd is None:
             try:
                 self._fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -491,19 +493,21 @@ class EventLog:
         return self._fd
 
     def _repair_torn_tail(self, torn: int) -> None:
-        """Cut `torn` bytes past the last complete line (the size the refresh just saw: one stat per append)."""
+        """Cut `torn` bytes past the last complete line (the size the refresh just saw: one stat per append).
+        Through the descriptor, never the path (which could have become a link meanwhile)."""
         if torn:
             self._warn(
                 f"{self.path}: removed an incomplete last line ({torn} bytes) left by a writer that stopped "
                 "mid-write; it was never acknowledged"
             )
-            os.truncate(self.path, self._offset)
+            os.ftruncate(self._writer(), self._offset)
             self._torn_seen = None
 
     def _rollback(self) -> None:
         """Cut a partly written line so a failed append (disk full) leaves the log exactly as it was."""
         try:
-            os.truncate(self.path, self._offset)
+            if self._fd is not None:
+                os.ftruncate(self._fd, self._offset)
         except OSError:
             pass  # the next writer's torn-tail repair will do it
 

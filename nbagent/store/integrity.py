@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 
 def chain_sound(store: Store, key: str) -> bool:
     """The chain (a run, or `session:ID`) verifies as `nbagent verify` checks it: seq 1, 2, 3..., each hash right and
-    linked to the one before, and it reaches the checkpoint its table row keeps (the event at that seq has that
-    hash): nothing edited in place, removed or replaced. The runtime reads events without checking them, so a grant
+    linked to the one before, and it reaches the checkpoint its table row keeps and the head this user's anchor saw
+    (`anchor.py`, outside the project; the event at that seq has that hash): nothing edited in place, removed or
+    replaced, even with tables.json damaged or edited too. The runtime reads events without checking them, so a grant
     is backed only through chains that verify. Each event is hashed once per store (`Store.verified` remembers how
     far each chain verified). The checkpoint is read before the chain, so an event appended meanwhile never looks
     removed."""
@@ -26,6 +27,7 @@ def chain_sound(store: Store, key: str) -> bool:
         checkpoint = store.checkpoint(key)
     except Exception:  # the tables are a cache: one that cannot be read checks nothing (`nbagent verify` says so)
         checkpoint = None
+    anchored = store.anchored(key)  # outside the project: what a damaged or edited tables.json cannot undo
     n, prev = store.verified.get(key, (0, None))
     if n > store.events.chain_len(key):
         n, prev = 0, None
@@ -37,9 +39,10 @@ def chain_sound(store: Store, key: str) -> bool:
             return False
         n, prev = i + 1, d["hash"]
     store.verified[key] = (n, prev)
-    if checkpoint is not None:
-        seq, last_hash = checkpoint
-        at = store.events.doc_at(key, seq - 1) if seq <= n else None
-        if at is None or (last_hash is not None and at.get("hash") != last_hash):
-            return False
+    for mark in (checkpoint, anchored):
+        if mark is not None:
+            seq, last_hash = mark
+            at = store.events.doc_at(key, seq - 1) if seq <= n else None
+            if at is None or (last_hash is not None and at.get("hash") != last_hash):
+                return False
     return True

@@ -15,6 +15,8 @@ def find_stores(path: str | Path | None) -> list[Path]:
     p = Path(path)
     if p.suffix == ".ipynb":
         store = store_path_for(p)
+        if store.is_symlink():
+            return [store]  # (opening it says why it is refused: readers and writers follow no store-folder link)
         if not store.is_dir():
             if not p.exists():
                 raise StoreError(f"{p}: no such notebook")
@@ -32,7 +34,7 @@ def find_stores(path: str | Path | None) -> list[Path]:
 
 
 def _stores_in(folder: Path, *, explicit: bool) -> list[Path]:
-    stores = sorted(d for d in folder.glob("*" + STORE_SUFFIX) if d.is_dir())
+    stores = sorted(d for d in folder.glob("*" + STORE_SUFFIX) if d.is_dir() or d.is_symlink())
     if not stores:
         raise StoreError(f"{folder}: no agent logs here (no *{STORE_SUFFIX} folders); pass a notebook or a store")
     return stores

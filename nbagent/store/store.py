@@ -17,7 +17,14 @@ same way in its sessions row, at every event of it (rare: a run's events never w
 deleted `grant_revoked` is caught too.
 
 Every file of the folder is read only if it is a regular file (`regular.py`): a FIFO in a file's place is a
-one-line `NotAFile`, never a reader waiting forever.
+one-line `NotAFile`, never a reader waiting forever. Nothing inside the folder is followed if it is a symbolic link
+(`IsALink`: files opened with O_NOFOLLOW, folders checked with lstat), and the store folder itself must not be a
+link either (`StoreFolderIsALink`, for readers and writers alike): a repository that ships links there cannot send the
+log or the saved contents anywhere else.
+
+Each chain's head is also written outside the project, to this user's anchor of the store (`anchor.py`): at every
+event of a session's chain and at each run checkpoint. A chain shorter than its anchor is cut, whatever the tables
+say (`integrity.chain_sound`, `nbagent verify`).
 """
 
 from __future__ import annotations
@@ -46,14 +53,25 @@ from ..events import (
     Payload,
     RunStarted,
     SessionCreated,
+    chain_key,
     parse_event,
 )
 from ..ids import new_id, now_iso
 from ..levels import Autonomy
 from ..state import RunState, RunStatus
-from .errors import NewerFormat, NotAFile, NotAStore, RunNotFound, StoreError, StoreReadOnly
+from .anchor import Anchor, reaches
+from .errors import (
+    IsALink,
+    NewerFormat,
+    NotAFile,
+    NotAStore,
+    RunNotFound,
+    StoreError,
+    StoreFolderIsALink,
+    StoreReadOnly,
+)
 from .eventlog import EventLog, EventTable
-from .regular import kind, read_regular
+from .regular import NOFOLLOW, folder, kind, link_target, open_regular, read_regular
 from .tables import AtomicJSONStorage, open_tables
 
 STORE_SUFFIX = ".nbagent"
@@ -97,9 +115,8 @@ class _HeldLock:
         if self._fd is not None and self._pid != os.getpid():
             self._fd = None  # inherited through fork: never lock or close the parent's description
         if self._fd is None:
-            # O_NONBLOCK: a FIFO put in its place never blocks the open (the lock is never read)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-                               | getattr(os, "O_NONBLOCK", 0), 0o644)
+            # never blocks (a FIFO in its place), never follows a link (one shipped would create its target)
+            self._fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
             self._pid = os.getpid()
         return self._fd
 
@@ -214,10 +231,11 @@ class Store:
         self.readonly = readonly
         self.events_path = path / "events.jsonl"
         self.tables_path = path / "tables.json"
-        if readonly:
-            self._check_meta()
-        else:
-            self._create_or_check()
+        self.meta: dict[str, Any] = self._check_meta() if readonly else self._create_or_check()
+        # who this store is, for its anchor: a store made again at the same place is another one
+        self.identity = str(self.meta.get("id") or self.meta.get("created_at") or "")
+        self.anchors = Anchor(path, self.identity)
+        self._anchor_warned: set[str] = set()
         self._tlock = threading.RLock()
         self._leases: dict[str, FileLock] = {}  # leases taken by create_run, held by this process
         self._flock: _HeldLock | FileLock = (
@@ -241,11 +259,22 @@ class Store:
 
     # ------------------------------------------------------------------ opening
 
-    def _check_meta(self) -> None:
+    def _folder_stat(self) -> os.stat_result | None:
+        """The store folder's own status (None when missing); a link there is refused, by readers and writers."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            raise StoreFolderIsALink(self.path, link_target(self.path) or "?")
+        return st
+
+    def _check_meta(self) -> dict[str, Any]:
         meta_path = self.path / "meta.json"
-        if not self.path.exists():
+        st = self._folder_stat()
+        if st is None:
             raise NotAStore(self.path, "it does not exist")
-        if not self.path.is_dir():
+        if not stat.S_ISDIR(st.st_mode):
             raise NotAStore(self.path, "it is a file, not a store folder")
         try:
             meta = json.loads(read_regular(meta_path).decode("utf-8"))  # a FIFO is NotAFile, never a wait
@@ -260,23 +289,29 @@ class Store:
             raise NotAStore(self.path, "meta.json has no format version")
         if version > FORMAT_VERSION:
             raise NewerFormat(meta_path, version, FORMAT_VERSION)
+        return meta
 
-    def _create_or_check(self) -> None:
-        if (self.path / "meta.json").exists() or (self.path.exists() and not self.path.is_dir()):
-            self._check_meta()
-            return
-        if self.path.exists() and any(self.path.iterdir()):
+    def _create_or_check(self) -> dict[str, Any]:
+        st = self._folder_stat()
+        if os.path.lexists(self.path / "meta.json") or (st is not None and not stat.S_ISDIR(st.st_mode)):
+            return self._check_meta()
+        if st is not None and any(self.path.iterdir()):
             raise NotAStore(self.path, "the folder has files but no meta.json; not touching it")
-        meta = {"format": FORMAT, "version": FORMAT_VERSION, "created_at": now_iso(), "created_by": __version__}
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "id": new_id(), "created_at": now_iso(),
+                "created_by": __version__}
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            tmp = self.path / f".meta-{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-            os.replace(tmp, self.path / "meta.json")
+            self._folder_stat()
+            tmp = self.path / f".meta-{os.getpid()}-{new_id()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps(meta, indent=2) + "\n")
+            os.replace(tmp, self.path / "meta.json")  # (replaces a link made meanwhile, never writes through it)
         except OSError as exc:
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise StoreReadOnly(self.path, exc.strerror or str(exc)) from exc
             raise
+        return meta
 
     def _remove_leftovers(self) -> None:
         """Temp files of table writes killed before their rename; under the lock none can be in progress."""
@@ -315,6 +350,7 @@ class Store:
 
     def close(self) -> None:
         self._log.close()
+        self.anchors.close()
         if isinstance(self._flock, _HeldLock):
             self._flock.close()
 
@@ -337,7 +373,7 @@ class Store:
         None when there is none (a session row written before sessions were checkpointed). Read once per version of
         tables.json, not once per grant checked (`grants.vouched`)."""
         try:
-            st = os.stat(self.tables_path)
+            st = os.lstat(self.tables_path)
             sig: Any = (st.st_ino, st.st_mtime_ns, st.st_size)
         except OSError:
             sig = None
@@ -418,7 +454,35 @@ class Store:
                 self._checkpoint(run_id)
             elif run_id is None and payload.event_type != "session_created":  # (create_session writes its row)
                 self._checkpoint_session(session_id, written)
+            if durable and (run_id is None or payload.event_type in CHECKPOINT_TYPES):
+                self._anchor(chain_key(run_id, session_id), written, sync=run_id is None)
             return event
+
+    def anchored(self, key: str) -> tuple[int, str] | None:
+        """The chain's head (seq, hash) as this user's anchor, outside the project, saw it; None if none."""
+        return self.anchors.get(key)
+
+    def _anchor(self, key: str, written: dict[str, Any], *, sync: bool) -> None:
+        """Write the chain's new head to the anchor (the event is durable already), unless the chain no longer
+        reaches the head anchored before: a chain cut (or replaced) and grown again must stay caught, so its anchor
+        is never moved back. A data folder that cannot be written is a warning: the event is recorded."""
+        try:
+            before = self.anchors.get(key)
+            if before is not None and not (written["seq"] > before[0] and reaches(
+                    self.events.doc_at(key, before[0] - 1), *before)):
+                self._warn_anchor(key, f"{self.path} ({key}): the chain no longer reaches seq {before[0]}, which this "
+                                       f"user's anchor saw ({self.anchors.path}); it was cut or replaced: the "
+                                       "anchor stays, and `nbagent verify` names it")
+                return
+            self.anchors.note(key, written["seq"], written["hash"], sync=sync)
+        except OSError as exc:
+            self._warn_anchor("", f"{self.anchors.path}: cannot write this store's anchor ({exc.strerror or exc}); "
+                                  "events cut off the end of a chain from now on may go unnoticed")
+
+    def _warn_anchor(self, key: str, message: str) -> None:
+        if key not in self._anchor_warned:
+            self._anchor_warned.add(key)
+            self._log._warn(message)
 
     def lease(self, run_id: str) -> FileLock:
         """The lock a process holds while it drives a run (acquire with timeout 0): a second process driving the
@@ -428,11 +492,13 @@ class Store:
         held = self._leases.get(run_id)
         if held is not None:
             return held
-        folder = self.path / "leases"
-        folder.mkdir(exist_ok=True)
-        path = folder / f"{run_id}.lock"
-        with contextlib.suppress(FileNotFoundError):  # a FIFO or a folder there: one clear line, not an odd OSError
-            st = os.stat(path)
+        leases = self.path / "leases"
+        folder(leases, create=True)  # never through a link (IsALink)
+        path = leases / f"{run_id}.lock"
+        with contextlib.suppress(FileNotFoundError):  # a FIFO, a folder or a link there: one clear line
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):  # (filelock would create or lock its target)
+                raise IsALink(path, link_target(path) or "?")
             if not stat.S_ISREG(st.st_mode):
                 raise NotAFile(path, kind(st.st_mode))
         return FileLock(str(path), thread_local=False, timeout=0)

@@ -57,8 +57,8 @@ class AtomicJSONStorage(Storage):
             data = json.loads(read_regular(self.path).decode("utf-8"))
         except FileNotFoundError:
             return None, None
-        except NotAFile as exc:  # a FIFO would block a reader: damage like any other (the next write replaces it)
-            return None, f"not a regular file but a {exc.kind}"
+        except NotAFile as exc:  # a FIFO would block a reader, a link is never followed: damage like any other (the
+            return None, f"not a regular file but a {exc.kind}"  # next write replaces it; a link, not its target)
         except ValueError as exc:  # also bad UTF-8
             return None, f"not valid JSON ({exc})"
         return data, _shape_problem(data)
@@ -73,7 +73,7 @@ class AtomicJSONStorage(Storage):
         if self.rebuild is None:
             return None
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)
             sig = (st.st_mtime_ns, st.st_size)
         except OSError:
             sig = (0, 0)
@@ -95,7 +95,7 @@ class AtomicJSONStorage(Storage):
                 f.write(json.dumps(data, ensure_ascii=False, separators=(",", ":")))  # the C encoder
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, self.path)  # (a link at tables.json is replaced itself, its target never written)
             _fsync_dir(folder)
         except OSError as exc:
             with contextlib.suppress(OSError):  # the temp file may already be gone; the write error matters
