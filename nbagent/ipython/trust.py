@@ -23,8 +23,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import html
-import os
-import secrets
 import shlex
 import sys
 from pathlib import Path
@@ -62,32 +60,18 @@ def recorded(store: Store) -> list[McpServerTrusted]:
 
 
 def key_path() -> Path:
-    """Where this user's trust key lives: outside every project, so no repository can ship it."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "nbagent" / "trust.key"
+    """Where this user's trust key lives: outside every project, so no repository can ship it (nbagent/seal.py)."""
+    from .. import seal as _seal
+
+    return _seal.key_path()
 
 
 def _key() -> bytes:
-    """This user's trust key, made on first use (32 random bytes, mode 0600, written whole or not at all)."""
-    path = key_path()
-    try:
-        data = path.read_bytes()
-        if len(data) >= 32:
-            return data
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".trust.key.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(secrets.token_bytes(32))
-    try:
-        os.link(tmp, path)  # the first writer wins; another process's key is read back below
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path.read_bytes()
+    """This user's trust key, made on first use; read without blocking and only from a regular file of this user's,
+    not a link, of at least 32 bytes (else `seal.KeyFileError`, one line: never an empty or shipped key)."""
+    from .. import seal as _seal
+
+    return _seal.key()
 
 
 def seal(server: str, source: str, digest: str) -> str:
