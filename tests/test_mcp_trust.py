@@ -205,3 +205,110 @@ def test_agent_trust_in_a_kernel_then_the_cell_starts_it_and_inline_json_needs_n
     store = Store(tmp_path / "test.nbagent", readonly=True)
     done = [e.payload.tool for r in store.run_ids() for e in store.run_events(r) if e.type == "tool_call_completed"]
     assert done == ["mcp__marker__fine", "mcp__own__fine"]
+
+
+# ---------------------------------------------------------------------------------------------- the files it runs
+
+
+def launcher(folder: Path, word: str) -> None:
+    """tools/serve.sh: the project's launcher of the marker server (leaving `word` in the marker file)."""
+    (folder / "tools").mkdir(exist_ok=True)
+    (folder / "tools" / "serve.sh").write_text(f"exec '{sys.executable}' '{MARKER_SERVER}' started.txt {word}\n")
+
+
+def sh_config(folder: Path) -> None:
+    (folder / "mcp.json").write_text(json.dumps({"mcpServers": {"marker": {"command": "sh", "args": ["tools/serve.sh"],
+                                                                           "timeout": 20}}}))
+
+
+def test_a_trust_covers_the_script_the_entry_runs(tmp_path: Path) -> None:
+    """Attack h7: the trust covered `sh tools/serve.sh` but not tools/serve.sh, so a rewritten script (the agent's
+    low-risk write, a collaborator's pull) started at the next run with the old trust. Now its content is part of
+    the trust: an edited script is not started until trusted again, and the line says why."""
+    sh_config(tmp_path)
+    launcher(tmp_path, "v1")
+    script(tmp_path, "s.json", CALL, {"content": "Called it."})
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script s.json\nhello"])
+    assert nbagent_run(path, "all").returncode == 0
+    assert starts(tmp_path) == ["v1"]
+    (first,) = trusts(path)
+    assert nbagent_run(path, "none").returncode == 0  # the same script: still trusted
+    assert starts(tmp_path) == ["v1", "v1"]
+
+    launcher(tmp_path, "v2")  # the entry is the same JSON; the file it runs is not
+    for approve in ("none", "recorded"):
+        result = nbagent_run(path, approve)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert starts(tmp_path) == ["v1", "v1"], f"--approve {approve} started the edited script"
+        (line,) = [x for x in shown(nbformat.read(path, as_version=4).cells[1]) if "MCP server" in x]
+        assert "would run `sh tools/serve.sh`, and a file it runs changed since it was trusted (tools/serve.sh)" in line
+    assert nbagent_run(path, "all").returncode == 0
+    assert starts(tmp_path) == ["v1", "v1", "v2"]
+    assert [t.digest.split("+")[0] for t in trusts(path)] == [first.digest.split("+")[0]] * 2  # the same entry
+
+
+def test_writing_a_file_an_entry_runs_is_high_risk(tmp_path: Path) -> None:
+    """The other half of h7: the agent's `create_file tools/serve.sh` was WRITE_LOW_RISK (no rule knows the name),
+    so `--approve low` wrote the script the next start runs. The host names the files its servers' commands run
+    as code: writing one is WRITE_HIGH_RISK, whether the server is trusted yet or not."""
+    sh_config(tmp_path)  # the launcher is not there yet (not built, or .gitignored)
+    payload = "touch AGENT_SCRIPT_RAN\n"
+    script(tmp_path, "s.json", {"tool_calls": [{"name": "create_file",
+                                                "arguments": {"path": "tools/serve.sh", "content": payload}}]},
+           {"content": "Done."})
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --autonomy L2 --script s.json\nwrite the launcher"])
+    result = nbagent_run(path, "low")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (tmp_path / "tools" / "serve.sh").exists()
+    store = Store(store_path_for(path), readonly=True)
+    steps = [s for r in store.run_ids() for e in store.run_events(r) if e.type == "plan_proposed"
+             for s in e.payload.steps]
+    (step,) = [s for s in steps if s.tool == "create_file"]
+    assert step.risk == "WRITE_HIGH_RISK"
+    assert "serve.sh is named by this notebook's settings" in (step.risk_reason or "")
+
+
+def test_the_digest_reads_what_the_entry_runs_inside_the_folder_only(tmp_path: Path, monkeypatch: Any) -> None:
+    """What the digest covers, directly: the files of the notebook's folder the command line runs (resolved from its
+    cwd: an interpreter's script, code or configuration by name, `--opt=value`, `-m module`), present or not; not
+    files outside, not folders, not data files it names (a database it writes would undo the trust at every run);
+    a FIFO never blocks it; a file larger than the bound counts by size and time of change."""
+    import os
+
+    from nbagent import mcp
+
+    root, outside = tmp_path / "nb", tmp_path / "outside"
+    (root / "srv" / "pkg").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "far.sh").write_text("far")
+    cfg = mcp.ServerConfig(command="sh", args=["run.sh", "--config=conf.toml", str(outside / "far.sh"), "-m", "pkg",
+                                               ".", "--db", "data.db", "log.txt"], cwd="srv")
+    assert [p.relative_to(root).as_posix() for p in mcp.entry_files(cfg, root)] == [
+        "srv/run.sh", "srv/conf.toml", "srv/pkg.py", "srv/pkg/__main__.py"]
+    bare = mcp.entry_digest(cfg, root)
+    assert bare == mcp.entry_digest(cfg) and "+" not in bare  # nothing there yet: the entry's JSON alone
+    (root / "srv" / "run.sh").write_text("one")
+    with_script = mcp.entry_digest(cfg, root)
+    assert mcp.entry_part(with_script) == bare and with_script != bare
+    (outside / "far.sh").write_text("changed")
+    assert mcp.entry_digest(cfg, root) == with_script  # outside the folder: not the agent's to write
+    (root / "srv" / "data.db").write_text("rows")
+    (root / "srv" / "log.txt").write_text("started")
+    assert mcp.entry_digest(cfg, root) == with_script  # data the server writes
+    (root / "srv" / "pkg" / "__main__.py").write_text("main")
+    (root / "srv" / "run.sh").write_text("two")
+    os.mkfifo(root / "srv" / "conf.toml")
+    changed = mcp.entry_digest(cfg, root)
+    assert changed != with_script and mcp.entry_part(changed) == bare
+    monkeypatch.setattr(mcp, "MAX_HASHED", 2)  # a file larger than this counts by its size and time of change
+    os.utime(root / "srv" / "run.sh", ns=(10**18, 10**18))
+    big = mcp.entry_digest(cfg, root)
+    (root / "srv" / "run.sh").write_text("owt")
+    os.utime(root / "srv" / "run.sh", ns=(10**18, 10**18))
+    assert mcp.entry_digest(cfg, root) == big
+    os.utime(root / "srv" / "run.sh", ns=(10**18, 10**18 + 1))
+    assert mcp.entry_digest(cfg, root) != big
+    loaded = mcp.Loaded(folder=str(root))
+    mcp.parse({"mcpServers": {"s": cfg.model_dump()}}, "test", loaded)
+    assert mcp.code_files(loaded) == [str(root / n) for n in
+                                      ("srv/run.sh", "srv/conf.toml", "srv/pkg.py", "srv/pkg/__main__.py")]

@@ -5,7 +5,9 @@ a server whose entry comes from a file (mcp.json beside the notebook, or a file 
 mcp=`, `NbAgent.mcp`, `NBAGENT_MCP`) starts only once a person trusted that exact entry: `%agent trust NAME` (or
 `--all`), or `--approve all` for a headless run. Each trust is an `mcp_server_trusted` event in the session's chain
 of the notebook's log (the server, its file, the entry's digest, what it runs, who said yes). It stays in force
-for later runs and kernels, whatever their approval policy, until the entry changes (another digest).
+for later runs and kernels, whatever their approval policy, until the entry changes (another digest), or a file
+of the notebook's folder it runs does (a script the entry names: its content is part of the digest, so a script
+the agent or a collaborator's pull rewrote is not started until trusted again).
 
 An untrusted server is not started: the cell shows one line per server (a display, not stderr) saying what it
 would run and how to trust it, and the run goes on without its tools. Inline JSON is the person's own words and
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..events import McpServerTrusted
-from ..mcp import Entry, Loaded, needs_trust, notebook_config, what_it_runs
+from ..mcp import Entry, Loaded, entry_part, needs_trust, notebook_config, what_it_runs
 from .options import UsageError
 
 if TYPE_CHECKING:
@@ -84,12 +86,19 @@ def sealed(t: McpServerTrusted) -> bool:
 
 
 def state(trusts: list[McpServerTrusted], entry: Entry) -> str:
-    """"trusted" (this very entry, sealed by this user), "changed" (this server of this file, another entry), or
-    "untrusted"."""
+    """"trusted" (this very entry and the files it runs, sealed by this user), "files" (this entry, but a file it
+    runs changed), "changed" (this server of this file, another entry), or "untrusted"."""
     same = [t for t in trusts if t.server == entry.name and t.source == entry.source and sealed(t)]
     if any(t.digest == entry.digest for t in same):
         return "trusted"
+    if any(entry_part(t.digest) == entry_part(entry.digest) for t in same):
+        return "files"
     return "changed" if same else "untrusted"
+
+
+def _files_changed(entry: Entry) -> str:
+    names = ", ".join(entry.files[:3]) + (", ..." if len(entry.files) > 3 else "")
+    return "a file it runs changed since it was trusted" + (f" ({names})" if names else "")
 
 
 def record(store: Store, session_id: str, entry: Entry, by: str) -> McpServerTrusted:
@@ -122,7 +131,8 @@ class Gate:
 def line(entry: Entry, why: str, approve: str | None, option: str = "") -> str:
     """The one line shown for a server that was not started: what it would run and how to trust it. `option`:
     what `%agent trust` needs besides the name (`--mcp FILE` for a file only the cell's own option names)."""
-    reason = "its entry changed since it was trusted" if why == "changed" else "no one has trusted this entry"
+    reason = {"changed": "its entry changed since it was trusted", "files": _files_changed(entry)}.get(
+        why, "no one has trusted this entry")
     if approve in ("none", "low"):
         reason += f" (--approve {approve} does not: starting a server runs a command, WRITE_HIGH_RISK)"
     elif approve == "recorded":
@@ -199,8 +209,9 @@ def cmd_trust(host: NotebookHost, args: Any) -> None:
             print(_redact(f"MCP server {entry.name!r} ({entry.source}) is trusted already: `{entry.command}`"))
             continue
         trusts.append(record(host.store, session.id, entry, by="%agent trust"))
+        runs = f" (and what it runs: {', '.join(entry.files)})" if entry.files else ""
         print(_redact(f"trusted MCP server {entry.name!r} ({entry.source}): `{entry.command}`; it starts at the next "
-                      "%%agent cell (or %agent tools); an edit of its entry is asked about again"))
+                      f"%%agent cell (or %agent tools); an edit of its entry{runs} is asked about again"))
 
 
 def cmd_mcp(host: NotebookHost, args: Any) -> None:
@@ -220,5 +231,6 @@ def cmd_mcp(host: NotebookHost, args: Any) -> None:
         else:
             status = {"trusted": "trusted",
                       "changed": f"changed since it was trusted: %agent trust {name}",
+                      "files": f"{_files_changed(entry)}: %agent trust {name}",
                       "untrusted": f"not trusted: %agent trust {name}"}[state(trusts, entry)]
         print(_redact(f"{name:<16} {status}  [{loaded.sources.get(name)}] {what_it_runs(config)}"))
