@@ -289,6 +289,9 @@ class GrantGiven(Payload):
     # a replay's grant answers only the recorded calls it answered, by digest, each as often as listed
     pinned: bool = False
     digests: list[str] = Field(default_factory=list)
+    # an HMAC of its terms under the key of the user who gave it (grants.grant_seal): a grant that came with a log
+    # from elsewhere, or was written by hand, answers nothing here
+    seal: str | None = None
 
 
 class GrantRevoked(Payload):

@@ -100,6 +100,7 @@ class Grant(GrantTerms):
     session_id: str = ""
     revoked_at: str | None = None
     revoked_by: str | None = None
+    seal: str | None = None  # grant_seal under the giver's key (sealed_here)
 
     def active(self, now: datetime) -> bool:
         if self.revoked_at is not None:
@@ -344,7 +345,8 @@ def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
                 grant_id=p.grant_id, effect=p.effect, scope=p.scope, tool=p.tool, paths=p.paths,
                 arguments=p.arguments, max_risk=p.max_risk, by=p.by, given_at=e.ts, expires_at=p.expires_at,
                 run_id=p.run_id, root_run_id=p.root_run_id, plan_id=p.plan_id, session_id=e.session_id,
-                pinned=bool(getattr(p, "pinned", False)), digests=list(getattr(p, "digests", None) or []))
+                pinned=bool(getattr(p, "pinned", False)), digests=list(getattr(p, "digests", None) or []),
+                seal=getattr(p, "seal", None))
         elif e.type == "grant_revoked":
             revoked.setdefault(p.grant_id, (e.ts, p.by))
     for gid, (ts, by) in revoked.items():
@@ -360,6 +362,36 @@ def session_grants(store: Store, session_id: str) -> dict[str, Grant]:
     return from_events(parse_event(d) for d in store.events.docs_for_chain(f"session:{session_id}"))
 
 
+_SEALED_TERMS = ("grant_id", "effect", "scope", "tool", "paths", "arguments", "max_risk", "by", "expires_at", "run_id",
+                 "root_run_id", "plan_id", "pinned", "digests")
+
+
+def grant_seal(payload: Mapping[str, Any], session_id: str) -> str:
+    """The seal of a grant: an HMAC, under the giving user's key (nbagent/seal.py), of its terms and session."""
+    from .seal import seal
+
+    terms = {k: payload.get(k) for k in _SEALED_TERMS}
+    terms["max_risk"] = str(Risk(terms["max_risk"] or Risk.READ_ONLY).value)
+    return seal("grant", session_id, canonical_json(terms))
+
+
+def sealed_here(grant: Grant) -> bool:
+    """A grant this user gave here: its seal verifies under this user's key (a log that came with a cloned
+    repository, or a line appended by hand, carries no seal of this user's). A key that cannot be used seals
+    nothing: the grant answers nothing (fail closed)."""
+    import hmac
+
+    from .seal import KeyFileError
+
+    if not grant.seal:
+        return False
+    try:
+        expected = grant_seal(grant.model_dump(mode="json"), grant.session_id)
+    except KeyFileError:
+        return False
+    return hmac.compare_digest(grant.seal, expected)
+
+
 def vouched(store: Store, grant: Grant) -> bool:
     """A grant the log backs, with these very terms; a `grant_given` appended or edited by hand answers nothing.
 
@@ -369,9 +401,10 @@ def vouched(store: Store, grant: Grant) -> bool:
     `context_assembled` lists it (id, covers, by) among the grants it starts with; and the session's chain and that
     run's chain verify up to their checkpoints (`store.integrity.chain_sound`: nothing edited, removed, or cut off
     the end, such as a revoke). Only the runtime writes those events, so a line appended to the session's chain
-    cannot vouch for itself. `unbacked` says which rule failed.
+    cannot vouch for itself. `unbacked` says which rule failed. And it is this user's: sealed with this user's key
+    (`sealed_here`), so a grant that came with a log from elsewhere is not this user's yes.
     """
-    return unbacked(store, grant) is None
+    return unbacked(store, grant) is None and sealed_here(grant)
 
 
 def applicable(grants: Iterable[Grant], *, root_run_id: str, session_id: str, session_wide: bool,

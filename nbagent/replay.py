@@ -36,9 +36,10 @@ def recorded_events(store: Store, run_id: str) -> list[EventBase]:
     A replay and `--approve recorded` act on these decisions, so they must be the ones recorded: every chain they
     come from (each run of the tree, and the session's, where grants live) must verify (`store.integrity.
     chain_sound`: no event edited, removed or cut off), or `RecordingRefused`; and a grant counts only if the log
-    backs it (`grants.vouched`), as a live run requires: a grant appended by hand, or named by a hand-made
-    `authorization_denied`, is left out."""
-    from .grants import from_events, vouched
+    backs it with a decision (`grants.unbacked`): a grant appended by hand, or named by a hand-made
+    `authorization_denied`, is left out. (A replay replays the recording's decisions, whoever made them: that is
+    what the person asked for. A live run honours only grants the person gave here: `grants.vouched`.)"""
+    from .grants import from_events, unbacked
     from .store.integrity import chain_sound
 
     tree = run_tree(store, run_id)
@@ -51,8 +52,9 @@ def recorded_events(store: Store, run_id: str) -> list[EventBase]:
     members = set(tree)
     everything = store.query_events()
     used = {getattr(e.payload, "grant_id", None) for e in everything if e.run_id in members} - {None}
+    # backed by the recording's own decisions (its log may come from another user: a replay replays their yes)
     backed = {g.grant_id for g in from_events(e for e in everything if e.type in ("grant_given", "grant_revoked")
-                                              ).values() if vouched(store, g)}
+                                              ).values() if unbacked(store, g) is None}
     return [e for e in everything if e.run_id in members or (
         e.type == "grant_given" and e.payload.grant_id in backed
         and (e.payload.run_id in members or e.payload.grant_id in used))]

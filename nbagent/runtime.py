@@ -697,12 +697,13 @@ class Agent:
     def _give_grant(self, run_id: str, root: str, plan_id: str | None, request_id: str | None,
                     terms: grants_.GrantTerms, *, by: str, expires_at: str | None, grant_id: str | None = None
                     ) -> EventBase:
-        session_id = self.store.run_state(run_id).session_id
-        return self.store.append(GrantGiven(
+        session_id = self.store.run_state(run_id).session_id or ""
+        given = GrantGiven(
             grant_id=grant_id or new_id(), effect=terms.effect, scope=terms.scope, tool=terms.tool, paths=terms.paths,
             arguments=terms.arguments, max_risk=terms.max_risk, by=by, expires_at=expires_at, run_id=run_id,
-            root_run_id=root, plan_id=plan_id, request_id=request_id, pinned=terms.pinned, digests=terms.digests),
-            session_id=session_id)
+            root_run_id=root, plan_id=plan_id, request_id=request_id, pinned=terms.pinned, digests=terms.digests)
+        given.seal = grants_.grant_seal(given.model_dump(mode="json"), session_id)  # the giver's (grants.py)
+        return self.store.append(given, session_id=session_id)
 
     def _grants(self, ctx: _Ctx, state: RunState) -> list[grants_.Grant]:
         """The grants in force for this run now (re-read when the session's chain grew: a grant or a revoke)."""

@@ -493,3 +493,34 @@ def test_a_replay_is_at_its_recordings_autonomy_unless_told_otherwise(folder: Pa
     result = run(b)
     assert (folder / "data.csv").exists() and result.status.value in ("completed", "completed_with_errors")
     assert [d.kind for d in b.store.run_state(result.run_id).decisions] == ["approved", "rejected"]
+
+
+# ------------------------------------------------------------------------------------------- found by attack (h3)
+
+
+def test_a_grant_that_came_with_a_cloned_repositorys_log_answers_nothing(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was: a repository's log holding a session grant `delete_file path=**` was copied elsewhere; the cloning user's
+    # run deleted results.csv without asking, and `nbagent verify` said the log was intact. A grant is now sealed
+    # with the giver's key (outside every project): the author's grant is not this user's yes.
+    import shutil
+
+    author = tmp_path / "author"
+    author.mkdir()
+    (author / "a.csv").write_text("a\n")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "author-home"))
+    wide = GrantSpec(scope="session", paths=["**"], expires_in=3600)
+    run(agent(author, script(one("delete_file", path="a.csv")), InOrder([Verdict.approve(grant=wide)])))
+    assert not (author / "a.csv").exists()
+    clone = tmp_path / "clone"
+    shutil.copytree(author, clone, symlinks=True)
+    (clone / "results.csv").write_text("precious\n")
+    again = agent(clone, script(one("delete_file", path="results.csv")), InOrder([]))
+    result = run(again)  # the author, on their own machine: their grant answers
+    assert not (clone / "results.csv").exists() and result.status.value == "completed"
+    (clone / "results.csv").write_text("precious\n")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "cloner-home"))  # another user
+    cloner = agent(clone, script(one("delete_file", path="results.csv")), InOrder([]))
+    result = run(cloner)
+    assert (clone / "results.csv").exists(), "the author's grant answered for the cloning user"
+    assert result.status.value == "waiting"

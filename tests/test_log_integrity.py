@@ -211,9 +211,13 @@ def decided(tmp_path: Path) -> tuple[Store, dict[str, grants.Grant], dict[str, s
              "expires_at": expires}
     old = {"grant_id": "01OLD", "scope": "session", "covers": covers_text(terms)}
     store.append(PlanApproved(plan_id="p1", request_id="q1", by="ana", grants=[entry, old]), run_id=child)
+    def sealed(given: GrantGiven) -> GrantGiven:  # as the runtime gives it: with the giver's seal (grants.grant_seal)
+        given.seal = grants.grant_seal(given.model_dump(mode="json"), session.id)
+        return given
+
     for gid in ("01NEW", "01OLD"):
-        store.append(GrantGiven(grant_id=gid, **terms.model_dump(), by="ana", expires_at=expires, run_id=child,
-                                root_run_id=root, plan_id="p1", request_id="q1"), session_id=session.id)
+        store.append(sealed(GrantGiven(grant_id=gid, **terms.model_dump(), by="ana", expires_at=expires, run_id=child,
+                                       root_run_id=root, plan_id="p1", request_id="q1")), session_id=session.id)
     pinned = GrantTerms(effect="allow", scope="run", tool="make", max_risk=Risk.WRITE_LOW_RISK, pinned=True,
                         digests=["d" * 64])
     replay = store.create_run(session.id, "replay").id
@@ -222,8 +226,8 @@ def decided(tmp_path: Path) -> tuple[Store, dict[str, grants.Grant], dict[str, s
     plain = store.create_run(session.id, "not a replay").id
     store.append(ContextAssembled(), run_id=plain)
     for gid, rid in (("01STANDING", replay), ("01UNLISTED", plain)):
-        store.append(GrantGiven(grant_id=gid, **pinned.model_dump(), by=f"recorded:{root}", run_id=rid,
-                                root_run_id=rid), session_id=session.id)
+        store.append(sealed(GrantGiven(grant_id=gid, **pinned.model_dump(), by=f"recorded:{root}", run_id=rid,
+                                       root_run_id=rid)), session_id=session.id)
     given = grants.from_events(store.query_events(types="grant_given"))
     return store, given, {"root": root, "child": child, "replay": replay, "plain": plain}
 
@@ -247,14 +251,15 @@ def test_a_grant_whose_terms_differ_from_its_decision_is_not_backed(decided: Any
     store, given, ids = decided
     change = {k: (ids["child"] if v == "CHILD" else ids["child"][:12] if v == "CHILD[:12]" else v)
               for k, v in change.items()}
-    assert not grants.vouched(store, given["01NEW"].model_copy(update=change))
+    # (its seal no longer matches either; what is pinned here is that no decision backs it)
+    assert grants.unbacked(store, given["01NEW"].model_copy(update=change)) is not None
 
 
 @pytest.mark.parametrize("change", [{"by": "recorded:other"}, {"grant_id": "01OTHER"}, {"scope": "session"},
                                     {"root_run_id": "01ELSEWHERE"}])
 def test_a_standing_grant_is_backed_only_as_its_run_listed_it(decided: Any, change: dict[str, Any]) -> None:
     store, given, _ = decided
-    assert not grants.vouched(store, given["01STANDING"].model_copy(update=change))
+    assert grants.unbacked(store, given["01STANDING"].model_copy(update=change)) is not None
 
 
 def edit_line(tmp: Path, wanted: Any, change: Any) -> None:
