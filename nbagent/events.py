@@ -308,7 +308,8 @@ class McpServerTrusted(Payload):
     event_type = "mcp_server_trusted"
     server: str
     source: str  # the file the entry came from (absolute)
-    digest: str  # sha256 of the entry's canonical JSON (nbagent.mcp.entry_digest)
+    # sha256 of the entry's canonical JSON, then "+" and a sha256 of the files it runs (nbagent.mcp.entry_digest)
+    digest: str
     command: str = ""  # what it runs, as shown when it was trusted (redacted)
     by: str = "user"
     # HMAC of server, source and digest under a key of this user's, kept outside every project (ipython/trust.py):

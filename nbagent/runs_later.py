@@ -136,8 +136,8 @@ def runs_later(path: str, contents: Iterable[str] = (), *, sources: Iterable[str
     for source in sources:
         src = _normal(str(source))
         if src and (src == norm or norm.endswith("/" + src) or src.endswith("/" + norm)):
-            return f"{name} is named by this notebook's settings as an MCP configuration or a startup script: " \
-                   "what it names runs later"
+            return f"{name} is code this notebook's settings run later (an MCP configuration, a file an MCP " \
+                   "server runs, a startup script)"
     startup = os.environ.get("PYTHONSTARTUP")
     if startup and posixpath.basename(_normal(startup)) == name:
         return f"{name} is this kernel's PYTHONSTARTUP file: Python runs it at start"

@@ -195,9 +195,6 @@ class Agent:
             folder = Path(scope) if scope is not None else self.store.path.parent
             scope = Scope(root=folder, base=folder)
         self.path_guard = ScopeGuard(scope)
-        # files the host's settings name as code that runs later (an MCP configuration given to --mcp): a write of
-        # one is WRITE_HIGH_RISK whatever its name (runs_later.py)
-        self.code_paths = [str(p) for p in code_paths]
         self.session = self.store.session(session)
         # L1 by default; a replay, by default, at the autonomy it was recorded at, so it asks what the recording
         # asked (at another autonomy it runs what that autonomy runs: at L3, a recorded no answers nothing)
@@ -205,6 +202,12 @@ class Agent:
             autonomy = self.store.run_state(self.store.resolve_run(replay)).autonomy
         self.autonomy = Autonomy(autonomy or Autonomy.L1)
         self.tools = as_tools(tools)
+        # files the host's settings name as code that runs later (an MCP configuration given to --mcp): a write of
+        # one is WRITE_HIGH_RISK whatever its name (runs_later.py)
+        # (and the files an MCP tool's server runs: its script rewritten is the server's code, mcp.code_files)
+        self.code_paths = list(dict.fromkeys([*(str(p) for p in code_paths),
+                                              *(str(f) for t in self.tools.values()
+                                                for f in getattr(t, "code_files", None) or ())]))
         clash = set(self.tools) & set(CONTROL_TOOLS)
         if clash:
             raise ValueError(f"tool names reserved for control tools: {sorted(clash)}")

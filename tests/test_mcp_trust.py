@@ -265,7 +265,7 @@ def test_writing_a_file_an_entry_runs_is_high_risk(tmp_path: Path) -> None:
              for s in e.payload.steps]
     (step,) = [s for s in steps if s.tool == "create_file"]
     assert step.risk == "WRITE_HIGH_RISK"
-    assert "serve.sh is named by this notebook's settings" in (step.risk_reason or "")
+    assert "serve.sh is code this notebook's settings run later" in (step.risk_reason or "")
 
 
 def test_the_digest_reads_what_the_entry_runs_inside_the_folder_only(tmp_path: Path, monkeypatch: Any) -> None:

@@ -86,7 +86,10 @@ def test_a_stream_shows_no_url_password_and_ends_as_the_whole_text(password: str
     r = Redactor()
     events, shown = _stream(r, text, cuts)
     assert shown == r.text(text)
-    assert f"{user}:{REDACTED}@db.example.org{tail}" in shown
+    if not any(word in user for word in ("pass", "pwd", "secret", "credential", "api", "access", "private", "auth",
+                                         "refresh", "token", "key")):
+        # (a user named like a secret, "credential:0@host", is also an assignment: more is redacted, never less)
+        assert f"{user}:{REDACTED}@db.example.org{tail}" in shown
     so_far = ""
     for e in events:  # nothing shown at any moment holds the password
         so_far = "" if e is None else so_far + e
