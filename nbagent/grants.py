@@ -605,6 +605,13 @@ def unbacked(store: Store, grant: Grant) -> str | None:
     root = _root_of(store, state)
     if grant.root_run_id != root:
         return f"its root_run_id {grant.root_run_id} is not the root of its run's tree ({root})"
+    if grant.expires_at is not None:  # nbagent gives no grant longer than a year, so no grant lasts longer
+        try:
+            lasts = (datetime.fromisoformat(grant.expires_at) - datetime.fromisoformat(grant.given_at)).total_seconds()
+        except (TypeError, ValueError):
+            return f"its expiry {grant.expires_at!r} is not a time"
+        if lasts > MAX_GRANT_SECONDS + 60:
+            return f"it lasts longer than a grant can ({MAX_GRANT_DAYS} days): nbagent did not give it so"
     from .store.integrity import chain_sound
 
     if not chain_sound(store, f"session:{grant.session_id}"):

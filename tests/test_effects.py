@@ -524,3 +524,18 @@ def test_a_grant_that_came_with_a_cloned_repositorys_log_answers_nothing(tmp_pat
     result = run(cloner)
     assert (clone / "results.csv").exists(), "the author's grant answered for the cloning user"
     assert result.status.value == "waiting"
+
+
+def test_a_grant_longer_than_any_nbagent_gives_answers_nothing(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was (attack h3b): a log written by a patched nbagent (or any script with the user's key) held a session grant
+    # expiring a century later, and every later run of the session honoured it. No grant outlives a year.
+    from nbagent import grants as grants_module
+
+    (folder / "old.csv").write_text("x")
+    monkeypatch.setattr(grants_module, "MAX_GRANT_SECONDS", 1e12)  # the patched nbagent that gave it
+    run(agent(folder, script(one("delete_file", path="old.csv")),
+              InOrder([Verdict.approve(grant=GrantSpec(scope="session", paths=["**"], expires_in=100 * 365 * 86400))])))
+    monkeypatch.undo()
+    a = agent(folder, script(one("delete_file", path="data.csv")), InOrder([]))
+    result = run(a)
+    assert (folder / "data.csv").exists() and result.status.value == "waiting"
