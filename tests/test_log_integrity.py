@@ -206,7 +206,7 @@ def decided(tmp_path: Path) -> tuple[Store, dict[str, grants.Grant], dict[str, s
     root = store.create_run(session.id, "root").id
     child = store.create_run(session.id, "child", parent_run_id=root).id
     terms = GrantTerms(effect="allow", scope="session", tool="make", paths=["r.md"], max_risk=Risk.WRITE_LOW_RISK)
-    expires = "2030-01-01T08:00:00Z"
+    expires = (grants.now() + timedelta(days=30)).isoformat().replace("+00:00", "Z")  # within a grant's year
     entry = {"grant_id": "01NEW", "scope": "session", "effect": "allow", "covers": covers_text(terms),
              "expires_at": expires}
     old = {"grant_id": "01OLD", "scope": "session", "covers": covers_text(terms)}
