@@ -558,7 +558,9 @@ class Agent:
                    if needs_decision(state.autonomy, c.name, risk) and grants_.answering(
                        in_force, c.name, c.arguments or {}, e, risk, why) is None]
         if len(valid) < self.plan_threshold and not needing:
-            await self._execute_all(ctx, valid, parent)  # no plan: its steps (previews, digests) are not needed
+            # no plan: its steps (previews, digests) are not needed, and the calls run now, on the effects just
+            # resolved (the file tools still act only on those targets: effects.bound)
+            await self._execute_all(ctx, valid, parent, {c.id: e for c, e in zip(valid, done, strict=True)})
             return
         steps = [self._step(c, allowed, r, e, i in needing)
                  for i, (c, r, e) in enumerate(zip(valid, risks, done, strict=True))]
@@ -584,9 +586,10 @@ class Agent:
         else:
             self._record(run_id, WaitingForApproval(plan_id=plan_id, request_id=new_id()), parent=proposed.id)
 
-    async def _execute_all(self, ctx: _Ctx, calls: list[ToolCallRequest], parent: str | None) -> None:
+    async def _execute_all(self, ctx: _Ctx, calls: list[ToolCallRequest], parent: str | None,
+                           resolved: dict[str, Effect] | None = None) -> None:
         for call in calls:
-            await self._execute(ctx, call, parent)
+            await self._execute(ctx, call, parent, (resolved or {}).get(call.id))
             if ctx.blocked or self.store.run_state(ctx.run_id).pending is not None:
                 return  # ask_human, or a sub-agent waiting: the rest of the turn waits for the answer
 
@@ -744,7 +747,8 @@ class Agent:
             out.append(g)
         return out
 
-    async def _execute(self, ctx: _Ctx, call: ToolCallRequest, parent: str | None) -> None:
+    async def _execute(self, ctx: _Ctx, call: ToolCallRequest, parent: str | None,
+                       resolved: Effect | None = None) -> None:
         run_id = ctx.run_id
         state = self.store.run_state(run_id)
         step = state.steps.get(call.id)
@@ -759,12 +763,17 @@ class Agent:
             return
         tool = self._allowed_tools(run_id, state)[call.name]
         args = call.arguments or {}
-        effect = self._effect(tool, args)  # resolved again now: the decision must still be about this
+        # resolved again now (a decision must still be about this), unless it was resolved a moment ago for a call
+        # that runs at once, with nothing decided in between, and that either only reads or acts through the file
+        # tools (which act only on those targets: effects.bound); a foreign tool that writes is resolved again,
+        # since the call before it may have changed the folder
+        reuse = resolved is not None and (tool.resolver is not None or tool.risk == Risk.READ_ONLY)
+        effect = resolved if reuse and resolved is not None else self._effect(tool, args)
         risk, risk_reason = call_risk(tool, args, effect)
         denial = self.authorizer.check_tool(call.name, args, shell_like=tool.shell_like)
         fact: Denial | None = None  # the folder says no (a missing file...): an error, unless policy refuses first
         if denial is None:
-            denial = self._check_paths(tool, args)
+            denial = self._check_paths(tool, args, effect)
             if denial is not None and denial.rule in FILE_FACTS:
                 fact, denial = denial, None
         if denial is None and call.name not in CONTROL_TOOLS:
@@ -931,7 +940,7 @@ class Agent:
         self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=_ms(t0), result=outcome,
                                                preview=_preview(result.answer or "")), parent=started_id)
 
-    def _check_paths(self, tool: Tool, args: dict[str, Any]) -> Denial | None:
+    def _check_paths(self, tool: Tool, args: dict[str, Any], effect: Effect) -> Denial | None:
         """The file scope for every path argument of a tool that has no scope check of its own (user tools)."""
         if tool.has_own_authorization:
             try:
@@ -943,7 +952,7 @@ class Agent:
             return None
         # the call's own effect, resolved as the decision saw it (relative paths from the tool's folder: an MCP
         # server's cwd), so the scope refuses exactly what the card would have shown
-        for t in self._effect(tool, args).targets:
+        for t in effect.targets:
             if t.problem is not None:
                 return Denial(rule=f"scope.{t.rule or 'denied'}", reason=f"argument {t.arg!r}: {t.problem}")
         return None

@@ -379,10 +379,11 @@ class Tool:
         """Every path in the arguments, with where it sits: typed values, then those the schema declares, then
         those under path-like names, then strings shaped as paths; a `file:` URI as the local path it names."""
         found: list[tuple[str, str]] = []
-        try:
-            found = [(w, local_path(v)) for w, v in typed_paths(self.validate(arguments))]
-        except ToolError:
-            pass  # invalid arguments never run; the schema, names and values still say what the call would touch
+        if self._typed_paths:
+            try:
+                found = [(w, local_path(v)) for w, v in typed_paths(self.validate(arguments))]
+            except ToolError:
+                pass  # invalid arguments never run; the schema, names and values still say what the call would touch
         seen = {w for w, _ in found}
         schema = self.parameters if self.parameters is not None else self.schema()["function"]["parameters"]
         for w, v in [*schema_paths(schema, arguments), *named_paths(arguments)]:
@@ -395,6 +396,14 @@ class Tool:
                 have.add((w, local_path(v)))
                 found.append((w, local_path(v)))
         return found
+
+    @functools.cached_property
+    def _typed_paths(self) -> bool:
+        """Whether validated arguments can hold a PurePath (pydantic marks such fields `"format": "path"`): only
+        then are the arguments validated to find them (a validation per call is most of what `paths` costs)."""
+        import json
+
+        return self.parameters is None and '"format": "path"' in json.dumps(self.schema())
 
     def path_values(self, arguments: dict[str, Any]) -> list[str]:
         return [v for _, v in self.paths(arguments)]
