@@ -137,3 +137,28 @@ def test_in_a_kernel_a_folder_grant_stops_at_a_link_and_a_replay_keeps_each_deci
     replay = kernel.run("%%agent --replay --autonomy L1 --approve recorded\nread then delete", cell_id="c5")
     assert (folder / "data.csv").exists(), "a recorded approve of the read answered the delete"
     assert replay.records and replay.records[-1]["status"] in ("completed", "completed_with_errors")
+
+
+def test_a_file_the_settings_name_as_the_mcp_configuration_is_code_by_every_route(tmp_path: Path) -> None:
+    # Was: only mcp.json and .mcp.json were high risk; a file named by `%agent config mcp=`, NBAGENT_MCP or a cell's
+    # --mcp was created at low risk, and the next cell started the commands planted in it.
+    from nbagent.runner import run_notebook
+
+    for name in ("config", "env", "cell"):
+        script(tmp_path / f"{name}.json", turn("create_file", path=f"{name}-servers.json", content="{}"),
+               {"content": "Done."})
+    first = notebook(tmp_path, ["%load_ext nbagent", "%agent config mcp=config-servers.json",
+                                "%%agent --script config.json --autonomy L2\nset up"], name="a.ipynb")
+    second = notebook(tmp_path, ["%load_ext nbagent",
+                                 "%%agent --script cell.json --autonomy L2 --mcp cell-servers.json\nset up"],
+                      name="b.ipynb")
+    third = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script env.json --autonomy L2\nset up"],
+                     name="c.ipynb")
+    run_notebook(first, approve="low")
+    run_notebook(second, approve="low")
+    run_notebook(third, approve="low", env={"NBAGENT_MCP": "env-servers.json"})
+    for stem, name in (("a", "config"), ("b", "cell"), ("c", "env")):
+        assert not (tmp_path / f"{name}-servers.json").exists(), f"the {name} route's file was created at low risk"
+        store = Store(tmp_path / f"{stem}.nbagent", readonly=True)
+        (step,) = [s for e in store.query_events(types="plan_proposed") for s in e.payload.steps]
+        assert step.risk.value == "WRITE_HIGH_RISK" and "settings run later" in (step.risk_reason or ""), name
