@@ -1,16 +1,20 @@
-"""The `nbagent` command: read and check the logs beside notebooks.
+"""The `nbagent` command: read and check the logs beside notebooks, run a notebook headlessly, undo, revoke.
 
     nbagent runs [PATH]           a table of runs
     nbagent show RUN [PATH]       one run's event timeline (--json for machines)
     nbagent verify [PATH]         check every chain; non-zero exit on tampering
+    nbagent grants [PATH]         the grants given, what each covers, whether in force
     nbagent run NOTEBOOK          execute a notebook headlessly (the main job for CI)
     nbagent undo RUN [PATH]       restore the files a run (and its child runs) changed (docs/undo.md); a log that
                                   fails `nbagent verify` is refused, nothing changed
+    nbagent revoke GRANT [PATH]   end a grant now
 
 PATH is a notebook, its store folder (NAME.nbagent), or a folder, searched with its subfolders (not .git,
-node_modules, virtual environments or other hidden and tool folders); omitted, the current folder. Commands only
-read: they open stores read-only, take no lock, and so also work on a read-only disk.
-Exit codes: 0 ok, 1 verify found a problem, 2 bad input (usage, not a store, no such run, newer format).
+node_modules, virtual environments or other hidden and tool folders); omitted, the current folder.
+runs, show, verify and grants only read (they open stores read-only, take no lock, and so also work on a read-only
+disk); run, undo and revoke write (WHO_WRITES says what, in --help and docs/cli.md alike).
+Exit codes: 0 ok, 1 verify found a problem (or a notebook's run or an undo did not succeed), 2 bad input (usage,
+not a store, no such run, newer format, not a notebook).
 Logs written by a newer nbagent are read as far as this version can: unknown event types are listed, shown
 generically and verified, never an error; a damaged tables.json (a cache) is rebuilt from the events.
 """
@@ -35,11 +39,18 @@ from .ui.record import NOMINAL_NOTE
 from .ui.viewstate import cell_labels, is_file_fact, is_nominal
 from .verify import verify_store
 
+# which commands write, said once for --help, the module's docstring and docs/cli.md (tests/test_cli.py checks all)
+READS = ("runs", "show", "verify", "grants")
+WRITES = {"run": "the executed notebook, the notebook's log, and the files its approved plans change",
+          "undo": "the files it restores, and the log", "revoke": "the log"}
+WHO_WRITES = (f"{', '.join(READS[:-1])} and {READS[-1]} only read (they open the logs read-only and take no lock). "
+              + "; ".join(f"{name} writes {what}" for name, what in WRITES.items()) + ".")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nbagent",
-        description="nbagent: a Jupyter-native LLM agent. These commands read and check the agent's logs.",
+        description=f"nbagent: a Jupyter-native LLM agent, from the command line. {WHO_WRITES}",
         epilog="PATH is a notebook (.ipynb), its store folder (NAME.nbagent), or a folder (searched with its "
                "subfolders); default: current folder.",
     )
@@ -80,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Restore every file RUN and its child runs changed, newest change first (a "
                                    "created file is removed, an overwritten or deleted one restored), recorded as a "
                                    "new run that can itself be undone. A file changed since by anyone else is a "
-                                   "conflict: nothing is changed, the diff is shown, exit 1. The only command that "
-                                   "writes: it opens the log for writing.")
+                                   "conflict: nothing is changed, the diff is shown, exit 1. Writes the files it "
+                                   "restores and its run in the log.")
     p.add_argument("run", metavar="RUN", help="run id, or a unique prefix of one")
     p.add_argument("path", nargs="?", metavar="PATH", help="notebook, store or folder (default: current folder)")
     p.add_argument("--to", action="store_true",
@@ -319,18 +330,21 @@ def render_timeline(state: RunState, events: list[EventBase], log_path: Path) ->
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runner import main_run
+    """Bad input (not a notebook, an output in no folder) is one line and exit 2, before any kernel starts."""
+    from .runner import NotebookError, main_run
 
-    if not Path(args.notebook).is_file():
-        raise StoreError(f"{args.notebook}: no such notebook")
-    return main_run(args)
+    try:
+        return main_run(args)
+    except NotebookError as exc:
+        print(f"nbagent: error: {exc}", file=sys.stderr)
+        return 2
 
 
 # ---------------------------------------------------------------------------------------------- verify
 
 
 def cmd_undo(args: argparse.Namespace) -> int:
-    """Undo opens the one store that has RUN for writing (the other commands only read)."""
+    """Undo opens the one store that has RUN for writing (as revoke does the grant's, and run the notebook's)."""
     from .undo import UndoError, undo
 
     found, run_id = _find_run(_open_all(args.path), args.run)

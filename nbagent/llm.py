@@ -9,7 +9,9 @@
 - Retries: transient failures (timeouts, connection errors, HTTP 408/429/5xx) are retried with exponential
   backoff and a cap (as tenacity's wait_exponential did); litellm's own retries are turned off so they do not
   multiply. Anything else fails at once. The number of retries is returned with the reply (and recorded in
-  `llm_called`).
+  `llm_called`). A call that fails while the model's API key is not set (litellm's `validate_environment`) is an
+  AuthenticationError naming the variable, never retried (litellm reports OpenAI's as a server error).
+- Errors keep the provider's message and drop litellm's wrapping (`error_message`).
 - Fingerprints identify a request for replay: a hash of the tool schemas and every message, computed
   incrementally per run (`Fingerprint`) so a long run does not re-hash its whole history at every step.
 """
@@ -21,6 +23,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -285,6 +288,7 @@ async def complete(
     attempts = 0
     started = time.perf_counter()
     resp: Any = None
+    missing: list[str] = []
     try:
         # Retries: what tenacity's AsyncRetrying(stop_after_attempt, wait_exponential, retry_if_exception,
         # reraise) did, without its import (70 ms of a first answer).
@@ -307,6 +311,10 @@ async def complete(
                     resp = await _call(litellm, kwargs, messages, on_token)
                 break
             except Exception as exc:
+                if not local and attempts == 1:
+                    missing = missing_keys(litellm, settings)
+                    if missing:  # litellm may call it a server error (openai: InternalServerError), retried in vain
+                        raise
                 if attempts >= settings.max_retries + 1 or not is_transient(exc):
                     raise
                 if on_retry is not None:
@@ -318,16 +326,21 @@ async def complete(
         script_error = next((e for e in _chain(exc) if isinstance(e, ModelScriptError)), None)
         if script_error is not None:  # our own offline model's message, without litellm's wrapping
             raise ModelError(str(script_error), error_type=type(script_error).__name__) from exc
+        if missing:
+            raise ModelError(f"model call to {settings.model} failed (not retried): AuthenticationError: no API key: "
+                             f"{' or '.join(missing)} is not set; set it where the kernel (or `nbagent run`) starts, "
+                             "or pass Agent(api_key=...)", error_type="AuthenticationError") from exc
         transient = is_transient(exc)
         retries = max(0, attempts - 1)
         # a provider may echo the key it rejected: scrub it (and other known secrets) before truncating
         from .secrets import Redactor
 
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-        detail = Redactor([key]).text(str(exc).split("\n")[0])[:500]
+        detail = Redactor([key]).text(error_message(exc))[:500]
         what = f"after {retries} retr{'y' if retries == 1 else 'ies'}" if transient else "(not retried)"
-        raise ModelError(f"model call to {settings.model} failed {what}: {type(exc).__name__}: {detail}",
-                         retry_count=retries, transient=transient, error_type=type(exc).__name__) from exc
+        name = type(exc).__name__
+        raise ModelError(f"model call to {settings.model} failed {what}: {name}" + (f": {detail}" if detail else ""),
+                         retry_count=retries, transient=transient, error_type=name) from exc
     latency = (time.perf_counter() - started) * 1000
     if local:
         response, cost = resp
@@ -348,6 +361,35 @@ async def complete(
         finish_reason=choice.get("finish_reason"),
         response=response,
     )
+
+
+# litellm's wrapping of a provider's message: "litellm.BadRequestError: BadRequestError: OpenAIException - ...",
+# "litellm.Timeout: APITimeoutError - ..." (class names, repeated, before the part that says what is wrong)
+_WRAPPER = re.compile(r"(?:litellm\.)?[A-Z]\w*(?:Error|Exception|Timeout)\s*(?::|\s-)\s*|litellm\.\w+:\s*")
+
+
+def error_message(exc: BaseException) -> str:
+    """The first line of what `exc` says is wrong, without litellm's wrapping (the caller names the class once)."""
+    for line in str(exc).splitlines():
+        line = line.strip()
+        while (wrapper := _WRAPPER.match(line)) is not None and wrapper.end() > 0:
+            line = line[wrapper.end():].lstrip()
+        if line:
+            return line
+    return ""
+
+
+def missing_keys(litellm: Any, settings: ModelSettings) -> list[str]:
+    """The API-key variables litellm says `settings.model` needs and the environment lacks (`validate_environment`);
+    [] when a key is passed. Only `*_API_KEY` names: the other settings litellm lists (a region, a project, Ollama's
+    address) have defaults or other sources, and their absence is not what failed."""
+    if settings.api_key is not None or settings.params.get("api_key"):
+        return []
+    try:
+        found = litellm.validate_environment(model=settings.model, api_base=settings.api_base)
+    except Exception:
+        return []
+    return [k for k in found.get("missing_keys") or [] if isinstance(k, str) and k.endswith("_API_KEY")]
 
 
 async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, Any]],

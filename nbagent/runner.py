@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+ERROR_WIDTH = 300  # characters of a failed run's error in its summary line (an answer gets 110)
+
 
 class RunSummary(BaseModel):
     run_id: str
@@ -64,8 +66,10 @@ class RunSummary(BaseModel):
         from .ui.viewstate import is_nominal
 
         cost = money(self.cost) + (" nominal" if self.cost is not None and is_nominal(self.model) else "")
+        # an error gets room for what it says is wrong, after the "model call to … failed …:" that leads it
+        width = 110 if self.finished else ERROR_WIDTH
         return (f"run {self.run_id[:12]}  cell {self.cell_label or self.cell_id or '-':<12} {self.status:<21} "
-                f"{self.steps} tool call(s) · {self.tokens} tokens · {cost} · {clip(tail, 110)}")
+                f"{self.steps} tool call(s) · {self.tokens} tokens · {cost} · {clip(tail, width)}")
 
 
 class NotebookResult(BaseModel):
@@ -188,6 +192,69 @@ def _canonical(value: Any) -> str:
         return repr(value)
 
 
+# ------------------------------------------------------------------------------------------ reading
+
+class NotebookError(ValueError):
+    """NOTEBOOK cannot be run, or OUTPUT written: the message is one line saying which file, what is wrong and what
+    to do (`nbagent run` prints it and exits 2, as for any bad input)."""
+
+
+def read_notebook(path: Path) -> Any:
+    """The notebook at `path`, as nbformat 4; NotebookError for anything else (before any kernel starts: a text
+    file, JSON that is not a notebook, another nbformat version, a folder, a missing file)."""
+    import json
+
+    import nbformat
+
+    if not path.exists():
+        raise NotebookError(f"{path}: no such file; pass the path of a notebook (.ipynb)")
+    if path.is_dir():
+        raise NotebookError(f"{path}: a folder, not a notebook; pass the path of a notebook (.ipynb) in it")
+    if path.suffix != ".ipynb":
+        raise NotebookError(f"{path}: not a notebook (an .ipynb file); pass one, e.g. notebooks/quickstart.ipynb")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise NotebookError(f"{path}: not a notebook: not UTF-8 text (a notebook is JSON)") from None
+    except OSError as exc:
+        raise NotebookError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        where = f" (line {exc.lineno}, column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise NotebookError(f"{path}: not a notebook: its text is not JSON{where}; was it saved whole? Open it in "
+                            "JupyterLab, or restore it from version control") from None
+    version = data.get("nbformat") if isinstance(data, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise NotebookError(f"{path}: not a notebook: JSON without an nbformat version")
+    if version < 4:
+        raise NotebookError(f"{path}: a notebook of nbformat {version}; nbagent runs nbformat 4: convert it first "
+                            f"(`jupyter nbconvert --to notebook --output {path.stem}-v4 {path}`, or save it from "
+                            "JupyterLab)")
+    if version > 4:
+        raise NotebookError(f"{path}: a notebook of nbformat {version}, newer than the nbformat 4 nbagent runs; save "
+                            "it as nbformat 4")
+    try:
+        return nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat's own checks: a cell that is not an object, ...
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise NotebookError(f"{path}: not a notebook nbagent can read: {first}") from None
+
+
+def cell_error_line(exc: Any) -> str:
+    """What a failed cell says, as `nbagent run`'s "a cell failed:" quotes it: the error's own line (`ename:
+    evalue`, the first line of the value), not the end of the traceback text (an argparse usage line, the row of
+    dashes nbclient puts after a cell's output)."""
+    import re
+
+    ename = re.sub(r"\x1b\[[0-9;]*m", "", str(getattr(exc, "ename", "") or "")).strip()
+    evalue = re.sub(r"\x1b\[[0-9;]*m", "", str(getattr(exc, "evalue", "") or ""))
+    first = next((line.strip() for line in evalue.splitlines() if line.strip()), "")
+    if not ename or ename == "<Error>":
+        return first or "a cell failed"
+    return f"{ename}: {first}" if first else ename
+
+
 # ------------------------------------------------------------------------------------------ executing
 
 
@@ -255,9 +322,12 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
 
     from .store import Store, store_path_for
 
+    nb = read_notebook(Path(path))
     nb_path = Path(path).resolve()
     out_path = Path(output).resolve() if output else nb_path
-    nb = nbformat.read(nb_path, as_version=4)
+    if output and (out_path.is_dir() or not out_path.parent.is_dir()):
+        what = "a folder" if out_path.is_dir() else f"in a folder that does not exist ({out_path.parent})"
+        raise NotebookError(f"{output}: the output is {what}; pass a file path for the executed notebook")
     nbformat.validator.normalize(nb)  # fills in missing cell ids (nbformat >= 4.5)
     for cell in nb.cells:
         if not cell.get("id"):
@@ -286,10 +356,7 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     try:
         client.execute(env=kernel_env, cwd=str(nb_path.parent))
     except CellExecutionError as exc:
-        import re
-
-        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the traceback's terminal colours
-        cell_error = text.splitlines()[-1] if text else "a cell failed"
+        cell_error = cell_error_line(exc)
     except DeadKernelError as exc:
         cell_error = f"the kernel died: {exc}"
     finally:

@@ -217,3 +217,78 @@ def test_docs_list_every_event_type_and_command() -> None:
         for action in sub._actions:
             for flag in action.option_strings:
                 assert flag in ("-h", "--help") or flag in cli_md, f"{command} {flag} is not documented"
+
+
+# ---------------------------------------------------------------------------------------------- nbagent run: bad input
+
+
+def _notebook_json(version: int) -> str:
+    if version == 3:
+        return json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": []}]})
+    return json.dumps({"nbformat": version, "nbformat_minor": 0, "metadata": {}, "cells": []})
+
+
+RUN_BAD_INPUT = {  # name -> (file, content or None for a folder / nothing, what the line says)
+    "text file": ("notes.txt", "hello\n", "not a notebook (an .ipynb file)"),
+    "not JSON": ("broken.ipynb", "{not json\n", "not a notebook: its text is not JSON (line 1, column 2"),
+    "JSON, not a notebook": ("list.ipynb", "[1, 2]", "not a notebook: JSON without an nbformat version"),
+    "missing": ("missing.ipynb", None, "no such file"),
+    "folder": ("folder.ipynb", "", "a folder, not a notebook"),
+    "nbformat 3": ("old.ipynb", _notebook_json(3), "a notebook of nbformat 3; nbagent runs nbformat 4: convert it"),
+    "nbformat 5": ("new.ipynb", _notebook_json(5), "a notebook of nbformat 5, newer than the nbformat 4"),
+    "cells not objects": ("cells.ipynb", json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                                                     "cells": [1, 2]}), "not a notebook nbagent can read"),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_BAD_INPUT))
+def test_run_refuses_what_is_not_a_notebook_in_one_line(case: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    """docs/cli.md: bad input is one line on stderr naming the file, exit 2, before any kernel starts; the file is
+    left as it was (an nbformat 3 notebook was executed and written back as nbformat 4)."""
+    monkeypatch.chdir(tmp_path)
+    name, content, says = RUN_BAD_INPUT[case]
+    if content == "":
+        (tmp_path / name).mkdir()
+    elif content is not None:
+        (tmp_path / name).write_text(content)
+    before = snapshot(tmp_path)
+    assert_one_line_error(*run_cli(capsys, "run", name), f"nbagent: error: {name}: {says}")
+    assert snapshot(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [name] if content is not None else [])
+
+
+def test_run_refuses_an_output_in_a_folder_that_does_not_exist(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nb.ipynb").write_text(_notebook_json(4))
+    assert_one_line_error(*run_cli(capsys, "run", "nb.ipynb", "-o", "nowhere/out.ipynb"),
+                          "nowhere/out.ipynb: the output is in a folder that does not exist")
+
+
+# ---------------------------------------------------------------------------------------------- who writes
+
+
+def test_help_and_docs_say_the_same_about_which_commands_write(capsys) -> None:
+    """--help and docs/cli.md say one thing (cli.WHO_WRITES): runs, show, verify and grants read; run, undo and
+    revoke write. Before, --help said the commands "read and check the logs" and cli.md called undo "the one command
+    that writes"."""
+    from nbagent.cli import READS, WHO_WRITES, WRITES
+
+    assert set(READS) | set(WRITES) == set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    assert WHO_WRITES in " ".join(capsys.readouterr().out.split())
+    cli_md = " ".join((Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text().split())
+    assert WHO_WRITES in cli_md.replace("`", "")
+    for wrong in ("one command that writes", "the only commands that write", "These commands only read"):
+        assert wrong not in cli_md
+
+
+def test_the_reading_commands_change_nothing(project, capsys) -> None:
+    from nbagent.cli import READS
+
+    folder, run = project
+    before = snapshot(folder)
+    for command in READS:
+        code, _, _ = run_cli(capsys, command, *([run] if command == "show" else []))
+        assert code == 0, command
+    assert snapshot(folder) == before

@@ -367,6 +367,68 @@ def test_agent_fails_at_once_on_a_non_transient_error(stub: StubOpenAI, tmp_path
     assert len(stub.requests) == 1
 
 
+@pytest.mark.parametrize("status,error_type", [(400, "BadRequestError"), (401, "AuthenticationError"),
+                                               (429, "RateLimitError")])
+def test_an_error_keeps_the_providers_message_and_drops_litellms_wrapping(stub: StubOpenAI, status: int,
+                                                                          error_type: str) -> None:
+    """litellm wraps a provider's message as `litellm.X: X: OpenAIException - message`: the class named once, then
+    the message, so a line cut for width still says what is wrong."""
+    stub.fallback = HttpError(status, "the model 'stub-model' does not exist or you do not have access to it")
+    exc = call_error(stub, max_retries=1)
+
+    assert exc.error_type == error_type
+    assert str(exc).endswith(f": {error_type}: the model 'stub-model' does not exist or you do not have access to it")
+    assert "litellm." not in str(exc) and "Exception - " not in str(exc) and str(exc).count(error_type) == 1
+
+
+# ------------------------------------------------------------------------------------------- a missing key
+
+
+@pytest.fixture
+def no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_BASE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_missing_key_is_an_authentication_error_at_once_naming_the_variable(stub: StubOpenAI, no_key: None) -> None:
+    """No OPENAI_API_KEY: litellm reports the openai client's refusal as an InternalServerError, which was retried
+    4 times (12.8 s) and then said nothing of the key. Now: not retried, AuthenticationError, the variable named."""
+    exc = call_error(stub, api_key=None, max_retries=4)
+
+    assert (exc.error_type, exc.retry_count, exc.transient) == ("AuthenticationError", 0, False)
+    assert str(exc) == ("model call to openai/stub-model failed (not retried): AuthenticationError: no API key: "
+                        "OPENAI_API_KEY is not set; set it where the kernel (or `nbagent run`) starts, or pass "
+                        "Agent(api_key=...)")
+    assert stub.requests == []  # refused before any request
+
+
+@pytest.mark.parametrize("model,variable", [("openai/gpt-4o-mini", "OPENAI_API_KEY"),
+                                            ("anthropic/claude-3-5-haiku-latest", "ANTHROPIC_API_KEY")])
+def test_an_agent_without_its_key_fails_at_once_with_no_server(tmp_path: Path, no_key: None, model: str,
+                                                               variable: str) -> None:
+    """Through the Python API, with no server at all (nothing listens, nothing is sent)."""
+    agent = Agent(model, tools=[read_file], decider=PolicyDecider("all"), store=tmp_path / "nb.ipynb",
+                  retry_base=0.01, retry_cap=0.05, timeout=1.0)
+    try:
+        result = asyncio.run(agent.run("What is in data.csv?"))
+        events = agent.store.run_events(result.run_id)
+    finally:
+        agent.store.close()
+
+    assert result.status == RunStatus.FAILED
+    assert result.error is not None and f"AuthenticationError: no API key: {variable} is not set" in result.error
+    assert (events[-1].type, events[-1].payload.retry_count) == ("error", 0)
+    assert events[-1].payload.error_type == "AuthenticationError"
+
+
+def test_a_key_passed_to_the_agent_needs_no_variable(stub: StubOpenAI, tmp_path: Path, no_key: None) -> None:
+    stub.push(Reply(content="All good."))
+    _, result, _ = run_agent(stub, tmp_path)
+
+    assert result.status == RunStatus.COMPLETED, result.error
+    assert stub.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+
+
 # ------------------------------------------------------------------------------------------- secrets
 
 

@@ -28,9 +28,10 @@ def script(folder: Path, name: str, *turns: dict) -> None:
     (folder / name).write_text(json.dumps({"turns": list(turns)}))
 
 
-def nbagent(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def nbagent(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("nbagent")
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, cwd=cwd, timeout=300, check=False)
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, cwd=cwd, timeout=300, check=False,
+                          env=env)
 
 
 def test_run_writes_static_records_and_summaries(tmp_path: Path) -> None:
@@ -80,15 +81,29 @@ def test_denied_by_default_headless_policy(tmp_path: Path) -> None:
            {"content": "Not written."})
     path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script write.json\nwrite r.md"])
     result = nbagent("run", str(path), cwd=tmp_path)
-    assert result.returncode == 0 and not (tmp_path / "r.md").exists()
+    assert not (tmp_path / "r.md").exists()
     state = Store(tmp_path / "analysis.nbagent", readonly=True)
     run = state.list_runs()[-1]
     assert state.run_state(run.id).decisions[0].by == "policy:none"
+    # a denied plan ends completed_with_errors and fails the run (docs/cli.md): its answer may claim the write
+    assert result.returncode == 1 and run.status.value == "completed_with_errors", result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("FAILED: 1 run(s), 1 completed_with_errors")
 
 
 def test_missing_notebook_is_a_clear_error(tmp_path: Path) -> None:
     result = nbagent("run", "nope.ipynb", cwd=tmp_path)
-    assert result.returncode == 2 and "nope.ipynb: no such notebook" in result.stderr
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == "nbagent: error: nope.ipynb: no such file; pass the path of a notebook (.ipynb)\n"
+
+
+def test_a_text_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """`nbagent run notes.txt` printed nbformat's 40-line traceback and exited 1."""
+    (tmp_path / "notes.txt").write_text("hello\n")
+    (tmp_path / "broken.ipynb").write_text("{not json\n")
+    for name in ("notes.txt", "broken.ipynb"):
+        result = nbagent("run", name, cwd=tmp_path)
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"nbagent: error: {name}: not a notebook")
 
 
 def test_unknown_variable_fails_the_cell_and_the_run(tmp_path: Path) -> None:
@@ -189,3 +204,67 @@ def test_latest_records_replaces_older_records_of_a_run() -> None:
     assert nb.cells[0].outputs[0]["data"]["text/plain"] == "completed"
     assert nb.cells[0].outputs[1]["data"][RUN_MIME]["status"] == "done"  # another run: untouched
     assert latest_records(nb) == 0
+
+
+# ------------------------------------------------------------------------------------------ what the lines say
+
+
+# an error whose traceback is empty: nbclient's message then ends with the row of dashes after the cell's output
+SILENT = "class Silent(Exception):\n    def _render_traceback_(self):\n        return []"
+
+
+@pytest.mark.parametrize("cells,line", [
+    (["%load_ext nbagent", "%%agent --bogus\nWhich region sold most?"],
+     "a cell failed: UsageError: %%agent: unrecognized arguments: --bogus"),
+    ([SILENT, "print('loading')\nraise Silent('no data yet')"],
+     "a cell failed: Silent: no data yet"),
+])
+def test_a_cell_failed_quotes_the_errors_own_line(tmp_path: Path, cells: list[str], line: str) -> None:
+    """The error's own line (`ename: evalue`, first line), not the last line of the traceback text: before, an
+    argparse usage fragment (`               [--script SCRIPT] [--mcp FILE]`) or `------------------`."""
+    path = notebook(tmp_path, cells)
+    result = nbagent("run", str(path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [line], result.stderr
+
+
+def run_env() -> dict[str, str]:
+    """No API key of any provider, no default model: what a newcomer's shell has."""
+    import os
+
+    keys = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_BASE")
+    return {k: v for k, v in os.environ.items() if k not in keys and not k.startswith("NBAGENT_")}
+
+
+def test_a_missing_api_key_fails_the_run_at_once_naming_the_variable(tmp_path: Path) -> None:
+    """`--model openai/gpt-4o-mini` without OPENAI_API_KEY: "failed after 4 retries: InternalServerError" (12.8 s)
+    before; now an authentication error, not retried, saying which variable to set. No network is needed: the
+    provider's client refuses before any request."""
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent\nWhich region sold most?"])
+    result = nbagent("run", str(path), "--model", "openai/gpt-4o-mini", cwd=tmp_path, env=run_env())
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_line, verdict = result.stdout.strip().splitlines()
+    assert " failed " in run_line and verdict.startswith("FAILED: 1 run(s)")
+    assert run_line.endswith("model call to openai/gpt-4o-mini failed (not retried): AuthenticationError: no API "
+                             "key: OPENAI_API_KEY is not set; set it where the kernel (or `nbagent run`) starts, or "
+                             "pass Agent(api_key=...)"), run_line
+    store = Store(tmp_path / "analysis.nbagent", readonly=True)
+    (run_id,) = store.run_ids()
+    error = [e for e in store.run_events(run_id) if e.type == "error"][-1].payload
+    assert (error.error_type, error.retry_count) == ("AuthenticationError", 0)
+
+
+def test_an_error_line_keeps_the_message_and_drops_litellms_wrapper(tmp_path: Path) -> None:
+    """`…BadRequestError: litellm.BadRequestError: LLM Provider NOT p…` before: the class twice and litellm's
+    prefix, cut before what is wrong. The summary line and the run's recorded error keep the message."""
+    path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --model nosuchprovider/model\nWhich region?"])
+    result = nbagent("run", str(path), cwd=tmp_path, env=run_env())
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_line = result.stdout.strip().splitlines()[0]
+    store = Store(tmp_path / "analysis.nbagent", readonly=True)
+    (run_id,) = store.run_ids()
+    recorded = store.run_state(run_id).error
+    assert recorded is not None and recorded.startswith(
+        "model call to nosuchprovider/model failed (not retried): BadRequestError: LLM Provider NOT provided.")
+    assert "litellm." not in recorded and recorded.count("BadRequestError") == 1
+    assert run_line.endswith(recorded), run_line  # the whole message, in the summary line too

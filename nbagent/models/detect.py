@@ -58,9 +58,10 @@ def detect(environ: dict[str, str] | None = None, *, probe_ollama: bool = True) 
     return found[0] if found else None
 
 
+# the traitlets section is NbAgent: `%config Agent.model` is not read (options.old_section_note says why)
 NO_MODEL = (
     "no model: pass --model (any litellm model, e.g. openai/gpt-4o-mini), set a default (%agent config "
-    "model=..., %config Agent.model = ..., or NBAGENT_MODEL), set an API key (OPENAI_API_KEY, "
+    "model=..., %config NbAgent.model = \"...\", or NBAGENT_MODEL), set an API key (OPENAI_API_KEY, "
     "ANTHROPIC_API_KEY, GEMINI_API_KEY), start Ollama locally, or use the offline scripted model: "
     "--script turns.json"
 )
