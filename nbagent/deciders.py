@@ -142,8 +142,8 @@ def _same_call(recorded: PlanStep, now: PlanStep) -> bool:
     before effects were bound: the same arguments, with no link redirecting the call now)."""
     from .effects import Effect, digest_matches
 
-    if recorded.tool != now.tool:
-        return False
+    if recorded.tool != now.tool or Risk(recorded.risk).rank < Risk(now.risk).rank:
+        return False  # (a yes to a data write is no yes to the same call once it writes code: attack b3)
     if recorded.effect is not None:
         return bool(recorded.digest) and recorded.digest == now.digest
     legacy = recorded.digest or _args_digest(recorded)
@@ -157,8 +157,10 @@ def _args_digest(step: PlanStep) -> str:
 
 
 def _covers(recorded: list[PlanStep], asking: list[PlanStep]) -> bool:
-    """Every call the request asks about is one the recorded decision saw (each recorded call answers one)."""
-    left = list(recorded)
+    """Every call the request asks about is one the recorded decision was about: a call its plan asked about (a
+    call its card listed as "not asked", answered by a grant or the autonomy, was never decided: attack b11); each
+    recorded call answers one."""
+    left = [r for r in recorded if r.asks is not False]
     for step in asking:
         match = next((r for r in left if _same_call(r, step)), None)
         if match is None:

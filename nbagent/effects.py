@@ -94,10 +94,14 @@ class Effect(BaseModel):
             shown = [_clip(f"{t.written} → {t.path}" if t.redirected else t.written) for t in self.targets[:3]]
             more = len(self.targets) - 3
             return ", ".join(shown) + (f", and {more} more" if more > 0 else "")
+        shown = written
         for t in self.targets:
             if t.redirected and t.written == written:
-                return f"{written} → {t.path}"
-        return written
+                shown = f"{written} → {t.path}"
+                break
+        # another path argument that leads elsewhere is named too (copy_file(path=a, dest=latest.md -> data.csv))
+        others = [f"{t.written} → {t.path}" for t in self.targets if t.redirected and t.written != written]
+        return shown + (f" ({'; '.join(_clip(o) for o in others[:3])})" if others else "")
 
 
 def _clip(text: str, width: int = 120) -> str:
@@ -185,7 +189,7 @@ def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
             if t.op in WRITING and t.path:
                 t.aliases, complete = guard.other_names(t.path)
                 unknown = unknown or not complete
-    why = _runs_later(tool, arguments, targets, sources, mentioned=own is None)
+    why = _runs_later(tool, arguments, targets, sources, guard=guard if own is None else None)
     if why is None and unknown and any(t.op in WRITING and t.path for t in targets):
         why = ("the folder has too many entries to find every link that leads to this file, so whether something "
                "runs it later cannot be told (links.py)")
@@ -193,13 +197,20 @@ def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
 
 
 def _file_like(value: str) -> bool:
-    """A short one-line string that could be a file's name (`sitecustomize.py`, `hooks/pre-commit`), not prose."""
-    return 0 < len(value) <= 255 and ("." in value or "/" in value) and "://" not in value and not any(
-        c.isspace() or ord(c) < 32 for c in value)
+    """A short one-line token that could be a file's name (`sitecustomize.py`, `hooks/pre-commit`, `Makefile`),
+    not prose: the registry then says whether it names code."""
+    return 0 < len(value) <= 255 and "://" not in value and not any(c.isspace() or ord(c) < 32 for c in value)
+
+
+MAX_MENTIONED = 2_000  # names a foreign tool's call may mention that are looked at (a reply may hold millions)
 
 
 def _runs_later(tool: Tool, arguments: dict[str, Any], targets: list[Target], sources: Iterable[str], *,
-                mentioned: bool = False) -> str | None:
+                guard: ScopeGuard | None = None) -> str | None:
+    """Why the call makes code that runs later, or None. `guard` is given for a tool nbagent does not know (an MCP
+    server's, your own): it may take a file's name under any key (`items=[{"name": "sitecustomize.py"}]`), so every
+    name it mentions counts for the risk (never for refusals), with that name's other names through links; and MCP
+    servers defined in its text count whatever it names."""
     if tool.risk == Risk.READ_ONLY:
         return None  # a tool that only reads makes nothing runnable (reading pandas.py changes nothing)
     if getattr(tool, "runs_later", None):
@@ -210,12 +221,16 @@ def _runs_later(tool: Tool, arguments: dict[str, Any], targets: list[Target], so
     for t in writing:
         for alias in t.aliases:
             names.setdefault(alias, f"{t.path} is also {alias} (a link leads there): ")
-    if mentioned:
-        # a tool nbagent does not know (an MCP server's, your own) may take a file's name under any key
-        # (`items=[{"name": "sitecustomize.py"}]`): every name it mentions counts for the risk, never for refusals
-        for v in _strings(arguments):
-            if _file_like(v):
-                names.setdefault(v, "")
+    if guard is not None:
+        mentioned = [v for v in _strings(arguments) if _file_like(v)]
+        if len(mentioned) > MAX_MENTIONED:
+            return (f"the call names over {MAX_MENTIONED:,} files; whether any of them is code that runs later is "
+                    "not looked at one by one")
+        for v in mentioned:
+            names.setdefault(v, "")
+            resolved = resolve_target(guard, "write", v)
+            for alias in guard.other_names(resolved.path)[0] if resolved.path else []:
+                names.setdefault(alias, f"{v} is also {alias} (a link leads there): ")
     # each name once, then the call's text once (not each name against each text: a reply naming thousands of
     # paths beside a large content stays linear)
     for name, via in names.items():
@@ -223,22 +238,22 @@ def _runs_later(tool: Tool, arguments: dict[str, Any], targets: list[Target], so
         if why is not None:
             return via + why
     made = next((t for t in writing if t.op != "delete"), None)
-    if made is not None and any(defines_mcp(text) for text in _strings(arguments)):
-        return mcp_reason(made.path or made.written)
+    if (made is not None or guard is not None) and any(defines_mcp(text) for text in _strings(arguments)):
+        return mcp_reason(made.path or made.written if made is not None else "what it writes")
     return None
 
 
-def _strings(value: Any, depth: int = 0) -> Iterator[str]:
-    if depth > 32:
-        return
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v, depth + 1)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _strings(v, depth + 1)
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a value, at any depth (arguments nest as deep as the model sends them)."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            todo.extend(reversed(list(item.values())))
+        elif isinstance(item, list | tuple):
+            todo.extend(reversed(item))
 
 
 def risk_of(tool: Tool, effect: Effect) -> tuple[Risk, str | None]:

@@ -366,16 +366,20 @@ _SEALED_TERMS = ("grant_id", "effect", "scope", "tool", "paths", "arguments", "m
                  "root_run_id", "plan_id", "pinned", "digests")
 
 
-def grant_seal(payload: Mapping[str, Any], session_id: str) -> str:
-    """The seal of a grant: an HMAC, under the giving user's key (nbagent/seal.py), of its terms and session."""
+def grant_seal(payload: Mapping[str, Any], session_id: str, store_path: Any) -> str:
+    """The seal of a grant: an HMAC, under the giving user's key (nbagent/seal.py), of its terms, its session and
+    the store it was given in (its real path: a copy of the log elsewhere, whose anchors this user never kept, is
+    another store, and a grant given here answers nothing there: attack b5)."""
+    import os
+
     from .seal import seal
 
     terms = {k: payload.get(k) for k in _SEALED_TERMS}
     terms["max_risk"] = str(Risk(terms["max_risk"] or Risk.READ_ONLY).value)
-    return seal("grant", session_id, canonical_json(terms))
+    return seal("grant", os.path.realpath(store_path), session_id, canonical_json(terms))
 
 
-def sealed_here(grant: Grant) -> bool:
+def sealed_here(store: Store, grant: Grant) -> bool:
     """A grant this user gave here: its seal verifies under this user's key (a log that came with a cloned
     repository, or a line appended by hand, carries no seal of this user's). A key that cannot be used seals
     nothing: the grant answers nothing (fail closed)."""
@@ -386,7 +390,7 @@ def sealed_here(grant: Grant) -> bool:
     if not grant.seal:
         return False
     try:
-        expected = grant_seal(grant.model_dump(mode="json"), grant.session_id)
+        expected = grant_seal(grant.model_dump(mode="json"), grant.session_id, store.path)
     except KeyFileError:
         return False
     return hmac.compare_digest(grant.seal, expected)
@@ -404,7 +408,7 @@ def vouched(store: Store, grant: Grant) -> bool:
     cannot vouch for itself. `unbacked` says which rule failed. And it is this user's: sealed with this user's key
     (`sealed_here`), so a grant that came with a log from elsewhere is not this user's yes.
     """
-    return unbacked(store, grant) is None and sealed_here(grant)
+    return unbacked(store, grant) is None and sealed_here(store, grant)
 
 
 def applicable(grants: Iterable[Grant], *, root_run_id: str, session_id: str, session_wide: bool,

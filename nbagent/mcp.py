@@ -96,7 +96,11 @@ class ServerConfig(BaseModel):
         # so is the password of a URL anywhere in it (`postgresql://admin:PW@db` as an argument, a DATABASE_URL),
         # since a server may print the password alone
         texts = [self.command or "", *self.args, *self.env.values(), *self.headers.values(), self.url or ""]
-        remember(*(v for k, v in {**self.env, **self.headers}.items() if secret_key(k) or k.lower() == "cookie"),
+        # ...but only a value shaped like one: a secret-named env value holding a command ("touch x;") would
+        # otherwise be blanked wherever it appears, hiding part of what the server runs from the person asked to
+        # trust it (attack b12); a token has no spaces and no shell syntax
+        remember(*(v for k, v in self.env.items() if secret_key(k) and _credential_shaped(v)),
+                 *(v for k, v in self.headers.items() if secret_key(k) or k.lower() == "cookie"),
                  urlsplit(self.url or "").password, *(p for t in texts for p in url_secrets(t)))
         if bool(self.command) == bool(self.url):
             raise ValueError("give either \"command\" (a server run over stdio) or \"url\" (streamable HTTP)")
@@ -110,6 +114,11 @@ class ServerConfig(BaseModel):
     @property
     def transport(self) -> str:
         return "stdio" if self.command else "http"
+
+
+def _credential_shaped(value: str) -> bool:
+    """A value that could be a token or a password: one word, no shell syntax."""
+    return bool(value) and not any(c.isspace() or c in ";&|`$<>()" for c in value)
 
 
 class Loaded(BaseModel):
@@ -252,42 +261,86 @@ _CODE_SUFFIX = re.compile(r"\.(?:sh|bash|zsh|ksh|fish|py|pyw|pyz|pyc|ipy|js|mjs|
                           r"wasm|so|dll|dylib|appimage|json|jsonc|json5|toml|ya?ml|ini|cfg|conf|env)$", re.IGNORECASE)
 
 
+# an interpreter's options that take a value (the word after them is no script): python -W/-X, node -r (a module it
+# loads: kept as code), sh -o; and the ones whose value is the code itself (-c/-e/--eval) or a module (-m)
+_VALUE_OPTIONS = frozenset({"-W", "-X", "-o", "-O", "--require", "-r", "--import", "--loader", "-I"})
+_CODE_OPTIONS = frozenset({"-c", "-e", "--eval", "-p", "--print"})
+_PATHS = ("PATH",)
+_MODULE_PATHS = ("PYTHONPATH", "NODE_PATH", "PERL5LIB", "RUBYLIB")
+MAX_FOLDER_FILES = 500  # code files of one folder a server's modules come from, counted in its trust
+
+
 def entry_files(config: ServerConfig, folder: str | Path | None) -> list[Path]:
-    """The files inside the notebook's folder a stdio entry runs, existing or not: its command (a path, or a name
-    found on PATH or beside the interpreter there); an interpreter's script (its first argument that is no option);
-    each argument, or `--option=value`'s value, named as code or configuration (`.sh`, `.py`, `.js`, `.json`,
-    `.toml`, `.env`...) or an executable file; a `-m module`'s files; all resolved from the entry's cwd. Starting the
-    server runs or reads them, so they are code (the host gives them to the runtime's runs-later rule) and their
-    contents are part of the trust. A data file it names (`--db-path data.db`, a log) is none of them."""
+    """The files inside the notebook's folder a stdio entry runs or may run, existing or not (a file that appears
+    changes what runs too). Starting the server runs or reads them, so they are code (the host gives them to the
+    runtime's runs-later rule) and their contents are part of the trust:
+
+    - the command: a path, or a name looked up on the entry's own PATH (its `env`), then the kernel's;
+    - an interpreter's script (its first word that is neither an option nor an option's value), every argument or
+      `--option=value` named as code or configuration (`.sh`, `.py`, `.json`, `.toml`...) or executable, every
+      path-like word of `-c`/`-e` code, a `-r` module;
+    - a `-m module`: the module or package where Python looks first (the server's folder: one of the same name
+      there shadows an installed one), every code file of that package;
+    - the folders a script, a package, or the entry's PYTHONPATH / NODE_PATH name: their code files (and
+      `sitecustomize.py`), at most MAX_FOLDER_FILES each.
+
+    A data file it names (`--db-path data.db`, a log) is none of them."""
     if folder is None or not config.command:
         return []
+    import shlex
+
     root = Path(folder)
     cwd = _server_cwd(config, root) or root
     command = config.command
+    words: list[tuple[str, bool]] = []  # (word, counts whatever its name)
+    dirs: list[Path] = []  # folders whose code files count
+    env_path = config.env.get("PATH")
     if os.sep in command or "/" in command:
-        words = [(command, True)]
+        words.append((command, True))
     else:
+        for entry in (env_path or "").split(os.pathsep):
+            if entry:
+                words.append((str(Path(entry) / command), True))  # existing or not: one made there would run
         found = sys.executable if command in ("python", "python3") else shutil.which(command)
-        words = [(found or str(Path(sys.executable).parent / command), True)]
+        words.append((found or str(Path(sys.executable).parent / command), True))
+    for key in _MODULE_PATHS:
+        for entry in (config.env.get(key) or "").split(os.pathsep):
+            if entry:
+                dirs.append(Path(entry))
+                words += [(str(Path(entry) / "sitecustomize.py"), True), (str(Path(entry) / "usercustomize.py"), True)]
     script = _INTERPRETER.fullmatch(os.path.basename(command)) is not None
     args = list(config.args)[:256]
-    skip = False
-    for i, arg in enumerate(args):
-        if skip or not arg:
-            skip = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if not arg:
             continue
         if arg.startswith("-"):
             if "=" in arg:
                 words.append((arg.split("=", 1)[1], False))
-            if arg == "-c" and script:  # `sh -c TEXT`, `python -c TEXT`: the code is the entry's own text
-                skip, script = True, False
-            if arg == "-m" and i + 1 < len(args):
-                module = args[i + 1].replace(".", "/")
-                words += [(module + ".py", True), (module + "/__main__.py", True)]
-                skip, script = True, False
+            if arg in _CODE_OPTIONS and i < len(args):  # `sh -c TEXT`: the paths its code names
+                try:
+                    tokens = shlex.split(args[i])
+                except ValueError:
+                    tokens = args[i].split()
+                words += [(t, True) for t in tokens if "/" in t or _CODE_SUFFIX.search(t)]
+                i, script = i + 1, False
+            elif arg == "-m" and i < len(args):
+                module = args[i].replace(".", "/")
+                words += [(module + ".py", True), (module + "/__init__.py", True), (module + "/__main__.py", True)]
+                dirs.append(Path(module))
+                i, script = i + 1, False
+            elif arg in _VALUE_OPTIONS and i < len(args):
+                words.append((args[i], arg in ("--require", "-r", "--import", "--loader")))
+                i += 1
             continue
-        words.append((arg, script))
-        script = False
+        if script:
+            words.append((arg, True))
+            dirs.append(Path(arg).parent)  # the script's own folder comes first on its import path
+            script = False
+        else:
+            words.append((arg, False))
     out: list[Path] = []
     for word, always in words:
         if not word or "\0" in word or "\n" in word:
@@ -301,6 +354,26 @@ def entry_files(config: ServerConfig, folder: str | Path | None) -> list[Path]:
                 out.append(path)
         except (OSError, ValueError):
             continue
+    for d in dirs:
+        out += [p for p in _code_in(d if d.is_absolute() else cwd / d, root) if p not in out]
+    return out
+
+
+def _code_in(folder: Path, root: Path) -> list[Path]:
+    """The code files of a folder inside the notebook's (and its sub-folders), at most MAX_FOLDER_FILES."""
+    try:
+        if not folder.is_dir() or not (_inside(folder, root) or os.path.realpath(folder) == os.path.realpath(root)):
+            return []
+    except OSError:
+        return []
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not d.endswith(".nbagent"))
+        for name in sorted(filenames):
+            if _CODE_SUFFIX.search(name):
+                out.append(Path(dirpath) / name)
+                if len(out) >= MAX_FOLDER_FILES:
+                    return out
     return out
 
 

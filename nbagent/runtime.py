@@ -560,7 +560,8 @@ class Agent:
         if len(valid) < self.plan_threshold and not needing:
             # no plan: its steps (previews, digests) are not needed, and the calls run now, on the effects just
             # resolved (the file tools still act only on those targets: effects.bound)
-            await self._execute_all(ctx, valid, parent, {c.id: e for c, e in zip(valid, done, strict=True)})
+            # (only the first: a call before another may change the folder, a link made by a tool of the same reply)
+            await self._execute_all(ctx, valid, parent, {valid[0].id: done[0]})
             return
         steps = [self._step(c, allowed, r, e, i in needing)
                  for i, (c, r, e) in enumerate(zip(valid, risks, done, strict=True))]
@@ -667,6 +668,10 @@ class Agent:
         ids = [new_id() for _ in terms]
         given = [{"grant_id": g, "scope": t.scope, "effect": t.effect, "covers": grants_.covers_text(t),
                   "expires_at": expires} for g, t in zip(ids, terms, strict=True)]
+        root = self._root_of(run_id) if terms else run_id
+        # each grant made and sealed before the decision is written (a key that cannot be used fails it here)
+        sealed = [self._grant_event(run_id, root, plan_id, request_id, t, by=verdict.by, expires_at=expires,
+                                    grant_id=g) for g, t in zip(ids, terms, strict=True)]
         payload: Payload
         if verdict.action == "approve":
             payload = PlanApproved(plan_id=plan_id, request_id=request_id, by=verdict.by, grants=given)
@@ -676,11 +681,9 @@ class Agent:
         else:
             payload = PlanRefined(plan_id=plan_id, request_id=request_id, feedback=verdict.text, by=verdict.by)
         event = self._record(run_id, payload, parent=parent)
-        if terms:
-            root = self._root_of(run_id)
-            for grant_id, t in zip(ids, terms, strict=True):
-                self._give_grant(run_id, root, plan_id, request_id, t, by=verdict.by, expires_at=expires,
-                                 grant_id=grant_id)
+        session_id = self.store.run_state(run_id).session_id or ""
+        for grant in sealed:
+            self.store.append(grant, session_id=session_id)
         if verdict.action == "approve":
             self._record(run_id, ExecutionStarted(plan_id=plan_id), parent=event.id)
         return event
@@ -703,13 +706,21 @@ class Agent:
     def _give_grant(self, run_id: str, root: str, plan_id: str | None, request_id: str | None,
                     terms: grants_.GrantTerms, *, by: str, expires_at: str | None, grant_id: str | None = None
                     ) -> EventBase:
-        session_id = self.store.run_state(run_id).session_id or ""
+        given = self._grant_event(run_id, root, plan_id, request_id, terms, by=by, expires_at=expires_at,
+                                  grant_id=grant_id)
+        return self.store.append(given, session_id=self.store.run_state(run_id).session_id or "")
+
+    def _grant_event(self, run_id: str, root: str, plan_id: str | None, request_id: str | None,
+                     terms: grants_.GrantTerms, *, by: str, expires_at: str | None, grant_id: str | None = None
+                     ) -> GrantGiven:
+        """A grant as the log will hold it, sealed with the giver's key for this store (grants.grant_seal)."""
         given = GrantGiven(
             grant_id=grant_id or new_id(), effect=terms.effect, scope=terms.scope, tool=terms.tool, paths=terms.paths,
             arguments=terms.arguments, max_risk=terms.max_risk, by=by, expires_at=expires_at, run_id=run_id,
             root_run_id=root, plan_id=plan_id, request_id=request_id, pinned=terms.pinned, digests=terms.digests)
-        given.seal = grants_.grant_seal(given.model_dump(mode="json"), session_id)  # the giver's (grants.py)
-        return self.store.append(given, session_id=session_id)
+        given.seal = grants_.grant_seal(given.model_dump(mode="json"), self.store.run_state(run_id).session_id or "",
+                                        self.store.path)
+        return given
 
     def _grants(self, ctx: _Ctx, state: RunState) -> list[grants_.Grant]:
         """The grants in force for this run now (re-read when the session's chain grew: a grant or a revoke)."""

@@ -82,6 +82,8 @@ def _read(path: Path) -> bytes:
             raise KeyFileError(path, f"not a regular file (a {kind(st.st_mode)})")
         if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
             raise KeyFileError(path, f"owned by another user (uid {st.st_uid})")
+        if st.st_mode & 0o077:  # readable or writable by others: anyone here could seal in this user's name
+            raise KeyFileError(path, f"open to other users (mode {stat.S_IMODE(st.st_mode):o}; it must be 600)")
         data = os.read(fd, _MAX_KEY_BYTES + 1)  # a regular file: never blocks
     finally:
         os.close(fd)

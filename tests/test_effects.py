@@ -502,7 +502,8 @@ def test_a_grant_that_came_with_a_cloned_repositorys_log_answers_nothing(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # Was: a repository's log holding a session grant `delete_file path=**` was copied elsewhere; the cloning user's
     # run deleted results.csv without asking, and `nbagent verify` said the log was intact. A grant is now sealed
-    # with the giver's key (outside every project): the author's grant is not this user's yes.
+    # with the giver's key (outside every project) and bound to the store it was given in (attack b5: a copy of
+    # the log at another path, whose anchors nobody kept, had a revoke cut off and the grant answered again).
     import shutil
 
     author = tmp_path / "author"
@@ -514,16 +515,15 @@ def test_a_grant_that_came_with_a_cloned_repositorys_log_answers_nothing(tmp_pat
     assert not (author / "a.csv").exists()
     clone = tmp_path / "clone"
     shutil.copytree(author, clone, symlinks=True)
+    (author / "results.csv").write_text("precious\n")
     (clone / "results.csv").write_text("precious\n")
-    again = agent(clone, script(one("delete_file", path="results.csv")), InOrder([]))
-    result = run(again)  # the author, on their own machine: their grant answers
-    assert not (clone / "results.csv").exists() and result.status.value == "completed"
-    (clone / "results.csv").write_text("precious\n")
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "cloner-home"))  # another user
-    cloner = agent(clone, script(one("delete_file", path="results.csv")), InOrder([]))
-    result = run(cloner)
-    assert (clone / "results.csv").exists(), "the author's grant answered for the cloning user"
-    assert result.status.value == "waiting"
+    result = run(agent(author, script(one("delete_file", path="results.csv")), InOrder([])))
+    assert not (author / "results.csv").exists() and result.status.value == "completed"  # where it was given: yes
+    for home in ("author-home", "cloner-home"):  # the author's copy elsewhere, another user's clone: no
+        monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / home))
+        result = run(agent(clone, script(one("delete_file", path="results.csv")), InOrder([])))
+        assert (clone / "results.csv").exists(), f"a grant given elsewhere answered ({home})"
+        assert result.status.value == "waiting"
 
 
 def test_a_grant_longer_than_any_nbagent_gives_answers_nothing(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -539,3 +539,154 @@ def test_a_grant_longer_than_any_nbagent_gives_answers_nothing(folder: Path, mon
     a = agent(folder, script(one("delete_file", path="data.csv")), InOrder([]))
     result = run(a)
     assert (folder / "data.csv").exists() and result.status.value == "waiting"
+
+
+# ------------------------------------------------------------------------------------------- found by attack, round 2
+
+
+def _link(folder: Path, name: str, to: str) -> None:
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(to, folder / name)
+
+
+@pytest.mark.parametrize("shape", ["cache", "nbagent", "out-and-back"])
+def test_a_link_in_a_folder_the_index_skipped_or_outside_and_back_still_counts(tmp_path: Path, shape: str) -> None:
+    # Was (b1): links in `.cache/`, in any folder named `*.nbagent`, or leading out of the folder and back in were
+    # never read: `create_file data/cache.txt` with Python was low risk and `import mod` ran it.
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    (folder / "data").mkdir()
+    if shape == "cache":
+        _link(folder, ".cache/m/__init__.py", "../../data/cache.txt")
+        _link(folder, "mod", ".cache/m")
+    elif shape == "nbagent":
+        _link(folder, "vendor/m.nbagent/__init__.py", "../../data/cache.txt")
+        _link(folder, "mod", "vendor/m.nbagent")
+    else:
+        _link(tmp_path, "lib/mod/__init__.py", "../../nb/data/cache.txt")
+        _link(folder, "mod", "../lib/mod")
+    a = agent(folder, script(one("create_file", path="data/cache.txt", content="import os\n")), PolicyDecider("low"))
+    result = run(a)
+    assert not (folder / "data" / "cache.txt").exists()
+    step = next(iter(a.store.run_state(result.run_id).plans.values())).steps[0]
+    assert step.risk == Risk.WRITE_HIGH_RISK and "__init__.py (a link leads there)" in (step.risk_reason or "")
+
+
+def test_a_recorded_yes_answers_no_call_its_plan_did_not_ask_about(folder: Path) -> None:
+    # Was (b11): recorded at L2, the person approved a plan where only the delete asked (the creates ran by
+    # autonomy); replayed at L1 the creates asked, and the recorded yes answered them.
+    turns = {"turns": [{"tool_calls": [{"name": "create_file", "arguments": {"path": "n/a.md", "content": "a"}},
+                                       {"name": "create_file", "arguments": {"path": "n/b.md", "content": "b"}},
+                                       {"name": "delete_file", "arguments": {"path": "raw.csv"}}]},
+                       {"content": "done"}]}
+    a = agent(folder, turns, InOrder([Verdict.approve()]), autonomy="L2")
+    recorded = run(a)
+    for name in ("n/a.md", "n/b.md"):
+        (folder / name).unlink()
+    (folder / "raw.csv").write_text("raw\n")
+    b = Agent(replay=recorded.run_id, tools=FileTools(folder).tools(), store=a.store, autonomy="L1")
+    result = run(b)
+    assert not (folder / "n" / "a.md").exists() and result.status.value == "failed"
+    assert "replay diverged" in (result.error or "")
+
+
+def test_a_recorded_yes_to_a_data_write_is_no_yes_once_the_same_call_writes_code(folder: Path) -> None:
+    # Was (b3): the recording approved create_file data/cache.txt (low risk); then helper.py -> data/cache.txt
+    # appeared, and --approve recorded approved the same call, now high risk, "approved by recorded".
+    (folder / "data").mkdir()
+    a = agent(folder, script(one("create_file", path="data/cache.txt", content="import os\n")),
+              InOrder([Verdict.approve()]))
+    recorded = run(a)
+    (folder / "data" / "cache.txt").unlink()
+    os.symlink("data/cache.txt", folder / "helper.py")
+    decider = RecordedDecider.from_events(recorded_events(a.store, recorded.run_id), recorded.run_id)
+    result = run(agent(folder, script(one("create_file", path="data/cache.txt", content="import os\n")), decider,
+                       store=a.store))
+    assert not (folder / "data" / "cache.txt").exists() and "replay diverged" in (result.error or "")
+
+
+def test_a_call_after_one_that_made_a_link_in_the_same_reply_is_judged_on_the_folder_it_meets(folder: Path) -> None:
+    # Was (b2): in one reply, a user tool linked ci -> .github/workflows, then create_file ci/deploy.yml ran at L2 as
+    # low risk (its effect was resolved before the link existed) and wrote a CI workflow.
+    from nbagent.tools.base import tool
+
+    @tool(risk="WRITE_LOW_RISK")
+    def link_dir(target: str, link: str) -> str:
+        """Make a folder link."""
+        (folder / target).mkdir(parents=True, exist_ok=True)
+        os.symlink(target, folder / link)
+        return "linked"
+
+    turns = {"turns": [{"tool_calls": [{"name": "link_dir", "arguments": {"target": ".github/workflows",
+                                                                          "link": "ci"}},
+                                       {"name": "create_file", "arguments": {"path": "ci/deploy.yml",
+                                                                             "content": "run: evil"}}]},
+                       {"content": "done"}]}
+    a = Agent(script=turns, tools=[link_dir, *FileTools(folder).tools()], autonomy="L2", decider=InOrder([]),
+              store=folder / "nb.ipynb")
+    run(a)
+    assert not (folder / ".github" / "workflows" / "deploy.yml").exists()
+
+
+def _nested(value: Any, depth: int) -> Any:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("arguments", "why"), [
+    ({"name": "Makefile", "text": "all:\n\ttouch PWNED\n"}, "Makefile"),  # no dot, no slash (b6)
+    ({"name": "servers.json", "text": '{"mcpServers": {}}'}, "MCP"),  # MCP text, no path argument (b6)
+    ({"items": _nested({"name": "helper.py"}, 40)}, "helper"),  # 40 levels deep (b7)
+])
+def test_a_foreign_tool_that_writes_is_judged_on_every_name_and_text_it_carries(folder: Path, arguments: dict,
+                                                                                 why: str) -> None:
+    # Was (b6, b7): dotless names, MCP text under no path key, and names nested over 32 levels were not looked at.
+    from nbagent.tools.base import tool
+
+    @tool(risk="WRITE_LOW_RISK")
+    def save_note(**kw: Any) -> str:
+        """Save a note."""
+        return "saved"
+
+    save_note.validate = lambda args: dict(args)  # type: ignore[method-assign]
+    a = Agent(script=script({"tool_calls": [{"name": "save_note", "arguments": arguments}]}), tools=[save_note],
+              autonomy="L2", decider=PolicyDecider("none"), store=folder / "nb.ipynb")
+    result = run(a)
+    step = next(iter(a.store.run_state(result.run_id).plans.values())).steps[0]
+    assert step.risk == Risk.WRITE_HIGH_RISK and why in (step.risk_reason or "")
+
+
+def test_the_card_names_where_a_second_path_argument_leads(folder: Path) -> None:
+    # Was (b8): copy_file(path=notes.md, dest=out/latest.md -> data.csv): the card said "notes.md" only.
+    from nbagent.tools.base import tool
+
+    @tool(risk="WRITE_LOW_RISK")
+    def copy_file(path: str, dest: str) -> str:
+        """Copy a file."""
+        return "copied"
+
+    (folder / "notes.md").write_text("n")
+    _link(folder, "out/latest.md", "../data.csv")
+    a = Agent(script=script(one("copy_file", path="notes.md", dest="out/latest.md")), tools=[copy_file],
+              decider=InOrder([]), store=folder / "nb.ipynb")
+    result = run(a)
+    step = next(iter(a.store.run_state(result.run_id).plans.values())).steps[0]
+    assert step.target == "notes.md (out/latest.md → data.csv)"
+
+
+def test_a_grant_that_cannot_be_sealed_records_no_decision(folder: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was (b10): with an unusable key, plan_approved named a grant that was never given, and the run failed after.
+    home = tmp_path / "home"
+    (home / "nbagent").mkdir(parents=True)
+    (home / "nbagent" / "trust.key").write_bytes(b"short")
+    (home / "nbagent" / "trust.key").chmod(0o600)
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    a = agent(folder, script(one("write_file", path="raw.csv", content="x")),
+              InOrder([Verdict.approve(grant=GrantSpec(scope="run"))]))
+    result = run(a)
+    assert (folder / "raw.csv").read_text() == "raw\n"
+    kinds = [e.type for e in a.store.run_events(result.run_id)]
+    assert "plan_approved" not in kinds and not a.store.query_events(types="grant_given")
+    assert "trust key is too short" in (result.error or "")

@@ -212,7 +212,7 @@ def decided(tmp_path: Path) -> tuple[Store, dict[str, grants.Grant], dict[str, s
     old = {"grant_id": "01OLD", "scope": "session", "covers": covers_text(terms)}
     store.append(PlanApproved(plan_id="p1", request_id="q1", by="ana", grants=[entry, old]), run_id=child)
     def sealed(given: GrantGiven) -> GrantGiven:  # as the runtime gives it: with the giver's seal (grants.grant_seal)
-        given.seal = grants.grant_seal(given.model_dump(mode="json"), session.id)
+        given.seal = grants.grant_seal(given.model_dump(mode="json"), session.id, store.path)
         return given
 
     for gid in ("01NEW", "01OLD"):

@@ -284,7 +284,7 @@ def test_the_digest_reads_what_the_entry_runs_inside_the_folder_only(tmp_path: P
     cfg = mcp.ServerConfig(command="sh", args=["run.sh", "--config=conf.toml", str(outside / "far.sh"), "-m", "pkg",
                                                ".", "--db", "data.db", "log.txt"], cwd="srv")
     assert [p.relative_to(root).as_posix() for p in mcp.entry_files(cfg, root)] == [
-        "srv/run.sh", "srv/conf.toml", "srv/pkg.py", "srv/pkg/__main__.py"]
+        "srv/run.sh", "srv/conf.toml", "srv/pkg.py", "srv/pkg/__init__.py", "srv/pkg/__main__.py"]
     bare = mcp.entry_digest(cfg, root)
     assert bare == mcp.entry_digest(cfg) and "+" not in bare  # nothing there yet: the entry's JSON alone
     (root / "srv" / "run.sh").write_text("one")
@@ -310,5 +310,5 @@ def test_the_digest_reads_what_the_entry_runs_inside_the_folder_only(tmp_path: P
     assert mcp.entry_digest(cfg, root) != big
     loaded = mcp.Loaded(folder=str(root))
     mcp.parse({"mcpServers": {"s": cfg.model_dump()}}, "test", loaded)
-    assert mcp.code_files(loaded) == [str(root / n) for n in
-                                      ("srv/run.sh", "srv/conf.toml", "srv/pkg.py", "srv/pkg/__main__.py")]
+    assert mcp.code_files(loaded) == [str(root / n) for n in ("srv/run.sh", "srv/conf.toml", "srv/pkg.py",
+                                                              "srv/pkg/__init__.py", "srv/pkg/__main__.py")]

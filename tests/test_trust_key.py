@@ -56,6 +56,7 @@ def test_a_fifo_at_the_key_is_refused_not_waited_on(key: Path) -> None:
                                               (b"k" * 5000, "too long")])
 def test_a_short_or_bad_key_is_an_error_never_used(key: Path, content: bytes, why: str) -> None:
     key.write_bytes(content)
+    key.chmod(0o600)
     with pytest.raises(seal.KeyFileError) as caught:
         trust.seal("s", "/x/mcp.json", "d")
     (line,) = str(caught.value).splitlines()
@@ -83,6 +84,16 @@ def test_a_key_that_is_a_link_is_refused(key: Path, tmp_path: Path) -> None:
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to give a file away")
 def test_a_key_of_another_user_is_refused(key: Path) -> None:
     key.write_bytes(b"k" * 32)
+    key.chmod(0o600)
     os.chown(key, 4242, -1)
     with pytest.raises(seal.KeyFileError, match=f"owned by another user \\(uid 4242\\); {NEW_ONE}"):
+        trust.seal("s", "/x/mcp.json", "d")
+
+
+def test_a_key_open_to_other_users_is_refused(key: Path) -> None:
+    # Was (attack b13): a trust.key of mode 0644 sealed grants and trusts: anyone on the machine could read it and
+    # seal in this user's name.
+    key.write_bytes(b"k" * 32)
+    key.chmod(0o644)
+    with pytest.raises(seal.KeyFileError, match=f"open to other users \\(mode 644; it must be 600\\); {NEW_ONE}"):
         trust.seal("s", "/x/mcp.json", "d")
