@@ -988,9 +988,9 @@ class Agent:
             summary = "; ".join(ctx.stop) if ctx.stop else ""
             self._record(run_id, AnswerReady(content=last or f"Stopped before an answer: {summary}"))
             state = self.store.run_state(run_id)
-        if state.errors or ctx.stop:
-            self._record(run_id, CompletedWithErrors(errors=[*state.errors, *(s for s in ctx.stop
-                                                                               if s not in state.errors)]))
+        errors = [*state.errors, *_refusals(state), *ctx.stop]
+        if errors:  # a denied plan too: the answer may claim what was refused, so the run did not do all it says
+            self._record(run_id, CompletedWithErrors(errors=list(dict.fromkeys(errors))))
         else:
             self._record(run_id, Completed())
 
@@ -1113,6 +1113,29 @@ def _since_type(type_: str, since: str) -> Any:
 
     q = Query()
     return (q.type == type_) & (q.ts >= since)
+
+
+def _refusals(state: RunState) -> list[str]:
+    """The calls a person or a policy said no to (a denied plan, a reject grant), one line each: they end the run
+    `completed_with_errors` as policy denials do, since its answer may claim them done (docs/concepts.md)."""
+    said: dict[str, str] = {}
+    for d in state.decisions:
+        if d.kind == "rejected" and d.plan_id:
+            text = d.text.strip()
+            said[d.plan_id] = text if text.lower().startswith("denied") else \
+                f"denied by {d.by}" + (f": {text}" if text else "")
+    out = []
+    for call_id, step in state.steps.items():
+        if step.status != "rejected":
+            continue
+        plan = state.plans.get(state.plan_of.get(call_id, ""))
+        planned = next((s for s in plan.steps if s.call_id == call_id), None) if plan else None
+        target = planned.target if planned is not None and planned.target else step.arguments.get("path")
+        what = step.tool + (f" {target}" if isinstance(target, str) and target else "")
+        why = said.get(plan.plan_id) if plan is not None and plan.plan_id in said else \
+            f"denied: {step.error or 'a person said no to calls like this one'}"
+        out.append(f"{what}: {why}")
+    return out
 
 
 def _purpose(state: RunState) -> str:

@@ -28,7 +28,7 @@ from .events import AnswerReady, Completed, CompletedWithErrors, ToolCallComplet
 from .levels import Autonomy, Risk
 from .replay import run_tree
 from .scope import Scope, ScopeGuard
-from .store import Store
+from .store import RunNotFound, Store
 from .tools.base import ToolError
 from .verify import verify_store
 
@@ -98,6 +98,7 @@ class UndoReport(BaseModel):
     not_undoable: list[NotUndoable] = Field(default_factory=list)
     failed: list[str] = Field(default_factory=list)
     undo_run_id: str | None = None
+    undone_by: str | None = None  # an earlier undo run that already put the run back (and still stands)
 
     @property
     def ok(self) -> bool:
@@ -170,7 +171,51 @@ def check_log(store: Store) -> None:
     if not report.ok:
         more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
         raise UndoError(f"the log fails verification ({report.problems[0]}{more}); undo acts only on a log that "
-                        f"verifies, nothing was changed: run `nbagent verify {store.path}` for details")
+                        f"verifies, nothing was changed: run `nbagent verify {shown(store.path)}` for details")
+
+
+def shown(path: Path) -> str:
+    """A path as a message names it: relative to the working folder (a kernel's is the notebook's) when inside it,
+    so a saved notebook does not carry the home folder's path."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix() or "."
+    except (ValueError, OSError):
+        return str(path)
+
+
+def undoers(store: Store) -> dict[str, list[str]]:
+    """Each run that a completed undo run put back, with those undo runs in log order (`options.undo.runs`). An
+    undo that failed was rolled back, so it put nothing back and is not counted."""
+    out: dict[str, list[str]] = {}
+    ids = sorted(str(row.get("id")) for row in store.runs.all() if row.get("model") == UNDO_MODEL and row.get("id"))
+    for uid in ids:
+        state = store.run_state(uid)
+        spec = state.options.get("undo")
+        if state.status.value != "completed" or not isinstance(spec, dict):
+            continue
+        for rid in spec.get("runs") or []:
+            out.setdefault(str(rid), []).append(uid)
+    return out
+
+
+def standing_undo(store: Store, run_id: str, by_run: dict[str, list[str]] | None = None) -> str | None:
+    """The undo run whose restores of `run_id` still stand (none of them was itself undone since), or None."""
+    by_run = undoers(store) if by_run is None else by_run
+
+    def standing(rid: str, seen: frozenset[str]) -> str | None:
+        for uid in reversed(by_run.get(rid, [])):
+            if uid not in seen and standing(uid, seen | {uid}) is None:  # (a loop only a hand-edited log has)
+                return uid
+        return None
+
+    return standing(run_id, frozenset({run_id}))
+
+
+def undo_history(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """Every completed undo of `run_id`, oldest first: its run id, when it ended, and the undo that undid it."""
+    by_run = undoers(store)
+    return [{"run_id": uid, "ended_at": store.run_state(uid).ended_at,
+             "undone_by": standing_undo(store, uid, by_run)} for uid in by_run.get(run_id, [])]
 
 
 def runs_to_undo(store: Store, run_id: str, *, to: bool = False) -> list[str]:
@@ -261,14 +306,40 @@ def _diff(left: bytes | None, now: bytes | None, path: str) -> str:
 # ---------------------------------------------------------------------------------------------- undo
 
 
+def preview(store: Store, run_id: str, *, to: bool = False, force: bool = False,
+            folder: str | Path | None = None) -> UndoReport:
+    """What `undo` would do, checked against the folder now and changing nothing: the restores, each file changed
+    since the run (a conflict, with its diff), the calls undo cannot reverse, and `undone_by` when an earlier undo
+    already put the run back. What the Undo panel shows before any button; UndoError as `undo`."""
+    return _prepare(store, run_id, to=to, force=force, folder=folder)[0]
+
+
 def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, folder: str | Path | None = None,
          by: str = "user") -> UndoReport:
     """Undo a run (and its children; with `to`, every later run too). Conflicts refuse unless `force`; an
     UndoError means nothing was changed. The restores are recorded as a new run of model `nbagent/undo`."""
     if store.readonly:
-        raise UndoError(f"{store.path}: the log is open read-only; undo records a run, so it needs to write")
+        raise UndoError(f"{shown(store.path)}: the log is open read-only; undo records a run, so it needs to write")
+    report, contents, fs, what = _prepare(store, run_id, to=to, force=force, folder=folder)
+    if report.undone_by:
+        raise UndoError(f"{what} was already undone by run {report.undone_by}; nothing was changed (%agent undo "
+                        f"{report.undone_by} brings its changes back)")
+    if report.conflicts:
+        return report
+    report.undo_run_id = _record(store, report, contents, fs, what=what, run_id=report.runs[0], to=to, force=force,
+                                 by=by)
+    return report
+
+
+def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | Path | None
+             ) -> tuple[UndoReport, dict[str, bytes | None], _Folder, str]:
+    """Everything checked and loaded before anything changes: the plan, the saved contents, the conflicts."""
     root = Path(folder) if folder is not None else store.path.parent
-    run_id = store.resolve_run(run_id)
+    try:
+        run_id = store.resolve_run(run_id)
+    except RunNotFound as exc:  # the same error, naming the log as a cell may save it (not by its absolute path)
+        why = "ambiguous run id prefix" if "ambiguous" in str(exc) else "no such run"
+        raise RunNotFound(run_id, shown(store.path), why) from None
     runs = runs_to_undo(store, run_id, to=to)
     busy = [rid for rid in runs if store.in_progress(rid)]
     if busy:
@@ -280,10 +351,12 @@ def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, fo
         raise UndoError(f"{what}: no file changes to undo" + (
             f" ({len(problems)} call(s) not undoable: {', '.join(sorted({p.tool for p in problems}))})"
             if problems else ""))
+    standing = standing_undo(store, run_id)
+    report.undone_by = standing if standing is not None and standing not in runs else None
     blobs = BlobStore.of_store(store.path)
     fs = _Folder(root)
     contents: dict[str, bytes | None] = {}
-    for r in report.restores:  # everything is checked and loaded before anything changes
+    for r in report.restores:
         try:
             contents[r.path] = None if r.to_sha256 is None else blobs.get(r.to_sha256)
             left = None if r.expect_sha256 is None else blobs.get(r.expect_sha256)
@@ -293,15 +366,12 @@ def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, fo
             r.current_sha256, now = fs.current(r.path)
         except (ToolError, OSError) as exc:
             raise UndoError(f"{r.path}: {exc}; nothing was changed") from None
-        if r.current_sha256 != r.expect_sha256 and not force:
+        if r.current_sha256 != r.expect_sha256 and not force and not report.undone_by:
             reason = ("removed since" if r.current_sha256 is None else
                       "created since" if r.expect_sha256 is None else "changed since")
             report.conflicts.append(Conflict(path=r.path, reason=f"{reason} the run left it",
                                              diff=_diff(left, now, r.path)))
-    if report.conflicts:
-        return report
-    report.undo_run_id = _record(store, report, contents, fs, what=what, run_id=run_id, to=to, force=force, by=by)
-    return report
+    return report, contents, fs, what
 
 
 def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None], fs: _Folder, *, what: str,

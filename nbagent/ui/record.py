@@ -18,6 +18,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from .effects_summary import CSS as EFFECTS_CSS
+from .effects_summary import effects_html, effects_text, undo_banner_html, undo_note, undoes_line
 from .viewstate import MIME
 
 HEAD_STEPS = 8  # a run with more than MAX_STEPS_SHOWN steps shows the first HEAD_STEPS and the last TAIL_STEPS
@@ -189,12 +191,14 @@ def outcome_warning(view: dict[str, Any]) -> str:
     if view.get("status") != "completed_with_errors":
         return ""
     t = view.get("totals") or {}
-    failed, denied = int(t.get("failed") or 0), int(t.get("denied") or 0)
+    failed = int(t.get("failed") or 0)
+    refused = (view.get("effects") or {}).get("refused")  # denied plans too, which never became tool steps
+    denied = len(refused) if isinstance(refused, list) else int(t.get("denied") or 0)
     what = [x for x in (plural(failed, "tool call failed", "tool calls failed") if failed else "",
                         plural(denied, "tool call was denied", "tool calls were denied") if denied else "") if x]
     head = " and ".join(what) if what else "the run recorded errors"
     return (f"{head[:1].upper()}{head[1:]}: the answer is the model's own account and may describe what did not "
-            "happen; check Errors")
+            "happen; check Effects and Errors")
 
 
 def pending_hint(view: dict[str, Any]) -> str:
@@ -220,7 +224,8 @@ FILE_CHANGE_TOOLS = ("create_file", "write_file", "delete_file")
 
 def undo_hint(view: dict[str, Any]) -> str:
     """For a run that ended having changed files (completed create/write/delete calls): how to undo it."""
-    if str(view.get("status") or "running") in ("running", "waiting") or not view.get("run_id"):
+    if str(view.get("status") or "running") in ("running", "waiting") or not view.get("run_id") or \
+            view.get("undone_by"):  # undone already: its changes are not in the folder to undo
         return ""
     paths = {str(s.get("target") or (s.get("arguments") or {}).get("path") or s.get("call_id"))
              for s in view.get("steps") or []
@@ -787,11 +792,12 @@ def render_html(view: dict[str, Any]) -> str:
     status = str(v.get("status") or "running")
     run_id = str(v.get("run_id") or "")
     out = [f'<div class="nbagent-run nbr-status-{_esc(status)}" data-run-id="{_esc(run_id)}">',
-           f"<style>{CSS}</style>"]
+           f"<style>{CSS}{EFFECTS_CSS}</style>"]
     if v.get("superseded_by"):
         out.append(f'<div class="nbr-banner nbr-dim"><strong>↷ Superseded</strong> by run '
                    f'<code>{_esc(v["superseded_by"])}</code>: an earlier cell was re-run; this record is kept '
                    "as history.</div>")
+    out.append(undo_banner_html(v))
     tone = STATUS_TONE.get(status, "nbr-dim")
     label = f"{STATUS_ICON.get(status, '')} {status.replace('_', ' ')}"
     out.append(f'<h4 class="nbr-title">{_badge(label, tone)} <span>nbagent run</span></h4>')
@@ -803,6 +809,8 @@ def render_html(view: dict[str, Any]) -> str:
         meta.append(f"continues <code>{_esc(short_id(v['previous_run_id']))}</code>")
     if v.get("parent_run_id"):
         meta.append(f"sub-agent of <code>{_esc(short_id(v['parent_run_id']))}</code>")
+    if undoes_line(v):
+        meta.append(_esc(undoes_line(v)))
     if v.get("started_at"):
         meta.append(f"started {_esc(fmt_ts(v['started_at']))}")
     out.append('<p class="nbr-meta">' + " · ".join(meta) + "</p>")
@@ -821,6 +829,7 @@ def render_html(view: dict[str, Any]) -> str:
     if plans:
         out.append(f'<h4 class="nbr-section">Plans ({len(plans)})</h4>')
         out += [_plan_html(p, i, v) for i, p in enumerate(plans, 1)]
+    out.append(effects_html(v))
     if v.get("answer"):
         out.append('<div class="nbr-answer"><h4 class="nbr-section">Answer</h4>'
                    f'{markdown_html(str(v["answer"]))}</div>')
@@ -860,6 +869,10 @@ def render_text(view: dict[str, Any]) -> str:
              f" · autonomy {v.get('autonomy')}" + (f" · cell {cell_label(v)}" if v.get("cell_id") else "")]
     if v.get("superseded_by"):
         lines.append(f"superseded by run {v['superseded_by']} (an earlier cell was re-run)")
+    if undo_note(v)[1]:
+        lines.append(f"↶ {undo_note(v)[1]}")
+    if undoes_line(v):
+        lines.append(undoes_line(v))
     if v.get("prompt"):
         lines.append("prompt: " + _clip(v["prompt"], 300))
     if answerable(v):
@@ -887,6 +900,7 @@ def render_text(view: dict[str, Any]) -> str:
             if model_note(p):
                 lines.append(f"     the model says: \"{_clip(model_note(p), 120)}\"")
             lines += [f"     HIGH RISK: {e}" for e in high_risk_effects(p)]
+    lines += effects_text(v)
     if v.get("answer"):
         lines.append("answer:")
         lines.append(_indent(str(v["answer"]).strip(), "  "))
@@ -968,6 +982,8 @@ def render_markdown(view: dict[str, Any]) -> str:
     out += [" · ".join(meta), ""]
     if v.get("superseded_by"):
         out += [f"> **Superseded** by run {_code(v['superseded_by'])}: an earlier cell was re-run.", ""]
+    if undo_note(v)[1]:
+        out += [f"> **↶** {_md_text(undo_note(v)[1])}", ""]
     if v.get("prompt"):
         out += ["> " + "\n> ".join(_md_text(line) for line in str(v["prompt"]).split("\n")), ""]
     if answerable(v):
@@ -1015,6 +1031,8 @@ def render_markdown(view: dict[str, Any]) -> str:
             for d in _plan_decisions(v, p.get("plan_id")):
                 out.append(f"- {_md_text(_decision_line(d))}")
             out.append("")
+    if effects_text(v):
+        out += ["### Effects", ""] + [f"- {_md_text(line)}" for line in effects_text(v)] + [""]
     if v.get("answer"):
         out += ["### Answer", "", _md_answer(str(v["answer"]).strip()), ""]
     errors = [e for e in v.get("errors") or [] if e]

@@ -19,6 +19,10 @@ Shape (version 1):
      "decisions": [{"kind", "by", "text", "ts", "plan_id", "request_id",
                     "grants": [{"grant_id", "scope", "effect", "covers"}]}],
      "answer": str | null, "error": str | null, "errors": [str],
+     "effects": {"created": [path], "changed": [path], "deleted": [path],
+                 "refused": [{"tool", "target", "by", "why", "kind"}], "other": [{"tool", "target"}]},
+     "undone_by": str | null, "undo_history": [{"run_id", "ended_at", "undone_by"}],
+     "undoes": null | {"run_id", "to", "runs"},
      "totals": {"tool_calls", "steps", "model_calls", "tokens", "prompt_tokens", "completion_tokens", "cost",
                 "wall_ms", "failed", "denied"}}
 
@@ -30,6 +34,12 @@ log's JSON (and a saved notebook's) has its keys sorted, so views order `argumen
 `cell_label` is the cell id as short as it can be while no other cell of the same log shares it.
 `cost_nominal` is true for the offline models (`nbagent/scripted`, `nbagent/function`, `nbagent/replay`): their
 prices are made up so that cost tracking runs end to end; no money was spent.
+`effects` is what the run and its sub-agents did to the folder, from the file tools' recorded results, and every call
+that was refused (ui/effects_summary.py): records show it beside the answer, which may claim otherwise.
+`undone_by` names the undo run whose restores of this run still stand (then no Undo is offered); `undo_history` every
+completed undo of it, each with the undo that undid it, if any; `undoes`, on an undo run, what it undid.
+`log_path` is relative to the notebook (the log's folder name: it sits beside the notebook), so a shared notebook
+carries no home-folder path.
 A tool call refused because of a fact about the folder (a missing file...) is a failed tool call, not a denial:
 logs written before the runtime recorded it so (as `authorization_denied` with a `scope.missing`... rule) are
 shown the new way.
@@ -41,11 +51,13 @@ import json
 import re
 from collections.abc import Iterable
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any
 
 from ..events import EventBase
 from ..state import RunState
 from ..timeline import clip
+from .effects_summary import effects as effects_of
 
 VERSION = 1
 MIME = "application/vnd.nbagent.run+json"
@@ -154,8 +166,17 @@ def run_view(store: Any, run_id: str) -> dict[str, Any]:
     # on every update
     cells = {row.get("cell_id") for row in store.runs.all() if isinstance(row.get("cell_id"), str)}
     labels = cell_labels(cells | {state.cell_id})
-    return view_state(state, store.run_events(run_id), log_path=str(store.path), tree=tree,
-                      cell_label=labels.get(state.cell_id or ""))
+    events = store.run_events(run_id)
+    fx = None
+    if state.children:  # what its sub-agents did is the run's doing too (undo reverses them with it)
+        from ..replay import run_tree
+
+        tree_events = [e for rid in run_tree(store, run_id) for e in store.run_events(rid)]
+        fx = effects_of(sorted(tree_events, key=lambda e: e.ts))
+    from ..undo import undo_history
+
+    return view_state(state, events, log_path=store.path.name, tree=tree, cell_label=labels.get(state.cell_id or ""),
+                      effects=fx, undo_history=undo_history(store, state.run_id or run_id))
 
 
 def _asked(p: Any) -> dict[str, dict[str, Any]]:
@@ -175,10 +196,13 @@ def _asked(p: Any) -> dict[str, dict[str, Any]]:
 
 
 def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
-               tree: dict[str, Any] | None = None, cell_label: str | None = None) -> dict[str, Any]:
+               tree: dict[str, Any] | None = None, cell_label: str | None = None,
+               effects: dict[str, Any] | None = None, undo_history: list[dict[str, Any]] | None = None
+               ) -> dict[str, Any]:
     """Everything a view shows about a run, from its events; `tree`: what it and its sub-agents spent
     (`policy.TreeUsage`), which is what budgets are checked against; `cell_label`: the cell id as `run_view`
-    shortens it among the log's cells (default: the whole id)."""
+    shortens it among the log's cells (default: the whole id); `effects`: of the run tree (default: of `events`);
+    `undo_history`: the undos of this run (`nbagent.undo.undo_history`, which reads other runs)."""
     steps: list[dict[str, Any]] = []
     by_call: dict[str, dict[str, Any]] = {}
     depth: dict[str, int] = {}
@@ -241,20 +265,27 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         pending = {"kind": state.pending.kind, "request_id": state.pending.request_id,
                    "plan_id": state.pending.plan_id, "question": state.pending.question}
     errors = [_error_text(x, facts) for x in state.errors]
+    history = list(undo_history or [])
+    standing = [h for h in history if not h.get("undone_by")]
+    undoes = state.options.get("undo") if isinstance(state.options.get("undo"), dict) else None
     tool_steps = [s for s in steps if s["kind"] in ("tool", "denied")]
     return {
         "version": VERSION,
         "run_id": state.run_id, "session_id": state.session_id, "status": state.status.value,
         "model": state.model, "autonomy": state.autonomy.value, "prompt": state.prompt, "cell_id": state.cell_id,
         "cell_label": cell_label or state.cell_id, "cost_nominal": is_nominal(state.model),
-        "log_path": log_path, "previous_run_id": state.previous_run_id, "parent_run_id": state.parent_run_id,
+        "log_path": _relative(log_path), "previous_run_id": state.previous_run_id, "parent_run_id": state.parent_run_id,
         "superseded_by": state.superseded_by, "started_at": state.started_at, "ended_at": state.ended_at,
         # how far into the log this view goes: of two views of one run, the higher revision is the newer (the lab
         # extension uses it to bring every record of a run in the notebook up to date)
-        "revision": len(events),
+        # (an undo of it, and an undo of that undo, are news about it too, though written in other runs)
+        "revision": len(events) + sum(1 + bool(h.get("undone_by")) for h in history),
         "steps": steps, "plans": plans, "pending": pending,
         "decisions": [d.model_dump(mode="json") for d in state.decisions],
         "answer": state.answer, "error": state.error, "errors": errors,
+        "effects": effects if effects is not None else effects_of(events),
+        "undone_by": standing[-1]["run_id"] if standing else None, "undo_history": history,
+        "undoes": {k: undoes.get(k) for k in ("run_id", "to", "runs")} if undoes else None,
         "children": list(state.children),
         "totals": {
             "tool_calls": len(state.steps), "steps": len(state.steps),
@@ -267,6 +298,11 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         },
         "tree": tree,
     }
+
+
+def _relative(log_path: str) -> str:
+    """The log's path as views save it: an absolute one becomes its folder's name, which sits beside the notebook."""
+    return PurePath(log_path).name if PurePath(log_path).is_absolute() else log_path
 
 
 def _with_order(step: dict[str, Any], asked: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -319,20 +319,36 @@ class RunView(_Clickable):
 UNDO_ACTION = {"remove": "removed", "restore": "restored", "recreate": "restored (the run deleted it)"}
 
 
-def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False) -> dict[str, Any]:
-    """What undoing `run_id` would change, for the Undo panel to ask about: one entry per file, with what happens
-    to it (removed / restored), and the calls undo cannot reverse. UndoError when there is nothing to undo."""
-    from ..undo import UndoError, collect, plan, runs_to_undo
+def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False,
+               folder: str | Path | None = None) -> dict[str, Any]:
+    """What undoing `run_id` would do, checked against the folder now (`nbagent.undo.preview`), for the Undo panel
+    to show before any button: one entry per file with what happens to it, each file changed since the run (a
+    conflict, with its diff), an earlier undo that already put the run back, and the calls undo cannot reverse.
 
-    run_id = store.resolve_run(run_id)
-    runs = runs_to_undo(store, run_id, to=to)
-    changes, problems = collect(store, set(runs))
-    restores = plan(changes)
-    if not restores:
-        raise UndoError(f"run {run_id}: no file changes to undo")
-    return {"run_id": run_id, "to": to, "force": force, "runs": runs,
-            "changes": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in restores],
-            "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in problems]}
+    `state` is "ready" (`button` says what a click does), "conflicts" or "undone" (`button` is None: nothing would
+    happen but a refusal; `why_not` says why and what to run instead). UndoError when there is nothing to undo."""
+    from ..undo import preview
+
+    report = preview(store, run_id, to=to, force=force, folder=folder)
+    run_id = report.runs[0]
+    conflicts = {c.path: c.reason for c in report.conflicts}
+    edited = [r.path for r in report.restores if force and r.current_sha256 != r.expect_sha256]
+    state = "undone" if report.undone_by else "conflicts" if conflicts else "ready"
+    n = len(report.restores)
+    button = None
+    if state == "ready":
+        button = f"Undo {n} change{'s' if n != 1 else ''}" + (
+            f", overwriting {len(edited)} edited file{'s' if len(edited) != 1 else ''}" if edited else "")
+    why_not = (f"already undone by run {report.undone_by}: %agent undo {report.undone_by} brings its changes back"
+               if state == "undone" else
+               f"{len(conflicts)} file{'s' if len(conflicts) != 1 else ''} changed since the run: nothing would be "
+               f"undone; %agent undo {run_id} --force restores anyway" if state == "conflicts" else None)
+    return {"run_id": run_id, "to": to, "force": force, "runs": report.runs, "state": state, "button": button,
+            "why_not": why_not, "undone_by": report.undone_by,
+            "changes": [{"path": r.path, "action": UNDO_ACTION[r.action], "conflict": conflicts.get(r.path),
+                         "overwrites_edit": r.path in edited} for r in report.restores],
+            "conflicts": [c.model_dump(mode="json") for c in report.conflicts],
+            "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in report.not_undoable]}
 
 
 def undo_result(report: Any) -> dict[str, Any]:
@@ -340,7 +356,7 @@ def undo_result(report: Any) -> dict[str, Any]:
     state = "refused" if report.conflicts else "failed" if report.failed else "done"
     return {"state": state, "text": report.text(), "undo_run_id": report.undo_run_id,
             "restored": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in report.restores],
-            "conflicts": [c.model_dump(mode="json") for c in report.conflicts]}
+            "conflicts": [c.model_dump(mode="json") for c in report.conflicts], "runs": list(report.runs)}
 
 
 class UndoView(_Clickable):
@@ -348,7 +364,14 @@ class UndoView(_Clickable):
 
     The click is a custom comm message `{"event": "undo"}` (as decisions are, see above); the handler runs
     `run_undo()` (nbagent.undo.undo with the run and flags fixed by the host) once, and `result` carries the
-    outcome to the page. `{"event": "rendered"}` says a person can see the panel.
+    outcome to the page. `{"event": "rendered"}` says a person can see the panel. An offer with nothing to confirm
+    (`state` "conflicts" or "undone") runs nothing, whatever is clicked.
+
+    When the undo ends (or, for an offer with nothing to confirm, once the panel is drawn) the panel's output is
+    replaced through `display_id` by its static record (ui/undo_record.py), and `ended` carries that bundle to the
+    page, so the saved notebook keeps the outcome as HTML and text, not a widget that needs its kernel. `show()`
+    displays the panel under that id; `on_done(report)` (the host's) runs after an undo, to refresh the records of
+    the runs it undid.
     """
 
     _esm = ESM
@@ -356,13 +379,31 @@ class UndoView(_Clickable):
 
     offer = traitlets.Dict().tag(sync=True)
     result = traitlets.Dict().tag(sync=True)
+    ended = traitlets.Dict().tag(sync=True)  # the static bundle that replaces the panel, once it is final
 
-    def __init__(self, offer: dict[str, Any], run_undo: Callable[[], Any], **kwargs: Any) -> None:
+    def __init__(self, offer: dict[str, Any], run_undo: Callable[[], Any], *, display_id: str | None = None,
+                 **kwargs: Any) -> None:
+        import uuid
+
         self.run_undo = run_undo
+        self.display_id = display_id or f"nbagent-undo-{uuid.uuid4().hex}"
+        self.on_done: Callable[[Any], None] | None = None
         self._lock = threading.Lock()
         self._started = False
         super().__init__(offer=offer, **kwargs)
         self._listen()
+
+    def show(self) -> None:
+        """Display the panel under its display id (the one its static record replaces)."""
+        from IPython.display import display
+
+        display(self, display_id=self.display_id)
+
+    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
+        super()._on_custom(widget, content, buffers)
+        if isinstance(content, dict) and content.get("event") == "rendered" and \
+                self.offer.get("state") in ("conflicts", "undone"):
+            self.settle()  # nothing to confirm: the refusal, as the saved notebook will keep it
 
     def _on_event(self, event: str, content: dict[str, Any]) -> None:
         if event == "undo":
@@ -376,19 +417,47 @@ class UndoView(_Clickable):
         return f"nbagent undo panel for run {run_id} (%agent undo {run_id} shows it again)"
 
     def undo(self) -> bool:
-        """Run the undo once (a second click, from any view of this panel, is ignored); never raises."""
+        """Run the undo once (a second click, from any view of this panel, is ignored); never raises. An offer with
+        nothing to confirm runs nothing."""
+        if self.offer.get("state", "ready") != "ready":
+            log.debug("ignored an undo click: the offer is %r", self.offer.get("state"))
+            return False
         with self._lock:
             if self._started:
                 return False
             self._started = True
         from ..undo import UndoError
 
+        report = None
         try:
-            self.result = undo_result(self.run_undo())
+            report = self.run_undo()
+            self.result = undo_result(report)
         except (UndoError, Exception) as exc:
             log.debug("undo from the panel failed", exc_info=True)
             self.result = {"state": "error", "text": str(exc) or type(exc).__name__}
+        self.settle()
+        if report is not None and self.on_done is not None:
+            try:
+                self.on_done(report)
+            except Exception:
+                log.debug("on_done failed", exc_info=True)
         return True
+
+    def settle(self) -> dict[str, str]:
+        """Replace the panel's output by its static record (same display id) and hand the page that bundle."""
+        from .undo_record import undo_bundle
+
+        bundle = undo_bundle(self.offer, self.result or None)
+        self.ended = dict(bundle)
+        try:
+            from IPython.core.interactiveshell import InteractiveShell
+            from IPython.display import update_display
+
+            if InteractiveShell.initialized():  # (outside IPython, update_display would print the bundle)
+                update_display(bundle, raw=True, display_id=self.display_id)
+        except Exception:
+            log.debug("could not replace the undo panel's output", exc_info=True)
+        return bundle
 
     def close(self) -> None:
         layout = getattr(self, "layout", None)
