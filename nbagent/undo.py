@@ -322,7 +322,7 @@ def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, fo
         raise UndoError(f"{shown(store.path)}: the log is open read-only; undo records a run, so it needs to write")
     report, contents, fs, what = _prepare(store, run_id, to=to, force=force, folder=folder)
     if report.undone_by:
-        raise UndoError(f"{what} was already undone by run {report.undone_by}; nothing was changed (%agent undo "
+        raise UndoError(f"{what} was already undone by run {report.undone_by}; nothing was changed (undoing run "
                         f"{report.undone_by} brings its changes back)")
     if report.conflicts:
         return report

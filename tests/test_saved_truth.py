@@ -198,6 +198,10 @@ def test_the_preview_of_an_undone_run_says_so_and_undo_refuses_in_one_line(tmp_p
     assert len(store.run_ids()) == runs
     with pytest.raises(UndoError, match="no file changes to undo"):
         undo(store, rid, to=True)  # the folder is already as before the run
+    cli = subprocess.run([str(tool("nbagent")), "undo", rid, "nb.ipynb"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, check=False)
+    assert cli.returncode == 2 and len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+    assert f"already undone by run {first}; nothing was changed" in cli.stderr and str(tmp_path) not in cli.stderr
 
 
 def test_a_ready_preview_says_what_the_button_does(tmp_path: Path) -> None:
