@@ -235,7 +235,7 @@ def test_the_panels_undo_replaces_the_widget_by_its_static_record(tmp_path: Path
     store = Store(tmp_path / "nb.ipynb")
     done: list[Any] = []
     panel = UndoView(undo_offer(store, rid), lambda: undo(store, rid, folder=tmp_path, by="the Undo button"),
-                     display_id="nbagent-undo-test")
+                     display_id="nbagent-undo-test", store=store)
     panel.on_done = done.append
     assert panel.undo() and not (tmp_path / "a.txt").exists()
     (static, display_id), = published.updates
@@ -245,6 +245,9 @@ def test_the_panels_undo_replaces_the_widget_by_its_static_record(tmp_path: Path
     assert "a.txt — removed" in static["text/plain"] and f"%agent undo {uid} undoes it" in static["text/plain"]
     assert "<code>a.txt</code> — removed" in static["text/html"] and "<script" not in static["text/html"]
     assert [r.undo_run_id for r in done] == [uid]  # the host refreshes the undone run's records from here
+    (record,) = panel.result["records"]  # and the page can, where the kernel cannot reach (shown by an earlier one)
+    assert record[MIME]["run_id"] == rid and record[MIME]["undone_by"] == uid
+    assert f"↶ undone by run {uid}" in record["text/plain"] and "Undone by run" in record["text/html"]
     panel.close()
 
 

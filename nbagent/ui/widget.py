@@ -351,12 +351,20 @@ def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False
             "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in report.not_undoable]}
 
 
-def undo_result(report: Any) -> dict[str, Any]:
-    """An UndoReport as the panel shows it: done, refused (the conflicts with their diffs) or failed."""
+def undo_result(report: Any, store: Any = None) -> dict[str, Any]:
+    """An UndoReport as the panel shows it: done, refused (the conflicts with their diffs) or failed. With the
+    store, `records`: the static records (MIME bundles) of the runs it undid as the log now tells them ("undone by
+    ..."), for the page to put in place of their older records, which a kernel started since cannot reach."""
     state = "refused" if report.conflicts else "failed" if report.failed else "done"
-    return {"state": state, "text": report.text(), "undo_run_id": report.undo_run_id,
-            "restored": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in report.restores],
-            "conflicts": [c.model_dump(mode="json") for c in report.conflicts], "runs": list(report.runs)}
+    out = {"state": state, "text": report.text(), "undo_run_id": report.undo_run_id,
+           "restored": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in report.restores],
+           "conflicts": [c.model_dump(mode="json") for c in report.conflicts], "runs": list(report.runs)}
+    if store is not None and state == "done":
+        from .record import bundle
+        from .viewstate import run_view
+
+        out["records"] = [bundle(run_view(store, rid)) for rid in report.runs]
+    return out
 
 
 class UndoView(_Clickable):
@@ -382,10 +390,11 @@ class UndoView(_Clickable):
     ended = traitlets.Dict().tag(sync=True)  # the static bundle that replaces the panel, once it is final
 
     def __init__(self, offer: dict[str, Any], run_undo: Callable[[], Any], *, display_id: str | None = None,
-                 **kwargs: Any) -> None:
+                 store: Any = None, **kwargs: Any) -> None:
         import uuid
 
         self.run_undo = run_undo
+        self.store = store  # given: `result.records` carries the undone runs' records as they are now
         self.display_id = display_id or f"nbagent-undo-{uuid.uuid4().hex}"
         self.on_done: Callable[[Any], None] | None = None
         self._lock = threading.Lock()
@@ -431,7 +440,7 @@ class UndoView(_Clickable):
         report = None
         try:
             report = self.run_undo()
-            self.result = undo_result(report)
+            self.result = undo_result(report, self.store)
         except (UndoError, Exception) as exc:
             log.debug("undo from the panel failed", exc_info=True)
             self.result = {"state": "error", "text": str(exc) or type(exc).__name__}
