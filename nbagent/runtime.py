@@ -162,7 +162,7 @@ class Agent:
         self,
         model: str | None = None,
         *,
-        tools: Iterable[ToolLike] = (),
+        tools: Iterable[ToolLike] | None = None,
         autonomy: Autonomy | str | None = None,
         decider: Decider | None = None,
         store: Store | str | Path | None = None,
@@ -201,6 +201,11 @@ class Agent:
         if autonomy is None and replay is not None:
             autonomy = self.store.run_state(self.store.resolve_run(replay)).autonomy
         self.autonomy = Autonomy(autonomy or Autonomy.L1)
+        if tools is None:  # not given: the file tools of the scope's folder, their writes undoable (tools=[]: none)
+            from .blobs import BlobStore
+            from .tools.files import file_tools
+
+            tools = file_tools(scope, BlobStore.of_store(self.store.path))
         self.tools = as_tools(tools)
         # files the host's settings name as code that runs later (an MCP configuration given to --mcp): a write of
         # one is WRITE_HIGH_RISK whatever its name (runs_later.py)
