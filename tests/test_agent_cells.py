@@ -67,7 +67,7 @@ def test_nbagent_run_runs_an_agent_cell_only_with_an_approval_of_exactly_its_cod
 
     # --approve low: the insert is WRITE_HIGH_RISK (code that runs later), denied by the policy; no cell
     result = nbagent_run(path, "low")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr  # the insert was denied: not done
     assert [c.cell_type for c in nbformat.read(path, as_version=4).cells] == ["code", "code", "markdown"]
     store = Store(store_path_for(path), readonly=True)
     (low,) = store.run_ids()
@@ -97,7 +97,8 @@ def test_nbagent_run_runs_an_agent_cell_only_with_an_approval_of_exactly_its_cod
 
     # a later run with no approvals at all runs it: the log holds the approval of exactly this code
     result = nbagent_run(path, "none")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr  # (the re-run agent cell's insert: denied, not done)
+    assert "a cell failed" not in result.stderr  # the agent-written cell itself ran
     assert ran.read_text() == "ran\n"
     assert len(nbformat.read(path, as_version=4).cells) == 4  # the re-run agent cell's insert was denied
 

@@ -158,7 +158,7 @@ def test_the_approval_card_carries_the_diff(ft: FileTools, tmp_path: Path) -> No
     assert step.risk == "WRITE_HIGH_RISK" and step.target == "notes.md"
     assert "-revenue grew\n" in step.preview and "+rewritten\n" in step.preview
     assert (tmp_path / "notes.md").read_text().startswith("# Notes\nrevenue")  # denied: unchanged
-    assert result.status == RunStatus.COMPLETED
+    assert result.status == RunStatus.COMPLETED_WITH_ERRORS
 
 
 def test_every_attempt_is_an_event_with_target_decision_reason_and_duration(ft: FileTools, tmp_path: Path) -> None:

@@ -95,6 +95,8 @@ def test_run_python_is_high_risk_and_needs_approval_at_l2(tmp_path: Path) -> Non
         agent = Agent(script=script, tools=KernelTools(ns).tools(), autonomy="L2", decider=decider,
                       store=tmp_path / "nb.ipynb")
         result = asyncio.run(agent.run("total?", previous_run_id=None))
-        assert result.status == RunStatus.COMPLETED and ns.get("total") == expected
+        denied = expected is None  # --approve low denies run_python (WRITE_HIGH_RISK): the run did not do it all
+        assert result.status == (RunStatus.COMPLETED_WITH_ERRORS if denied else RunStatus.COMPLETED)
+        assert ns.get("total") == expected
         plan = next(e for e in agent.store.run_events(result.run_id) if e.type == "plan_proposed").payload
         assert plan.max_risk == "WRITE_HIGH_RISK" and plan.steps[0].preview.startswith("total = ")

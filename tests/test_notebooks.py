@@ -61,7 +61,7 @@ def test_quickstart(folder: Path) -> None:
 
 
 def test_autonomy_levels_side_by_side(folder: Path) -> None:
-    _, nb = execute(folder, "autonomy.ipynb", "none")
+    _, nb = execute(folder, "autonomy.ipynb", "none", 1)  # every write denied: the runs did not do all they say
     outcomes = [o["text"].split() for c in nb.cells for o in c.get("outputs", [])
                 if o["output_type"] == "stream" and "read_file" in o["text"]]
     assert outcomes == [
