@@ -47,6 +47,12 @@ class Cell:
                 out["data"] = msg["content"]["data"]
 
     @property
+    def notes(self) -> list[str]:
+        """nbagent's notes in the cell (nbagent/ipython/notes.py `Note`: displays, not stderr), as text."""
+        return [o["data"]["text/plain"] for o in self.outputs
+                if "nbagent-info" in str(o.get("data", {}).get("text/html", ""))]
+
+    @property
     def records(self) -> list[dict[str, Any]]:
         return [o["data"][RUN_MIME] for o in self.outputs if RUN_MIME in o.get("data", {})]
 
@@ -69,6 +75,7 @@ class Kernel:
         sockets = tempfile.mkdtemp(prefix="nbagent-test-kernel-")  # absolute: the kernel runs in `folder`
         self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
         self.widgets: dict[str, dict[str, Any]] = {}  # comm id -> synced state
+        self.closed: dict[str, dict[str, Any]] = {}  # comm id -> the last state of a widget the kernel closed
         self.cells: dict[str, Cell] = {}  # by msg id
         self.statuses: dict[str, list[str]] = {}  # execution states published on IOPub, by parent msg id
         self._start()
@@ -142,8 +149,8 @@ class Kernel:
             data = c["data"]
             if data.get("method") == "update":
                 self.widgets[c["comm_id"]].update(data.get("state", {}))
-        elif t == "comm_close":
-            self.widgets.pop(c["comm_id"], None)
+        elif t == "comm_close" and c["comm_id"] in self.widgets:
+            self.closed[c["comm_id"]] = self.widgets.pop(c["comm_id"])
         if t == "update_display_data":
             for cell in self.cells.values():
                 cell.update(msg)

@@ -72,8 +72,9 @@ def test_in_out_err_and_an_image_reach_the_recorded_request_as_text_for_a_text_m
                       cell_id="c6")
     assert cell.ok, cell.stderr
     # the image is described, not sent: the model is a text model, and the cell says so in one line
-    assert cell.stderr.strip() == ("nbagent: Out[3]: a PNG image, 64\u00d732, 129 B, from cell [3] is described to "
-                                   "the model, not sent: nbagent/scripted does not take images (as litellm knows it)")
+    assert not cell.stderr.strip()  # a note, not an error: a display, not stderr (pink)
+    assert cell.notes == ["nbagent: Out[3]: a PNG image, 64\u00d732, 129 B, from cell [3] is described to "
+                          "the model, not sent: nbagent/scripted does not take images (as litellm knows it)"]
     (assembled,) = events(kernel, "context_assembled")
     request = events(kernel, "llm_called")[0].request
     assert request["messages"][:1] == assembled.messages  # the context message is the request's first message
@@ -137,7 +138,7 @@ def test_an_image_output_is_a_summary_for_a_model_without_vision(openai_kernel: 
     stub.push(Reply(content="I cannot see it."))
     cell = k.run("%%agent --model openai/gpt-3.5-turbo\nWhat does {Out[3]} show?", cell_id="c6")
     assert cell.ok, cell.stderr
-    assert "openai/gpt-3.5-turbo does not take images" in cell.stderr
+    assert "openai/gpt-3.5-turbo does not take images" in "".join(cell.notes) and not cell.stderr.strip()
     (sent,) = stub.requests
     first = sent.body["messages"][1]["content"]
     assert isinstance(first, str) and "a PNG image, 64\u00d732, 129 B, from cell [3]" in first
@@ -199,8 +200,9 @@ def test_an_image_of_50_mb_is_described_in_one_line_never_sent(openai_kernel: Ke
     stub.push(Reply(content="Too big to see."))
     cell = k.run("%%agent --model openai/gpt-4o\nWhat is {Out[2]}?", cell_id="b2")
     assert cell.ok, cell.stderr
-    assert cell.stderr.strip() == ("nbagent: Out[2]: a PNG image, 64\u00d732, 50.0 MB, from cell [2] is described "
-                                   "to the model, not sent: over the 1 MB limit for an image sent to a model")
+    assert not cell.stderr.strip() and cell.notes == [
+        "nbagent: Out[2]: a PNG image, 64\u00d732, 50.0 MB, from cell [2] is described to the model, not sent: over "
+        "the 1 MB limit for an image sent to a model"]
     (sent,) = stub.requests
     assert len(json.dumps(sent.body)) < 50_000  # the 50 MB never went out (the tools and system prompt are 8 KB)
     content = sent.body["messages"][1]["content"]

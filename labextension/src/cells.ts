@@ -35,6 +35,7 @@ export interface ISharedNotebook {
 
 interface IKernel {
   registerCommTarget(name: string, cb: (comm: unknown, msg: { content: { data: unknown } }) => void): void;
+  requestExecute?(content: { code: string; silent?: boolean; store_history?: boolean }): unknown;
 }
 
 interface INotebookLike {
@@ -42,6 +43,7 @@ interface INotebookLike {
   sessionContext?: {
     session?: { kernel?: IKernel | null } | null;
     kernelChanged: ISignal<{ newValue: IKernel | null }>;
+    ready?: Promise<void>;
   };
   content?: {
     model?: { sharedModel?: ISharedNotebook } | null;
@@ -118,8 +120,28 @@ function scan(app: IApp): void {
 }
 
 /**
+ * What the kernel runs, silently (no output, no execution count), before a cell this extension runs: nbagent is
+ * loaded in it unless it already is. A record outlives its kernel: after a restart (or a notebook reopened) the
+ * new kernel has not run `%load_ext nbagent`, and `%agent` would be "not found". Loading it in the cell itself
+ * would not do: `%agent` lines are rewritten into awaits as the cell is read, before `%load_ext` runs.
+ */
+export const LOAD_NBAGENT = "get_ipython().extension_manager.load_extension('nbagent')";
+
+/** Ask the panel's kernel (once it is there) to load nbagent, ahead of anything queued after this call. */
+export async function loadNbagent(panel: INotebookLike): Promise<void> {
+  const ctx = panel.sessionContext;
+  let kernel = ctx?.session?.kernel;
+  if (!kernel && ctx?.ready) {
+    await ctx.ready;
+    kernel = ctx.session?.kernel;
+  }
+  kernel?.requestExecute?.({ code: LOAD_NBAGENT, silent: true, store_history: false });
+}
+
+/**
  * The record's Undo button (index.ts): insert `%agent undo RUN` in a new cell below the record's cell and run it,
- * as a person would; the notebook keeps that cell, so the undo is as visible as the run it undoes.
+ * as a person would; the notebook keeps that cell, so the undo is as visible as the run it undoes. The kernel is
+ * asked to load nbagent first (a no-op when it is loaded), so this works after a restart too.
  */
 export function undoBelow(app: IApp, target: Node, runId: string): boolean {
   for (const widget of app.shell.widgets('main')) {
@@ -134,8 +156,17 @@ export function undoBelow(app: IApp, target: Node, runId: string): boolean {
       return false;
     }
     nb.insertCell(at + 1, { cell_type: 'code', source: `%agent undo ${runId}`, metadata: {} });
-    panel.content.activeCellIndex = at + 1;
-    void app.commands?.execute('notebook:run-cell');
+    const content = panel.content;
+    const inserted = nb.cells[at + 1]?.id;
+    content.activeCellIndex = at + 1;
+    // the load goes to the kernel before the cell's own execute request (the kernel runs them in order)
+    void loadNbagent(panel).finally(() => {
+      const now = nb.cells.findIndex(cell => cell.id === inserted); // cells may have moved meanwhile
+      if (now >= 0) {
+        content.activeCellIndex = now;
+        void app.commands?.execute('notebook:run-cell');
+      }
+    });
     return true;
   }
   return false;

@@ -7,6 +7,7 @@
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
+import { followFocus } from './focus';
 import { IRunView, renderView, UNDO_EVENT } from './view';
 
 export const MIME_TYPE = 'application/vnd.nbagent.run+json';
@@ -31,8 +32,12 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
       if (!data || typeof data !== 'object' || Array.isArray(data)) {
         throw new Error('the record is not an object');
       }
-      renderView(this.node, data as IRunView, { open: this.open });
+      const root = renderView(this.node, data as IRunView, { open: this.open });
+      root.setAttribute('tabindex', '-1'); // focusable by the page (focus.ts), not a stop of Tab
+      root.setAttribute('role', 'region');
+      root.setAttribute('aria-label', `nbagent run ${String((data as IRunView).run_id ?? '')}`);
       offerUndo(this.node, data as IRunView);
+      followFocus(root, String((data as IRunView).run_id ?? ''));
     } catch (err) {
       this.node.replaceChildren();
       const pre = document.createElement('pre');

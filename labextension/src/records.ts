@@ -126,14 +126,22 @@ export function syncRecords(cells: ICellList): number {
   return replaced;
 }
 
-/** The output that shows a run's record instead of its ended live view: text/plain says what it is. */
-export function recordOutput(view: Record<string, unknown>): IOutputJSON {
+/**
+ * The output that shows a run's record instead of its ended live view. `bundle` is the record the kernel made
+ * (the view's `ended` trait: text/html and text/plain beside the JSON), so the saved notebook reads well in
+ * nbconvert, GitHub or any viewer without this extension; without one (an older kernel), text/plain says what
+ * the record is.
+ */
+export function recordOutput(view: Record<string, unknown>, bundle?: Record<string, unknown> | null): IOutputJSON {
   const status = String(view.status ?? '').replace(/_/g, ' ');
-  return {
-    output_type: 'display_data',
-    data: { [RUN_MIME]: view, 'text/plain': `nbagent run ${String(view.run_id ?? '')}: ${status}` },
-    metadata: {}
-  };
+  const data: Record<string, unknown> = { 'text/plain': `nbagent run ${String(view.run_id ?? '')}: ${status}` };
+  for (const [mime, value] of Object.entries(bundle ?? {})) {
+    if (typeof mime === 'string' && mime.includes('/') && (typeof value === 'string' || mime === RUN_MIME)) {
+      data[mime] = value;
+    }
+  }
+  data[RUN_MIME] = view;
+  return { output_type: 'display_data', data, metadata: {} };
 }
 
 const watchedPanels = new WeakSet<object>();
@@ -221,7 +229,8 @@ function outputAt(app: IApp, node: Node): { outputs: IOutputList; index: number 
 
 /** An ended live view's output becomes the run's record (unless the kernel already replaced it). */
 export function onFinal(app: IApp, event: Event): void {
-  const view = (event as CustomEvent<{ view?: Record<string, unknown> }>).detail?.view;
+  const detail = (event as CustomEvent<{ view?: Record<string, unknown>; bundle?: Record<string, unknown> }>).detail;
+  const view = detail?.view;
   const target = event.target as Node | null;
   if (!view || typeof view !== 'object' || !target) {
     return;
@@ -238,7 +247,7 @@ export function onFinal(app: IApp, event: Event): void {
     }
     const json = at.outputs.get(at.index).toJSON();
     if (json.data && 'application/vnd.jupyter.widget-view+json' in json.data) {
-      at.outputs.set(at.index, recordOutput(view));
+      at.outputs.set(at.index, recordOutput(view, detail?.bundle));
     }
   }, 1500);
 }

@@ -15,7 +15,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..deciders import Decider, InteractiveDecider, PolicyDecider, RecordedDecider, Verdict
 from ..models.base import ModelScriptError
@@ -26,6 +26,8 @@ from ..state import RunStatus
 from ..store import Store, StoreError, store_path_for
 from ..tools.base import Tool
 from .live import LiveDisplay
+from .notes import ContinuationNote, InterruptNote, Shown, execution_count, show_notes
+from .notes import cell_label as _cell_label
 from .options import SETTINGS, NbAgent, UsageError, cell_parser, line_parser, parse, resolve, set_override
 from .references import UnknownVariable
 
@@ -183,51 +185,6 @@ class KernelDecider(InteractiveDecider):
         return await super()._wait(request_id, request)
 
 
-class Shown(NamedTuple):
-    """One output holding a run: its display id, the cell it is in, and that cell's execution count."""
-
-    display_id: str
-    cell_id: str | None
-    count: int | None
-
-
-def _cell_label(cell_id: str | None, count: int | None) -> str:
-    """How a person finds a cell: its execution count as JupyterLab shows it ([3]), and the start of its id."""
-    parts = [f"[{count}]"] if count else []
-    if cell_id:
-        parts.append(f"id {cell_id[:8]}")
-    return "cell " + " · ".join(parts) if parts else "an earlier cell"
-
-
-class ContinuationNote:
-    """Shown above the record of a run continued in a later cell, so it does not read as a second run."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        import html
-
-        return {"text/plain": self.text,
-                "text/html": f'<p class="nbagent-continues"><strong>↪</strong> {html.escape(self.text[2:])}</p>'}
-
-
-class InterruptNote:
-    """Under the record of an interrupted run: how to continue it. A display (not stderr) with its own id, so that
-    when the run is continued in a later cell this line can say so instead of still asking to resume."""
-
-    def __init__(self, text: str, done: bool = False) -> None:
-        self.text, self.done = text, done
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        import html
-
-        # no colours of our own: the theme's text colour keeps its contrast in light and dark themes
-        mark = "↪" if self.done else "⏸"
-        return {"text/plain": f"{mark} {self.text}",
-                "text/html": f'<p class="nbagent-note"><strong>{mark}</strong> {html.escape(self.text)}</p>'}
-
-
 class NotebookHost:
     def __init__(self, shell: Any) -> None:
         self.shell = shell
@@ -245,6 +202,7 @@ class NotebookHost:
         self.display_ids: dict[str, list[Shown]] = {}
         self.interrupt_notes: dict[str, list[str]] = {}  # run id -> display ids of its "Interrupted…" lines
         self.status_display: str | None = None  # the "loading…" line a run view may take over (see _shown)
+        self.no_wait = False  # an `%agent` line that cannot await (direct.py): show, never wait to be drawn
         self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
         self.current_cell: str | None = None  # the cell and run being driven (for insert_code_cell)
         self.current_run: str | None = None
@@ -416,8 +374,7 @@ class NotebookHost:
         notebook = Notebook.of(self.shell, self.outputs, self.last_error)  # {In[n]}, {Out[n]}, {Err}
         prompt, names, refs = expand_all(prompt, self.shell.user_ns, notebook)
         context = [m for m in [context_message(names, self.shell.user_ns), notebook_message(refs, notebook)] if m]
-        for note in too_big_notes(refs, notebook):
-            print(note, file=sys.stderr)
+        show_notes(too_big_notes(refs, notebook))  # information, not an error: a display, not stderr
         await self.start_run(args, prompt, context)
 
     async def start_run(self, args: Any, prompt: str, context: list[dict[str, Any]]) -> None:
@@ -456,8 +413,7 @@ class NotebookHost:
 
         # images: parts for a model that takes them (a replay: as the recorded run's model did), else described
         context, notes = for_model(context, store.run_state(replay).model if replay else agent.model)
-        for note in notes:
-            print(note, file=sys.stderr)
+        show_notes(notes)
         tools = [t.strip() for t in args.tools.split(",")] if args.tools else None
         await self.drive(agent, lambda: agent.run(prompt, previous_run_id=previous, fork_of=fork_of,
                                                   cell_id=cell_id, tools=tools, options=options,
@@ -555,8 +511,8 @@ class NotebookHost:
         return result
 
     def _execution_count(self) -> int | None:
-        count = getattr(self.shell, "execution_count", None)
-        return count if isinstance(count, int) else None
+        """The running cell's number as JupyterLab shows it (notes.py: not `shell.execution_count`, one ahead)."""
+        return execution_count(self.shell)
 
     def continuation_text(self, run_id: str) -> str:
         """Where a run continued in this cell started, and whether its record there is kept up to date."""
@@ -592,6 +548,21 @@ class NotebookHost:
                                              f"where the run is now ({live.final_view.get('status')}).", done=True),
                                display_id=note_id)
         shown.append(Shown(live.display_id, self.cell_id(), self._execution_count()))
+
+    def _refresh_records(self, run_ids: list[str]) -> None:
+        """The records this kernel showed of these runs (an undo just put their files back) show them as they are
+        now. Records shown by an earlier kernel are out of reach (the lab extension syncs them by revision)."""
+        from IPython.display import update_display
+
+        from ..ui.record import bundle
+        from ..ui.viewstate import run_view
+
+        for run_id in run_ids:
+            shown = self.display_ids.get(run_id) or []
+            if shown:
+                record = bundle(run_view(self.store, run_id))
+                for s in shown:
+                    update_display(record, raw=True, display_id=s.display_id)
 
     def _refresh_superseded(self, agent: RuntimeAgent) -> None:
         """Runs forked away get their static records re-rendered with the superseded banner, in place."""
@@ -893,17 +864,19 @@ class NotebookHost:
         try:
             from ..ui.widget import UndoView, undo_offer
 
-            offer = undo_offer(self.store, args.run, to=args.to, force=args.force)
+            offer = undo_offer(self.store, args.run, to=args.to, force=args.force, folder=self.folder)
         except UndoError as exc:
             raise UsageError(f"%agent undo: {exc}") from None
         except ImportError:
             return False
-        panel = UndoView(offer, run_undo)
-        panel.on_rendered = self.frontend_rendered
         display_id = f"nbagent-undo-{uuid.uuid4().hex}"
+        # the panel replaces itself, through this id, by its outcome as HTML and text once the undo ran
+        panel = UndoView(offer, run_undo, display_id=display_id)
+        panel.on_rendered = self.frontend_rendered
+        panel.on_done = lambda report: self._refresh_records(list(report.runs))
         display(panel, display_id=display_id)
-        if self.frontend_seen or await self.someone_can_answer():
-            return True
+        if self.frontend_seen or self.no_wait or await self.someone_can_answer():
+            return True  # (no_wait: the panel changes nothing until clicked, so showing it unseen is safe)
         panel.close()
         update_display({"text/plain": ""}, raw=True, display_id=display_id)
         return False

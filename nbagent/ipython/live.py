@@ -13,7 +13,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..events import EventBase
-from ..ui.record import RunRecord
+from ..ui.record import bundle
 from ..ui.viewstate import run_view
 
 if TYPE_CHECKING:
@@ -111,13 +111,14 @@ class LiveDisplay:
         if self.run_id is None:
             return
         view = self.final_view = self.view()
+        record = bundle(view)  # text/plain, text/html and the JSON: every copy of the record carries all three
         if self.widget is not None:
             try:
                 self.widget.push(view)
-                self.widget.flush()
+                self.widget.end(record)
             except Exception:
                 log.debug("final widget update failed", exc_info=True)
-        update_display(RunRecord(view), display_id=self.display_id)
+        update_display(record, raw=True, display_id=self.display_id)
         if self.widget is not None:
             self.widget.close()
             self.widget = None

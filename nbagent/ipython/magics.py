@@ -26,13 +26,16 @@ class AgentMagics(Magics):
         print("%%agent runs as a notebook cell (it awaits decisions); put it at the top of a cell.", file=sys.stderr)
 
     @line_magic("agent")
-    def agent_line(self, line: str) -> None:
+    def agent_line(self, line: str) -> Any:
         from .options import line_parser
 
         if not line.strip() or "-h" in line.split() or "--help" in line.split():
             print(line_parser().format_help())
-            return
-        print("%agent runs at the start of a line in a cell (it may await a run).", file=sys.stderr)
+            return None
+        # not rewritten into an await: the same cell loaded nbagent (direct.py), or a script called the magic
+        from .direct import run_line_now
+
+        return run_line_now(line)
 
 
 def register(ip: Any) -> None:

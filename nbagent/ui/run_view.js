@@ -3,7 +3,7 @@
 //
 // Model traits (all set by the kernel, none by this view): `view` (the view-state dict, see
 // nbagent/ui/viewstate.py), `streaming` (the reply being streamed), `decided` (the request id Python accepted a
-// decision for). A click goes to the kernel as a custom message, `model.send({event: "decision", request_id,
+// decision for), `ended` (set once, when the kernel is done with this view: the record's MIME bundle). A click goes to the kernel as a custom message, `model.send({event: "decision", request_id,
 // action: "approve"|"deny"|"refine"|"answer", text, nonce})`; `{event: "rendered"}` says the view is drawn.
 //
 // Every string from the model, a tool or a person is untrusted: it only ever reaches the page as a text node
@@ -825,8 +825,15 @@ export function renderView(el, view, options = {}) {
 // as a state sync: ipywidgets' page-side model holds every sync after the first until the kernel reports idle
 // for it, which it does not do while the cell awaits the decision. This view never calls `save_changes`.
 
-const FINAL = new Set(["completed", "completed_with_errors", "failed", "interrupted", "superseded"]);
 export const FINAL_EVENT = "nbagent-run-final";
+const RUN_MIME = "application/vnd.nbagent.run+json";
+// the run whose live view last held the keyboard focus, on <html>: when the run ends and its record replaces the
+// view (the focused element goes with it), the lab extension gives the focus to the record (labextension/src/focus.ts)
+const FOCUS_ATTR = "data-nbagent-focus";
+
+// Focus. Nothing here takes the keyboard from where the person is: a panel gets the focus only when the focus is
+// already in this view (they decided the previous request here). When a redraw, a decision or a closed text box
+// removes the focused element, the focus goes to the view itself (tabindex -1), never to the page's body.
 
 function render({ model, el }) {
   const ctx = { open: new Map(), static: false }; // details open state by key, kept across re-renders
@@ -834,19 +841,39 @@ function render({ model, el }) {
     panel: null, // {key, rid, el, note} of the pending request's decision panel, kept across re-renders
     clicked: new Set(), // request ids this view sent a decision for: one per request, whatever is clicked
     mode: null, // "deny" | "refine" while the text line is open
+    opener: null, // the button that opened the text line (Deny or Refine): the focus goes back to it
     plansKey: null, // what the plans section was last drawn from
   };
-  const root = h("div", { class: "nbagent-live" });
+  const root = h("div", { class: "nbagent-live", tabindex: "-1", role: "region", "aria-label": "nbagent run" });
   const parts = {
     banner: h("div"), head: h("div"), prompt: h("div"), pending: h("div"), steps: h("div"),
     stream: h("div"), plans: h("div"), decide: h("div", { class: "nbv-decide-slot" }), answer: h("div"),
     errors: h("div"), foot: h("div"),
   };
-  root.append(...Object.values(parts));
+  // what a screen reader says when a decision is asked for: a waiting card or a question (polite: it waits for
+  // the reader to finish, and it moves no focus)
+  const announcer = h("div", { class: "nbv-sr-only", role: "status", "aria-live": "polite", "aria-atomic": "true" });
+  root.append(...Object.values(parts), announcer);
   el.appendChild(root);
+
+  // the person's focus is in this view (not the page's body, not another cell)
+  const inView = () => {
+    const active = document.activeElement;
+    return !!active && active !== document.body && root.contains(active);
+  };
+  const park = () => root.focus({ preventScroll: true });
+  root.addEventListener("focusin", () => {
+    const runId = (model.get("view") || {}).run_id;
+    if (runId) document.documentElement.setAttribute(FOCUS_ATTR, runId);
+  });
+  root.addEventListener("focusout", (e) => {
+    // the person moved on (another cell, the menu): the record that replaces this view must not take the focus
+    if (e.relatedTarget && !root.contains(e.relatedTarget)) document.documentElement.removeAttribute(FOCUS_ATTR);
+  });
 
   function disablePanel(text) {
     if (!local.panel) return;
+    if (local.panel.el.contains(document.activeElement)) park(); // a disabled button would drop it on the body
     for (const b of local.panel.el.querySelectorAll("button, input")) b.disabled = true;
     if (text) local.panel.note.textContent = text;
   }
@@ -896,7 +923,9 @@ function render({ model, el }) {
       if (local.mode) send(rid, local.mode, text, local.mode === "deny" ? denyReach.value : null);
     };
     const open = (mode) => {
+      if (local.mode && local.mode !== mode) input.value = ""; // a reason is not feedback, nor the other way
       local.mode = mode;
+      local.opener = mode === "refine" ? refine : deny;
       row.hidden = false;
       input.placeholder = mode === "refine"
         ? "What should the model do differently? (Enter sends)"
@@ -913,17 +942,23 @@ function render({ model, el }) {
         e.preventDefault();
         submit();
       } else if (e.key === "Escape") {
-        row.hidden = true;
-        local.mode = null;
+        close();
       }
       e.stopPropagation(); // keep JupyterLab's notebook shortcuts out of the text box
     });
-    input.addEventListener("input", () => input.classList.remove("nbv-need"));
-    sendBtn.addEventListener("click", submit);
-    cancel.addEventListener("click", () => {
+    // Escape and Cancel: the box closes empty (a draft kept would be sent with the next reason), and the focus
+    // goes back to the button that opened it
+    const close = () => {
       row.hidden = true;
       local.mode = null;
-    });
+      input.value = "";
+      input.classList.remove("nbv-need");
+      if (local.opener && local.opener.isConnected) local.opener.focus();
+      else park();
+    };
+    input.addEventListener("input", () => input.classList.remove("nbv-need"));
+    sendBtn.addEventListener("click", submit);
+    cancel.addEventListener("click", close);
     const label = approveLabel(plan);
     const approve = h("button", { class: `nbv-btn nbv-approve${high ? " nbv-approve-danger" : ""}`, type: "button",
       title: `approve: ${planSummary(plan)}`, onclick: () => send(rid, "approve", "") }, label);
@@ -940,11 +975,11 @@ function render({ model, el }) {
         title: `approve, and allow ${covers} in this session (8 hours)`, onclick: () => send(rid, "approve", "", "session") },
         "Approve for this session"),
       h("div", { class: "nbv-facts nbv-grant-covers", text: `covers: ${covers}` })) : "";
-    const el = h("div", { class: `nbv-decide${high ? " nbv-decide-high" : ""}`, role: "group", "aria-label": "decision",
-      "data-request-id": rid },
+    const el = h("div", { class: `nbv-decide${high ? " nbv-decide-high" : ""}`, role: "group", tabindex: "-1",
+      "aria-label": `decision: ${approvalQuestion(plan)}`, "data-request-id": rid },
       h("div", { class: "nbv-decide-q", text: approvalQuestion(plan) }),
       h("div", { class: "nbv-buttons" }, approve, deny, refine, note), grantRow, row);
-    return { el, note };
+    return { el, note, say: `waiting for your approval: ${approvalQuestion(plan)}` };
   }
 
   function questionPanel(pending) {
@@ -967,10 +1002,11 @@ function render({ model, el }) {
       e.stopPropagation();
     });
     answer.addEventListener("click", submit);
-    const el = h("div", { class: "nbv-decide", role: "group", "aria-label": "question", "data-request-id": rid },
+    const el = h("div", { class: "nbv-decide", role: "group", tabindex: "-1", "aria-label": "question",
+      "data-request-id": rid },
       h("div", { class: "nbv-decide-q" }, "The agent asks: ", h("strong", { text: pending.question || "" })),
       h("div", { class: "nbv-buttons" }, input, answer, note));
-    return { el, note, focus: input };
+    return { el, note, focus: input, say: `the agent asks: ${pending.question || ""}` };
   }
 
   // the panel of the pending request: built once per request (what is typed in it survives view updates)
@@ -979,6 +1015,7 @@ function render({ model, el }) {
     const key = pending && view.status !== "superseded" ? `${pending.kind}:${pending.request_id}` : "";
     if (local.panel && local.panel.key === key) return local.panel;
     local.mode = null;
+    local.opener = null;
     local.panel = null;
     if (!key || !["approval", "human_input"].includes(pending.kind)) return null;
     const built = pending.kind === "approval" ? approvalPanel(view, pending) : questionPanel(pending);
@@ -1000,15 +1037,18 @@ function render({ model, el }) {
     const key = json([view.plans, view.pending, view.decisions, view.status, panel && panel.key]);
     if (key === local.plansKey) return;
     local.plansKey = key;
+    const here = inView(); // the person is in this view: a new request may take the focus
     const focused = panel && panel.el.contains(document.activeElement) ? document.activeElement : null;
     const controls = panel && panel.kind === "approval" ? panel.el : null;
     parts.plans.replaceChildren(plansEl(ctx, view, controls));
     parts.decide.replaceChildren(panel && panel.kind === "human_input" ? panel.el : "");
     if (focused && focused.isConnected) focused.focus();
-    else if (panel && panel.focus && !panel.focused && panel.el.isConnected) {
-      // a question waits for typing: its box gets the focus once, when it appears
-      panel.focused = true;
-      panel.focus.focus({ preventScroll: false });
+    else if (panel && !panel.shown && panel.el.isConnected) {
+      panel.shown = true;
+      announcer.textContent = panel.say;
+      // only for a person already in this view: a question's box (to type in), an approval's group (not its
+      // Approve button: a second Enter must not approve a plan nobody has read)
+      if (here) (panel.focus || panel.el).focus({ preventScroll: false });
     }
   }
 
@@ -1023,6 +1063,7 @@ function render({ model, el }) {
   }
 
   function draw() {
+    const hadFocus = inView();
     const view = model.get("view") || {};
     const status = view.status || "running";
     ctx.nominal = !!view.cost_nominal;
@@ -1054,25 +1095,33 @@ function render({ model, el }) {
     parts.foot.replaceChildren(footEl(view, false));
 
     drawStream();
-    announceFinal(view, status);
+    if (hadFocus && !inView()) park(); // what held the focus was redrawn away
+    announceFinal();
   }
 
   // A run that ended: its record replaces this view. The kernel does that by display id, which a page reload
   // loses (the view itself comes back: ipywidgets restores it from the kernel), so the view also tells the page:
-  // the lab extension (labextension/src/records.ts) puts the record in this output in its place.
+  // the lab extension (labextension/src/records.ts) puts the record, with its text/html and text/plain, in this
+  // output in its place. Only the kernel says when (`ended`): a status such as "interrupted" is also what a
+  // resumed run shows before it goes on, and a view replaced then would leave its run waiting with no buttons.
   let announced = false;
-  function announceFinal(view, status) {
-    if (announced || !FINAL.has(status) || !view.run_id) return;
+  function announceFinal() {
+    const ended = model.get("ended");
+    if (announced || !ended || typeof ended !== "object" || !Object.keys(ended).length) return;
+    const view = ended[RUN_MIME] || model.get("view") || {};
+    if (!view.run_id) return;
     announced = true;
-    el.dispatchEvent(new CustomEvent(FINAL_EVENT, { bubbles: true, detail: { view } }));
+    el.dispatchEvent(new CustomEvent(FINAL_EVENT, { bubbles: true, detail: { view, bundle: ended } }));
   }
 
   const onView = () => draw();
   const onStream = () => drawStream();
   const onDecided = () => markDecided();
+  const onEnded = () => announceFinal();
   model.on("change:view", onView);
   model.on("change:streaming", onStream);
   model.on("change:decided", onDecided);
+  model.on("change:ended", onEnded);
   draw();
   // tell the kernel someone can see this view, so a decision it needs can be asked here (nbagent/ui/widget.py)
   try {
@@ -1084,6 +1133,7 @@ function render({ model, el }) {
     model.off("change:view", onView);
     model.off("change:streaming", onStream);
     model.off("change:decided", onDecided);
+    model.off("change:ended", onEnded);
   };
 }
 
@@ -1096,12 +1146,15 @@ function render({ model, el }) {
 
 function renderUndo({ model, el }) {
   const local = { asking: false, sent: false, note: "" };
-  const root = h("div", { class: "nbagent-live nbv-undo" });
+  const root = h("div", { class: "nbagent-live nbv-undo", tabindex: "-1", role: "region", "aria-label": "nbagent undo" });
   el.appendChild(root);
+  const inView = () => !!document.activeElement && document.activeElement !== document.body
+    && root.contains(document.activeElement);
 
   function changesList(items) {
     return h("ul", { class: "nbv-undo-list" }, items.map((c) =>
-      h("li", {}, h("code", { text: c.path }), " — ", h("span", { class: "nbv-undo-action", text: c.action }))));
+      h("li", {}, h("code", { text: c.path }), " — ", h("span", { class: "nbv-undo-action", text: c.action }),
+        c.overwrites_edit ? h("span", { class: "nbv-why", text: " (edited since the run: that edit is overwritten)" }) : "")));
   }
 
   function send() {
@@ -1120,7 +1173,7 @@ function renderUndo({ model, el }) {
   function resultEl(offer, result) {
     const state = result.state;
     if (state === "done") {
-      return h("div", { class: "nbv-undo-result nbv-undo-done", role: "status" },
+      return h("div", { class: "nbv-undo-result nbv-undo-done", role: "status", tabindex: "-1" },
         h("div", { class: "nbv-undo-title" }, badge("✓ undone", "ok"),
           ` ${plural((result.restored || []).length, "file", "files")} put back (undo run `,
           h("code", { text: result.undo_run_id || "" }), ")"),
@@ -1129,19 +1182,27 @@ function renderUndo({ model, el }) {
     }
     if (state === "refused") {
       const conflicts = result.conflicts || [];
-      return h("div", { class: "nbv-undo-result nbv-undo-refused", role: "status" },
+      return h("div", { class: "nbv-undo-result nbv-undo-refused", role: "status", tabindex: "-1" },
         h("div", { class: "nbv-undo-title" }, badge("⚠ undo refused", "warn"),
           ` ${plural(conflicts.length, "file was", "files were")} changed since the run; nothing was changed.`),
         conflicts.map((c) => h("div", { class: "nbv-undo-conflict" },
           h("div", {}, h("code", { text: c.path }), ": ", c.reason || ""), c.diff ? diffPre(c.diff) : "")),
         h("div", { class: "nbv-hint", text: `To restore anyway: %agent undo ${offer.run_id} --force` }));
     }
-    return h("div", { class: "nbv-undo-result nbv-undo-failed", role: "status" },
+    return h("div", { class: "nbv-undo-result nbv-undo-failed", role: "status", tabindex: "-1" },
       h("div", { class: "nbv-undo-title" }, badge("✗ undo failed", "bad")),
       h("pre", { class: "nbv-undo-text", text: result.text || "" }));
   }
 
+  // every step redraws the panel: the focus of a person using it stays in it (on the question, the result, or the
+  // panel), never on the page's body
   function draw() {
+    const hadFocus = inView();
+    paint();
+    if (hadFocus && !inView()) (root.querySelector(".nbv-undo-ask, .nbv-undo-result") || root).focus();
+  }
+
+  function paint() {
     const offer = model.get("offer") || {};
     const result = model.get("result") || {};
     const changes = offer.changes || [];
@@ -1153,6 +1214,20 @@ function renderUndo({ model, el }) {
       root.append(resultEl(offer, result));
       return;
     }
+    // the preview (nbagent/ui/widget.py undo_offer) found that nothing would be undone: a file changed since the
+    // run, or an earlier undo already put it back. Said before any button, and there is none to press.
+    if (offer.state === "conflicts" || offer.state === "undone") {
+      const conflicts = offer.conflicts || [];
+      root.append(h("div", { class: `nbv-undo-result ${offer.state === "conflicts" ? "nbv-undo-refused" : "nbv-undo-failed"}`,
+        role: "status", tabindex: "-1" },
+        h("div", { class: "nbv-undo-title" },
+          badge(offer.state === "conflicts" ? "⚠ nothing to undo as it is" : "↶ already undone", "warn"),
+          ` ${offer.why_not || ""}`),
+        conflicts.map((c) => h("div", { class: "nbv-undo-conflict" },
+          h("div", {}, h("code", { text: c.path }), ": ", c.reason || ""), c.diff ? diffPre(c.diff) : ""))));
+      return;
+    }
+    const label = offer.button || `Undo ${plural(n, "change", "changes")}`;
     const notUndoable = offer.not_undoable || [];
     const cannot = notUndoable.length
       ? h("div", { class: "nbv-undo-cannot" }, h("div", { text: "Not undoable (listed, not touched):" }),
@@ -1165,12 +1240,11 @@ function renderUndo({ model, el }) {
           onclick: () => { local.asking = true; draw(); } }, "Undo"), note));
       return;
     }
-    root.append(h("div", { class: "nbv-decide nbv-undo-ask", role: "group", "aria-label": "undo" },
+    root.append(h("div", { class: "nbv-decide nbv-undo-ask", role: "group", "aria-label": "undo", tabindex: "-1" },
       h("div", { class: "nbv-decide-q", text: `Undo ${plural(n, "change", "changes")}? Each file goes back to how it was before the run:` }),
       changesList(changes), cannot,
       h("div", { class: "nbv-buttons" },
-        h("button", { class: "nbv-btn nbv-approve", type: "button", disabled: local.sent, onclick: send },
-          `Undo ${plural(n, "change", "changes")}`),
+        h("button", { class: "nbv-btn nbv-approve", type: "button", disabled: local.sent, onclick: send }, label),
         h("button", { class: "nbv-btn nbv-quiet", type: "button", disabled: local.sent,
           onclick: () => { local.asking = false; draw(); } }, "Cancel"),
         note)));

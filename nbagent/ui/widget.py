@@ -1,9 +1,11 @@
 """The live run view: an anywidget that shows a run as it happens and turns clicks into decisions.
 
 The host (the `%%agent` magic) displays a `RunView`, feeds it the run's view state (`push(view)`, or `attach` to
-the event bus) and streamed tokens (`token(text)`), and calls `flush()` at the end before replacing the widget
-with the static record (`nbagent.ui.record`). Updates are coalesced: at most one sync per `interval` seconds,
-the latest view winning, so a burst of events costs a handful of comm messages, not one each.
+the event bus) and streamed tokens (`token(text)`), and calls `end(bundle)` at the end before replacing the widget
+with the static record (`nbagent.ui.record`): `ended` carries that record's MIME bundle to the page, which puts it
+in the view's place itself when the kernel's replacement cannot reach it (after a page reload). Updates are
+coalesced: at most one sync per `interval` seconds, the latest view winning, so a burst of events costs a handful
+of comm messages, not one each.
 
 A click in the front end is an event, not state: the view sends a custom comm message
 `{"event": "decision", "request_id", "action", "text", "nonce"}` (`model.send` in run_view.js, `on_msg` here). It
@@ -90,6 +92,9 @@ class RunView(_Clickable):
     view = traitlets.Dict().tag(sync=True)
     streaming = traitlets.Unicode("").tag(sync=True)
     decided = traitlets.Unicode("").tag(sync=True)
+    # empty while the kernel drives this view; then the run's static record (text/plain, text/html and the view's
+    # JSON). Only this says the view is over: a status does not ("interrupted" is also where a resume starts)
+    ended = traitlets.Dict().tag(sync=True)
 
     def __init__(self, decider: InteractiveDecider | None = None, *, interval: float = 0.1, **kwargs: Any) -> None:
         self.decider = decider
@@ -145,6 +150,11 @@ class RunView(_Clickable):
         with self._lock:
             self._cancel_timer()
         self._sync()
+
+    def end(self, record: dict[str, Any]) -> None:
+        """The run is over for this view: sync what is pending, then hand the page the record that replaces it."""
+        self.flush()
+        self.ended = dict(record)
 
     def attach(self, bus: EventBus, build_view: Callable[[str], dict[str, Any]],
                run_id: str | Callable[[], str | None] | None = None) -> Callable[[], None]:
