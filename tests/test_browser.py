@@ -279,6 +279,7 @@ def shut_down_kernel_and_reload(page: Page, lab: Lab, notebook: Path) -> None:
 LIVE = f"{ACTIVE} .nbagent-live:not(.nbv-static)"
 WAITING = f"{LIVE} .nbv-plan.nbv-plan-waiting"
 REPORT = "# Sales report\n\n1. North\n2. South\n3. East\n"
+DENIED = "completed_with_errors"  # a run that ended with a plan denied: its answer may claim what did not happen
 
 
 def create(path: str, content: str = "hello\n", text: str = "I'll write the file.") -> dict[str, Any]:
@@ -338,13 +339,13 @@ def finished_record(page: Page, status: str = "completed") -> Any:
     return record
 
 
-def saved_record(page: Page, notebook: Path) -> dict[str, Any]:
-    """Save, then the record as the saved notebook holds it (completed)."""
+def saved_record(page: Page, notebook: Path, status: str = "completed") -> dict[str, Any]:
+    """Save, then the record as the saved notebook holds it (with this status, nothing pending)."""
     save(page, notebook)
     nb = json.loads(notebook.read_text())
     records = [o["data"][RUN_MIME] for c in nb["cells"] for o in c.get("outputs", []) if RUN_MIME in o.get("data", {})]
     assert len(records) == 1, records
-    assert records[0]["status"] == "completed" and records[0]["pending"] is None
+    assert records[0]["status"] == status and records[0]["pending"] is None
     widget_outputs = [o for c in nb["cells"] for o in c.get("outputs", [])
                       if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert not widget_outputs  # the live view was replaced, not left beside the record
@@ -437,12 +438,12 @@ def test_deny_with_a_reason_in_the_browser(page: Page, lab: Lab) -> None:
     shot(page, "5-deny-reason")
     button(page, "Deny: create report.md").click()
 
-    record = finished_record(page)
+    record = finished_record(page, DENIED)
     expect(record.locator(".nbv-decisions")).to_contain_text("denied by you")
     expect(record.locator(".nbv-decisions")).to_contain_text("reason: not today")
     assert not (notebook.parent / "report.md").exists()
 
-    saved_record(page, notebook)
+    saved_record(page, notebook, DENIED)
     shut_down_kernel_and_reload(page, lab, notebook)
     record = page.locator(f"{ACTIVE} {RECORD}")
     expect(record).to_be_visible(timeout=60_000)
@@ -562,14 +563,14 @@ def test_approved_denied_with_a_reason_approved(page: Page, lab: Lab) -> None:
     waiting_card(page, 3, "Create c.md")
     button(page, "Create c.md").click()
 
-    record = finished_record(page)
+    record = finished_record(page, DENIED)
     expect(record.locator(".nbv-decisions").nth(1)).to_contain_text("reason: keep.txt is the raw data")
     record.scroll_into_view_if_needed()
     shot(page, "d2-completed")
     folder = notebook.parent
     assert (folder / "keep.txt").read_text() == "precious\n"
     assert (folder / "a.md").exists() and (folder / "c.md").exists()
-    saved = saved_record(page, notebook)
+    saved = saved_record(page, notebook, DENIED)
     assert [(d["kind"], d["text"]) for d in saved["decisions"]] == [
         ("approved", ""), ("rejected", "keep.txt is the raw data"), ("approved", "")]
     assert [p["status"] for p in saved["plans"]] == ["approved", "rejected", "approved"]
