@@ -316,13 +316,25 @@ def test_undo_from_a_record_after_save_shut_down_and_reopen(page: Page, lab: Lab
     shot(page, "p-undo-3-undone-after-restart")
     assert (folder / "notes.md").read_text() == "mine\n"
     store = Store(notebook.with_suffix(".nbagent"), readonly=True)
-    assert [r.status.value for r in store.list_runs() if r.model == "nbagent/undo"] == ["completed"]
+    (undo_run,) = [r.id for r in store.list_runs() if r.model == "nbagent/undo"]
+    assert store.run_state(undo_run).status.value == "completed"
+    # the record the earlier kernel made says it was undone, and offers no Undo… (the new kernel sent the lab
+    # extension the run's newer record: its display id died with the old kernel)
+    expect(record.locator(".nbv-undone")).to_contain_text(f"Undone by run {undo_run}", timeout=30_000)
+    expect(record.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)
+    expect(record.locator(".nbv-effects")).to_contain_text("report.md")
+    record.scroll_into_view_if_needed()
+    shot(page, "p-undo-4-record-marked-undone")
     save(page, notebook)
-    wait_until(lambda: WIDGET_MIME not in notebook.read_text(), 30, "the panel saved as its outcome, not a widget")
-    check_saved(notebook)  # the record (HTML and text) and the undo's outcome, no widget view
+    # (the file held records before this save: wait for this one's content)
+    wait_until(lambda: WIDGET_MIME not in notebook.read_text() and f'"undone_by": "{undo_run}"' in notebook.read_text(),
+               30, "the panel saved as its outcome (not a widget), the record saved as undone")
+    (saved,) = [r for r in check_saved(notebook) if r["run_id"] == run_id]
+    assert saved["undone_by"] == undo_run
     text = nbconvert_text(notebook)
-    assert "Plan 1: Create report.md" in text and f"%agent undo {run_id}" in text
+    assert "Plan 1: Create report.md" in text and f"Undo of run {run_id}" in text
     assert re.search(r"undone: 1 file put back \(undo run \w+\)", text), text[-2000:]
+    assert f"Undone by run {undo_run}" in text
 
 
 # ------------------------------------------------------------------------------------------------ keyboard only
@@ -424,6 +436,10 @@ def test_keyboard_only_approve_deny_with_a_reason_and_escape(page: Page, lab: La
     record.scroll_into_view_if_needed()
     shot(page, "p-keys-4-record-has-the-focus")
     assert (folder / "a.md").exists() and (folder / "c.md").exists() and (folder / "old.txt").read_text() == "keep\n"
+    effects = record.locator(".nbv-effects")  # what happened, beside the answer that tells it
+    expect(effects.locator("li", has_text="a.md")).to_contain_text("created")
+    expect(effects.locator("li", has_text="c.md")).to_contain_text("created")
+    expect(effects.locator("li", has_text="old.txt")).to_contain_text("not done")
     save(page, notebook)
     (saved,) = check_saved(notebook)
     expected = [("approved", ""), ("rejected", "not needed"), ("approved", "")]

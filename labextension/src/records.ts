@@ -11,6 +11,11 @@
  * A live view whose run ended also asks (a DOM event from nbagent/ui/run_view.js) to be replaced by its record:
  * after a reload, the view comes back from the kernel but the kernel's final `update_display` cannot find it.
  *
+ * And the kernel may send a run's newer record on the comm target `nbagent.records` (`{records: [bundle]}`): an undo
+ * in a new kernel (after a restart) cannot reach the outputs an earlier kernel made, so the undone run's record
+ * there would still offer Undo… and not say it was undone; every output holding an older record of that run takes
+ * the bundle (its JSON, text/html and text/plain).
+ *
  * The notebook objects are used through the few members needed (duck-typed), as in cells.ts.
  */
 
@@ -60,10 +65,20 @@ interface ICellWidgetLike {
   outputArea?: IOutputAreaLike;
 }
 
+interface IKernelLike {
+  registerCommTarget(name: string, cb: (comm: unknown, msg: { content: { data: unknown } }) => void): void;
+}
+
 interface INotebookPanelLike {
   content?: { model?: { cells?: ICellList } | null; widgets?: ReadonlyArray<ICellWidgetLike>; modelChanged?: ISignal<unknown> };
   context?: { ready?: Promise<unknown> };
+  sessionContext?: {
+    session?: { kernel?: IKernelLike | null } | null;
+    kernelChanged?: ISignal<{ newValue: IKernelLike | null }>;
+  };
 }
+
+export const RECORDS_TARGET = 'nbagent.records';
 
 
 interface IRecordRef {
@@ -120,6 +135,26 @@ export function syncRecords(cells: ICellList): number {
     const best = newest.get(r.runId)!;
     if (r.revision < best.revision) {
       r.outputs.set(r.index, { ...r.json, data: { ...best.json.data }, metadata: { ...(best.json.metadata ?? {}) } });
+      replaced++;
+    }
+  }
+  return replaced;
+}
+
+/**
+ * A record the kernel sent (a MIME bundle with the run's JSON): every output of these cells holding an older
+ * record of that run (a lower revision) takes it. Returns how many outputs were replaced.
+ */
+export function applyRecord(cells: ICellList, bundle: Record<string, unknown>): number {
+  const incoming = recordOf({ output_type: 'display_data', data: bundle });
+  if (!incoming) {
+    return 0;
+  }
+  const view = bundle[RUN_MIME] as Record<string, unknown>;
+  let replaced = 0;
+  for (const r of findRecords(cells)) {
+    if (r.runId === incoming.runId && r.revision < incoming.revision) {
+      r.outputs.set(r.index, { ...r.json, data: recordOutput(view, bundle).data });
       replaced++;
     }
   }
@@ -192,6 +227,33 @@ function watch(panel: INotebookPanelLike): void {
   content.modelChanged?.connect(() => sync());
   void panel.context?.ready?.then(sync);
   sync();
+  listen(panel);
+}
+
+const registered = new WeakSet<object>();
+
+/** Records the kernel sends on `nbagent.records` (nbagent/ipython/host.py, after an undo). */
+function listen(panel: INotebookPanelLike): void {
+  const ctx = panel.sessionContext;
+  const register = (kernel: IKernelLike | null | undefined): void => {
+    if (!kernel || registered.has(kernel as object)) {
+      return;
+    }
+    registered.add(kernel as object);
+    kernel.registerCommTarget(RECORDS_TARGET, (_comm, msg) => {
+      const cells = panel.content?.model?.cells;
+      const records = (msg.content.data as { records?: unknown } | null)?.records;
+      if (cells && Array.isArray(records)) {
+        for (const bundle of records) {
+          if (bundle && typeof bundle === 'object') {
+            applyRecord(cells, bundle as Record<string, unknown>);
+          }
+        }
+      }
+    });
+  };
+  register(ctx?.session?.kernel);
+  ctx?.kernelChanged?.connect((_, change) => register(change.newValue));
 }
 
 function scan(app: IApp): void {

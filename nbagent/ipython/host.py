@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import uuid
@@ -32,6 +33,7 @@ from .options import SETTINGS, NbAgent, UsageError, cell_parser, line_parser, pa
 from .references import UnknownVariable
 
 _host: NotebookHost | None = None
+log = logging.getLogger("nbagent.ipython")
 
 
 def install(shell: Any) -> NotebookHost:
@@ -550,19 +552,27 @@ class NotebookHost:
         shown.append(Shown(live.display_id, self.cell_id(), self._execution_count()))
 
     def _refresh_records(self, run_ids: list[str]) -> None:
-        """The records this kernel showed of these runs (an undo just put their files back) show them as they are
-        now. Records shown by an earlier kernel are out of reach (the lab extension syncs them by revision)."""
+        """Every record of these runs in the notebook shows them as they are now (an undo just put their files
+        back: "undone by", no Undo…). This kernel's own outputs through their display ids; the ones an earlier
+        kernel made (before a restart, or in a reopened notebook) are out of its reach, so the records go to the lab
+        extension too (comm target `nbagent.records`), which updates every older record of each run."""
         from IPython.display import update_display
 
         from ..ui.record import bundle
         from ..ui.viewstate import run_view
 
+        records = []
         for run_id in run_ids:
-            shown = self.display_ids.get(run_id) or []
-            if shown:
-                record = bundle(run_view(self.store, run_id))
-                for s in shown:
-                    update_display(record, raw=True, display_id=s.display_id)
+            record = bundle(run_view(self.store, run_id))
+            records.append(record)
+            for s in self.display_ids.get(run_id) or []:
+                update_display(record, raw=True, display_id=s.display_id)
+        try:
+            from comm import create_comm
+
+            create_comm(target_name="nbagent.records", data={"records": records}).close()
+        except Exception as exc:  # no front end to tell (a terminal, or a page without the lab extension)
+            log.debug("no front end received the records: %s", exc)
 
     def _refresh_superseded(self, agent: RuntimeAgent) -> None:
         """Runs forked away get their static records re-rendered with the superseded banner, in place."""

@@ -656,10 +656,98 @@ function bannerEl(view) {
     " by run ", h("code", { text: view.superseded_by }), ": an earlier cell was re-run.");
 }
 
+// ------------------------------------------------------------------------------------------------ effects
+//
+// What the run did to the folder and what it was refused, from the log (`view.effects`, nbagent/ui/effects_summary.py,
+// which words the text/html record the same way): beside the answer, which is the model's own account and may claim
+// what did not happen. And whether an undo put the run's changes back (`undone_by`, `undo_history`).
+
+const fileCount = (fx) => ["created", "changed", "deleted"].reduce((n, k) => n + ((fx || {})[k] || []).length, 0);
+
+function showsEffects(view) {
+  const fx = view.effects;
+  if (!fx || typeof fx !== "object") return false;
+  const ended = !["running", "waiting"].includes(String(view.status || "running"));
+  return ended || !!(fileCount(fx) || (fx.refused || []).length || (fx.other || []).length);
+}
+
+// "create_file report.md: plan denied by you: not today"
+export function refusalLine(r) {
+  const what = `${r.tool || "a call"}${r.target ? ` ${r.target}` : ""}`;
+  const why = String(r.why || "").trim();
+  if (r.kind === "plan") {
+    const by = why.toLowerCase().startsWith("denied") ? "" : `plan denied by ${r.by ? byWhom(r.by) : "someone"}`;
+    return `${what}: ${[by, why].filter(Boolean).join(": ")}`;
+  }
+  return why ? `${what}: denied (${r.by}): ${why}` : `${what}: denied (${r.by})`;
+}
+
+const VERB_TONE = { created: "ok", changed: "warn", deleted: "bad" };
+
+function effectsEl(view) {
+  if (!showsEffects(view)) return "";
+  const fx = view.effects;
+  const items = [];
+  for (const verb of ["created", "changed", "deleted"]) {
+    for (const path of fx[verb] || []) {
+      items.push(h("li", {}, h("span", { class: `nbv-verb nbv-${VERB_TONE[verb]}`, text: verb }), " ", h("code", { text: path })));
+    }
+  }
+  for (const r of fx.refused || []) {
+    items.push(h("li", { class: "nbv-bad" }, h("span", { class: "nbv-verb", text: "⊘ not done" }), ` ${refusalLine(r)}`));
+  }
+  const other = [...new Set((fx.other || []).map((o) => String(o.tool)))];
+  if (other.length) items.push(h("li", { class: "nbv-dim", text: `also ran ${other.join(", ")}: effects not tracked file by file` }));
+  const undone = view.undone_by && fileCount(fx) ? ` — put back since by undo run ${view.undone_by}` : "";
+  return h("div", { class: "nbv-effects-box" }, h("div", { class: "nbv-section", text: `Effects${undone}` }),
+    h("div", { class: "nbv-effects", role: "note", "data-files": fileCount(fx), "data-refused": (fx.refused || []).length },
+      items.length ? h("ul", {}, items) : h("p", { class: "nbv-dim", text: "No file was created, changed or deleted." })));
+}
+
+// "undone by run U: …" (its changes are not in the folder), or undone and brought back
+export function undoNote(view) {
+  if (view.undone_by) {
+    return ["warn", `undone by run ${view.undone_by}: the files this run changed were put back, so what it says it did is `
+      + `no longer in the folder (%agent undo ${view.undone_by} brings the changes back)`];
+  }
+  const history = (view.undo_history || []).filter((x) => x && typeof x === "object");
+  if (history.length) {
+    const last = history[history.length - 1];
+    return ["dim", `undone by run ${last.run_id}, which run ${last.undone_by} undid: this run's changes are back in the folder`];
+  }
+  return ["", ""];
+}
+
+function undoBannerEl(view) {
+  const [tone, sentence] = undoNote(view);
+  if (!sentence) return "";
+  const at = sentence.indexOf(": ");
+  const head = sentence.slice(0, at);
+  return h("div", { class: `nbv-banner nbv-${tone} nbv-undone`, "data-undone-by": view.undone_by || "" },
+    h("strong", { text: `↶ ${upperFirst(head)}` }), `: ${sentence.slice(at + 2)}`);
+}
+
+// a run that ended with failed or denied calls says so before its answer (as record.py outcome_warning)
+function outcomeWarningEl(view) {
+  if (view.status !== "completed_with_errors") return "";
+  const t = view.totals || {};
+  const failed = Number(t.failed || 0);
+  const refused = (view.effects || {}).refused;
+  const denied = Array.isArray(refused) ? refused.length : Number(t.denied || 0);
+  const what = [failed ? plural(failed, "tool call failed", "tool calls failed") : "",
+    denied ? plural(denied, "tool call was denied", "tool calls were denied") : ""].filter(Boolean);
+  const head = what.length ? what.join(" and ") : "the run recorded errors";
+  return h("div", { class: "nbv-banner nbv-warn nbv-outcome" }, h("strong", {
+    text: `⚠ ${upperFirst(head)}: the answer is the model's own account and may describe what did not happen; check Effects and Errors`,
+  }));
+}
+
 function headEl(view, status) {
   const meta = [["model", view.model], ["autonomy", view.autonomy], ["run", shortId(view.run_id)]];
   const cell = view.cell_label || (view.cell_id ? String(view.cell_id).slice(0, 8) : "");
   if (cell) meta.push(["cell", cell]);
+  const undoes = view.undoes && typeof view.undoes === "object" && view.undoes.run_id ? view.undoes : null;
+  if (undoes) meta.push(["undo of run", `${undoes.run_id}${undoes.to ? " and every later run" : ""}`]);
   return h("div", { class: "nbv-head" },
     h("span", { class: `nbv-badge nbv-${STATUS_TONE[status] || "dim"} nbv-status` },
       status === "running" ? h("span", { class: "nbv-pulse", "aria-hidden": "true" }) : `${STATUS_ICON[status] || ""} `,
@@ -788,7 +876,8 @@ function footEl(view, withRunId) {
 const FILE_CHANGE_TOOLS = new Set(["create_file", "write_file", "delete_file"]);
 export function undoHint(view) {
   const status = String(view.status || "running");
-  if (["running", "waiting"].includes(status) || !view.run_id) return "";
+  // undone already: its changes are not in the folder to undo (as nbagent/ui/record.py undo_hint)
+  if (["running", "waiting"].includes(status) || !view.run_id || view.undone_by) return "";
   const paths = new Set((view.steps || [])
     .filter((s) => s.kind === "tool" && FILE_CHANGE_TOOLS.has(s.tool) && s.status === "ok")
     .map((s) => String(s.target || (s.arguments || {}).path || s.call_id)));
@@ -813,8 +902,9 @@ export function renderView(el, view, options = {}) {
   const ctx = { open: options.open || new Map(), static: true, nominal: !!view.cost_nominal };
   const status = String(view.status || "running");
   const root = h("div", { class: `nbagent-live nbv-static nbv-status-${status}`, "data-run-id": view.run_id || null },
-    bannerEl(view), headEl(view, status), promptEl(view), staticPendingEl(view, status), staticStepsEl(ctx, view),
-    plansEl(ctx, view), answerEl(view), errorsEl(view), undoHintEl(view), footEl(view, true));
+    bannerEl(view), undoBannerEl(view), headEl(view, status), promptEl(view), staticPendingEl(view, status),
+    outcomeWarningEl(view), staticStepsEl(ctx, view), plansEl(ctx, view), effectsEl(view), answerEl(view),
+    errorsEl(view), undoHintEl(view), footEl(view, true));
   el.appendChild(root);
   return root;
 }
@@ -1090,7 +1180,7 @@ function render({ model, el }) {
     }
 
     drawPlans(view);
-    parts.answer.replaceChildren(answerEl(view));
+    parts.answer.replaceChildren(effectsEl(view), answerEl(view));
     parts.errors.replaceChildren(errorsEl(view));
     parts.foot.replaceChildren(footEl(view, false));
 
