@@ -341,8 +341,6 @@ def test_a_saved_notebook_converted_to_html_shows_a_denial_an_undo_and_a_conflic
     assert str(tmp_path) not in page
 
 
-@pytest.mark.xfail(strict=True, reason="host.py's cmd_undo must refresh the records of the runs a headless undo "
-                                       "put back (report.runs), as the panel's on_done does: see issue 24's report")
 def test_the_saved_record_of_an_undone_run_says_undone_by(tmp_path: Path) -> None:
     script(tmp_path, "two.json", [call("create_file", path="a.txt", content="a\n")], "Created a.txt")
     path = notebook(tmp_path, [
@@ -354,7 +352,7 @@ def test_the_saved_record_of_an_undone_run_says_undone_by(tmp_path: Path) -> Non
     assert nbagent_run(path).returncode == 0
     (out,) = [o for o in nbformat.read(path, as_version=4).cells[1].outputs if MIME in o.get("data", {})]
     assert out["data"][MIME]["undone_by"] and "↶ undone by run" in out["data"]["text/plain"]
-    assert "%agent undo" not in out["data"]["text/plain"]
+    assert "undoes this run's" not in out["data"]["text/plain"]  # no Undo hint (the banner names the undo run)
 
 
 # ---------------------------------------------------------------------------------------------- in a real kernel

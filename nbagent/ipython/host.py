@@ -856,6 +856,8 @@ class NotebookHost:
         except UndoError as exc:
             raise UsageError(f"%agent undo: {exc}") from None
         print(report.text())
+        if report.ok:
+            self._refresh_records(list(report.runs))  # their records say "undone by", as after the panel's undo
         if not report.ok:
             raise UsageError("%agent undo: refused; nothing was changed (add --force to restore anyway)"
                              if report.conflicts else
