@@ -241,6 +241,16 @@ def read_notebook(path: Path) -> Any:
         raise NotebookError(f"{path}: not a notebook nbagent can read: {first}") from None
 
 
+def _show_log_end(path: str, lines: int = 20) -> None:
+    """The last lines the kernel wrote to its log before it died: the one clue to why."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    for line in text.splitlines()[-lines:]:
+        print(f"kernel: {line}", file=sys.stderr)
+
+
 def cell_error_line(exc: Any) -> str:
     """What a failed cell says, as `nbagent run`'s "a cell failed:" quotes it: the error's own line (`ename:
     evalue`, the first line of the value), not the end of the traceback text (an argparse usage line, the row of
@@ -349,22 +359,30 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     # must be absolute: the kernel runs in the notebook's folder, the client wherever it was started.
     sockets = tempfile.mkdtemp(prefix="nbagent-kernel-")
     km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "kernel"))
-    client = _client_class()(nb, km=km, timeout=timeout, kernel_name=kernel_name,
+    # coalesce_streams: adjacent stream outputs become one, as JupyterLab saves them (a print split across
+    # messages by a busy machine reads the same)
+    client = _client_class()(nb, km=km, timeout=timeout, kernel_name=kernel_name, coalesce_streams=True,
                              resources={"metadata": {"path": str(nb_path.parent)}})
     client.store_path = store_path
     cell_error = None
-    try:
-        client.execute(env=kernel_env, cwd=str(nb_path.parent))
-    except CellExecutionError as exc:
-        cell_error = cell_error_line(exc)
-    except DeadKernelError as exc:
-        cell_error = f"the kernel died: {exc}"
-    finally:
-        if km.has_kernel:  # nbclient leaves a kernel it was given running
-            km.shutdown_kernel(now=False)
-        import shutil
+    # The kernel's own log (fd 2: tornado's and ipykernel's messages, e.g. a race at shutdown) goes to a file, as
+    # a Jupyter server keeps it out of the notebook: `nbagent run` says one line per failure, and shows the log's
+    # end only when the kernel died.
+    kernel_log_path = os.path.join(sockets, "kernel.log")
+    with open(kernel_log_path, "wb") as kernel_log:
+        try:
+            client.execute(env=kernel_env, cwd=str(nb_path.parent), stderr=kernel_log)
+        except CellExecutionError as exc:
+            cell_error = cell_error_line(exc)
+        except DeadKernelError as exc:
+            cell_error = f"the kernel died: {exc}"
+            _show_log_end(kernel_log_path)
+        finally:
+            if km.has_kernel:  # nbclient leaves a kernel it was given running
+                km.shutdown_kernel(now=False)
+            import shutil
 
-        shutil.rmtree(sockets, ignore_errors=True)
+            shutil.rmtree(sockets, ignore_errors=True)
     _insert_agent_cells(nb, store_path, before, execution)
     latest_records(nb)
     from .secrets import Redactor, env_secrets
