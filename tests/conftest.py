@@ -58,6 +58,7 @@ def _starts_kernels(item: pytest.Item) -> bool:
     function = getattr(item, "function", None)
     if function is None:
         return False
+    function = inspect.unwrap(getattr(getattr(function, "hypothesis", None), "inner_test", function))  # @given
     module = vars(inspect.getmodule(function) or object)
     fixtures = [getattr(module.get(name), "__wrapped__", module.get(name)) for name in item.fixturenames]
     todo = [function, *(f for f in fixtures if inspect.isfunction(f))]
