@@ -1,6 +1,7 @@
 """A real kernel driven like JupyterLab drives it: cell ids in execute_request metadata, widget clicks as the
-custom comm messages the run view's front end sends (`model.send`, DESIGN.md section 5; never a state sync, which
-ipywidgets' page holds back while a cell awaits), display updates applied the way a frontend applies them.
+custom comm messages the run view's front end sends (`model.send`, docs/architecture.md: a click is never lost
+while a cell awaits; never a state sync, which ipywidgets' page holds back while a cell awaits), display updates
+applied the way a frontend applies them.
 """
 
 from __future__ import annotations

@@ -361,5 +361,10 @@ def test_grants_in_the_cli_show_grants_and_revoke(tmp_path: Path) -> None:
 
 def test_a_grant_ending_on_another_day_shows_its_date(tmp_path: Path) -> None:
     # Was (attack h3b): a grant ending in 2125 was listed "active until 15:51", as if it ended today.
-    assert grants._hm("2125-03-01T15:51:00Z") == "2125-03-01 15:51"
-    assert grants._hm(grants.now().isoformat()) == grants.now().strftime("%H:%M")
+    def ending(ts: str) -> grants.Grant:
+        return grants.Grant(effect="allow", scope="session", tool="write_file", grant_id="g1", given_at=ts,
+                            expires_at=ts)
+
+    now = grants.now()
+    assert ending("2125-03-01T15:51:00Z").status(now) == "active until 2125-03-01 15:51"
+    assert ending(now.isoformat()).status(now) == "expired " + now.strftime("%H:%M")  # today: the time alone

@@ -21,7 +21,8 @@ def test_ruff_clean() -> None:
 
 
 def test_runtime_imports_no_ipython_widgets_or_litellm() -> None:
-    """The runtime imports no IPython or widget code, and litellm only when a model is called (DESIGN.md 2, 6)."""
+    """The runtime imports no IPython or widget code, and litellm only when a model is called (docs/architecture.md,
+    Layers)."""
     code = (
         "import sys, nbagent, nbagent.store, nbagent.state, nbagent.cli, nbagent.verify, nbagent.runtime, "
         "nbagent.llm, nbagent.models, nbagent.deciders, nbagent.policy, nbagent.replay; "

@@ -1,10 +1,13 @@
 """The shortcuts taken for the loop's speed and memory (issue 16) give exactly what the plain code gave.
 
-- `Agent._record` hands the store the payload it already dumped, redacted and validated: that dict is what
-  dumping the validated payload again gives, and the event returned is what parsing the written line gives.
+- The runtime hands the store the payload it already dumped, redacted and validated: that dict is what dumping
+  the validated payload again gives, and the event returned (and published) is what parsing the written line
+  gives.
 - `Redactor.redact` walks a structure in one function: the result is the plain recursion's, secrets included.
-- `Agent._tree_sums` sums what `TreeUsage.of` sums over a run tree with sub-agents.
-- The store's cache of parsed events is bounded by bytes as well as by count; reads past it parse from the file.
+- What a run tree with sub-agents has spent (`Agent.tree_usage`, what budgets are checked against) is what
+  `TreeUsage.of` sums over its runs' states, and a sub-agent's spending counts against its root's budget.
+- When the store's cache of parsed events is full (bounded by bytes), reads past it parse from the file and give
+  what was kept while appending (the cache's bound itself: tests/test_store_reopen.py).
 - `EventTable.chain_len` is the number of events `docs_for_chain` returns, also after a damaged line.
 
 Never timed here: the speed itself is measured by bench/runtime_bench.py.
@@ -22,8 +25,9 @@ from hypothesis import strategies as st
 
 from nbagent.deciders import PolicyDecider, Verdict
 from nbagent.events import PAYLOADS, parse_event
-from nbagent.policy import TreeUsage
+from nbagent.policy import Budget, TreeUsage
 from nbagent.secrets import REDACTED, Redactor, secret_key
+from nbagent.state import RunStatus
 from nbagent.store import Store
 from nbagent.store.eventlog import EventLog
 
@@ -114,27 +118,41 @@ def test_redact_walks_as_the_plain_recursion_did(tree: Any) -> None:
                                                                                     default=repr)
 
 
-def test_tree_sums_are_tree_totals(tmp_path: Path) -> None:
+def _tree_states(store: Store, root: str) -> list[Any]:
+    states, todo = [], [root]
+    while todo:
+        state = store.run_state(todo.pop())
+        states.append(state)
+        todo.extend(state.children)
+    return states
+
+
+def test_a_trees_usage_sums_its_runs_and_budgets_count_the_whole_tree(tmp_path: Path) -> None:
     a, result = _varied_runs(tmp_path)
     root = result.run_id
-    totals = a._tree_totals(root)
-    for have in (a.store.run_state(root), a.store.run_state(result.children[0])):
-        tokens, cost, model_calls, tool_steps = a._tree_sums(root, have)
-        assert (tokens, cost, model_calls, tool_steps) == (totals.tokens, totals.cost, totals.model_calls,
-                                                           totals.tool_steps)
-    assert isinstance(totals, TreeUsage) and totals.model_calls >= 2 and totals.tool_steps >= 2
+    totals = TreeUsage.of(_tree_states(a.store, root))
+    assert a.tree_usage(root) == totals == a.tree_usage(result.children[0])
+    assert totals.model_calls >= 2 and totals.tool_steps >= 2 and set(totals.runs) == {root, *result.children}
+    # the parent makes 2 model calls before its answer, its sub-agent 2: the tree's 4th call is the last allowed
+    CALLS.clear()
+    b = agent(tmp_path, turns([call("spawn_agent", prompt="add 2 and 3", tools=["add"])], [call("add", a=2, b=3)],
+                              "the sum is 5", [call("read_file", path="a.csv")], "never reached"),
+              decider=PolicyDecider("all"), budget=Budget(max_model_calls=4))
+    stopped = run(b)
+    assert stopped.status == RunStatus.COMPLETED_WITH_ERRORS
+    denial = next(e for e in b.store.run_events(stopped.run_id) if e.type == "authorization_denied").payload
+    assert denial.rule == "budget.max_model_calls"
+    usage = b.tree_usage(stopped.run_id)
+    assert usage.model_calls == 4 and usage.runs[stopped.run_id]["model_calls"] == 2
 
 
-def test_the_parse_cache_is_bounded_by_bytes(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(EventLog, "KEEP_BYTES", 4096)
+def test_reads_past_a_full_parse_cache_give_what_was_kept(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(EventLog, "KEEP_BYTES", 4096)  # a few events: most of the run's are read from the file
     CALLS.clear()
     a = agent(tmp_path, turns(*[[call("read_file", path=f"f{i}.txt")] for i in range(30)], "done"),
               decider=PolicyDecider("all"))
     result = run(a)
-    log = a.store._log
-    held = sum(log._ends[i] - log._starts[i] for i in log._cache)
-    assert held == log._cache_bytes and (held <= 4096 or len(log._cache) == 1)
-    assert len(log._cache) < log.count()
+    assert result.status == RunStatus.COMPLETED and len(a.store.raw_events(result.run_id)) > 60
     # every event can still be read, and a fresh fold from the file is the state kept while appending
     fresh = Store(a.store.path, readonly=True)
     assert fresh.run_state(result.run_id).model_dump() == a.store.run_state(result.run_id).model_dump()

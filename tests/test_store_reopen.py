@@ -1,20 +1,24 @@
-"""The event log's lazy index (store/eventlog.py) and the store's held write lock (store/store.py `_HeldLock`).
+"""The event log's lazy index and the store's held write lock (nbagent/store/), through the store's public face.
 
-A reopened store reads exactly what was written, chain by chain, without parsing every line up front; lines
-that are not canonical JSON are still read; a line damaged inside is skipped with a warning when read (and
-`verify` reports it, as it reads the file itself); parsed events kept in memory are bounded. The write lock is
-one descriptor held open: it still excludes other store objects and processes, also after the lock file was
-deleted, and a forked child does not inherit its parent's hold. The durability setting fsyncs where it says.
+A reopened store reads exactly what was written, chain by chain, without parsing every line up front (a query on
+type and time never reads a line that cannot match: a damaged one there goes unnoticed); lines that are not
+canonical JSON are still read; a line damaged inside is skipped with a warning when read (and `verify` reports
+it, as it reads the file itself); the memory that parsed events hold is bounded (measured with tracemalloc). The
+write lock still excludes other store objects and processes, also after the lock file was deleted, and a forked
+child does not inherit its parent's hold. The durability setting fsyncs the log where it says (the fsyncs seen
+on the log file's descriptor, and the event last written when each came).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+import nbagent.store.store as store_module
 from nbagent.events import Completed, LlmCalled, Thinking, ToolCallCompleted, ToolCallStarted
 from nbagent.store import Store, StoreError
 from nbagent.store.eventlog import EventLog
@@ -74,10 +78,24 @@ def test_queries_on_type_and_time_read_only_what_can_match_and_answer_as_a_scan(
     ]:
         assert [d["id"] for d in again.events.search(cond)] == [r["id"] for r in expect]
         assert again.events.count(cond) == len(expect)
-    candidates = again._log.candidates(((q.type == "completed") & (q.ts >= middle))._hash)
-    assert candidates is not None and len(candidates) < len(written)
     assert [e.id for e in again.query_events(types=["completed"], since=middle)] == \
         [r["id"] for r in written if r["type"] == "completed" and r["ts"] >= middle]
+    assert again.warnings == []
+    # Only what can match is read: a tool call's line damaged inside goes unnoticed by a query for completions,
+    # and is found (skipped, with a warning) by the first query that reads it.
+    raw = store.events_path.read_bytes().split(b"\n")
+    damaged = next(i for i, r in enumerate(written) if r["type"] == "tool_call_started" and r["ts"] >= middle)
+    raw[damaged] = raw[damaged].replace(b'"arguments":{', b'"arguments":{{', 1)
+    store.events_path.write_bytes(b"\n".join(raw))
+    lazy = Store(store.path, readonly=True)
+    assert [e.id for e in lazy.query_events(types=["completed"], since=middle)] == \
+        [r["id"] for r in written if r["type"] == "completed" and r["ts"] >= middle]
+    assert [d["id"] for d in lazy.events.search((q.type == "completed") & (q.ts >= middle))] == \
+        [r["id"] for r in written if r["type"] == "completed" and r["ts"] >= middle]
+    assert lazy.warnings == []
+    assert len(lazy.query_events(types="tool_call_started", since=middle)) == \
+        len([r for r in written if r["type"] == "tool_call_started" and r["ts"] >= middle]) - 1
+    assert any("not a valid event" in w for w in lazy.warnings)
 
 
 def test_appends_continue_the_chains_of_a_reopened_log(tmp_path: Path) -> None:
@@ -115,19 +133,43 @@ def test_a_line_damaged_inside_is_skipped_when_read_and_verify_reports_it(tmp_pa
     assert not report.ok
 
 
-def test_parsed_events_kept_in_memory_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(EventLog, "KEEP", 10)
-    store, ids = filled(tmp_path, runs=2, per_run=30)
+@pytest.mark.parametrize(("runs", "per_run", "text", "keep"), [(2, 300, "small", 10), (1, 60, "x" * 100_000, None)])
+def test_parsed_events_kept_in_memory_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: int,
+                                                  per_run: int, text: str, keep: int | None) -> None:
+    """After every event was read, the store holds a small part of what it parsed (and still gives every event):
+    past its count of events kept (EventLog.KEEP, made 10 here) or its bytes (EventLog.KEEP_BYTES, as shipped)."""
+    if keep is not None:
+        monkeypatch.setattr(EventLog, "KEEP", keep)
+    store = Store(tmp_path / "nb.ipynb")
+    ids = [store.create_run(store.session().id, "p").id for _ in range(runs)]
+    for run_id in ids:
+        for i in range(per_run):
+            store.append(Thinking(text=f"{i} {text}"), run_id=run_id)
+    store.close()
     again = Store(store.path, readonly=True)
-    assert len(again.raw_events(ids[0])) == 32 and len(again.query_events()) == 66
-    assert len(again._log._cache) <= 10
+    assert again.run_ids() == ids  # the log indexed
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        parsed = sum(len(json.dumps(e)) for run_id in ids for e in again.raw_events(run_id))
+        assert len(again.query_events()) == runs * (per_run + 1) + 1
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert parsed > runs * per_run * len(text) and held < parsed / 4, (held, parsed)
 
 
-def test_the_write_lock_excludes_another_store_even_after_the_lock_file_was_deleted(tmp_path: Path) -> None:
+@pytest.fixture
+def short_lock_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores made from here on wait 0.2 s for the write lock, not LOCK_TIMEOUT_S."""
+    monkeypatch.setattr(store_module, "LOCK_TIMEOUT_S", 0.2)
+
+
+def test_the_write_lock_excludes_another_store_even_after_the_lock_file_was_deleted(
+        tmp_path: Path, short_lock_wait: None) -> None:
     a, ids = filled(tmp_path, runs=1, per_run=1)
     b = Store(a.path)
     (a.path / "lock").unlink()  # what the timeout message suggests when no kernel uses the notebook
-    a._flock.timeout = b._flock.timeout = 0.2
     with b.locked(), pytest.raises(StoreError, match="held the store's lock"):
         a.append(Thinking(text="blocked"), run_id=ids[0])
     a.append(Thinking(text="free again"), run_id=ids[0])
@@ -136,9 +178,8 @@ def test_the_write_lock_excludes_another_store_even_after_the_lock_file_was_dele
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
-def test_a_forked_child_does_not_share_its_parents_hold(tmp_path: Path) -> None:
+def test_a_forked_child_does_not_share_its_parents_hold(tmp_path: Path, short_lock_wait: None) -> None:
     store, ids = filled(tmp_path, runs=1, per_run=1)
-    store._flock.timeout = 0.2
     with store.locked():
         pid = os.fork()
         if pid == 0:  # the child: the parent holds the lock, so this must time out
@@ -165,23 +206,17 @@ def test_durability_fsyncs_at_checkpoints_steps_or_every_event(tmp_path: Path, m
                                                               durability: str, synced: list[str]) -> None:
     store = Store(tmp_path / "nb.ipynb", durability=durability)
     run = store.create_run(store.session().id, "p")
-    appended: list[str] = []
     fsynced: list[str] = []
     real = os.fsync
+    log = os.stat(store.events_path)
 
     def fsync(fd: int) -> None:
-        if fd == store._log._fd:  # the log's, not the runs table's (rewritten at checkpoints)
-            fsynced.append(appended[-1])
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == (log.st_dev, log.st_ino):  # the log's, not the runs table's (checkpoints)
+            fsynced.append(lines(store)[-1]["type"])  # what was last written when it came
         real(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    original = store._log.append
-
-    def append(record: dict, *, sync: bool) -> dict:
-        appended.append(record["type"])
-        return original(record, sync=sync)
-
-    monkeypatch.setattr(store._log, "append", append)
     store.append(ToolCallStarted(call_id="c", tool="noop", arguments={}), run_id=run.id)
     store.append(ToolCallCompleted(call_id="c", tool="noop", result="ok"), run_id=run.id)
     store.append(LlmCalled(model="m"), run_id=run.id)
