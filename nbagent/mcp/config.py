@@ -94,7 +94,13 @@ class Loaded(BaseModel):
 
 def parse(data: Any, source: str, loaded: Loaded | None = None, file: str | None = None) -> Loaded:
     """Add the servers of one `{"mcpServers": {...}}` document to `loaded`; a bad entry is a problem line.
-    `file`: the file the document was read from (its servers then need a person's trust in a notebook)."""
+
+    Args:
+        data: the parsed JSON document.
+        source: where it came from, as the problem lines name it.
+        loaded: what earlier sources gave (added to, and returned); None starts afresh.
+        file: the file the document was read from (its servers then need a person's trust in a notebook).
+    """
     loaded = loaded or Loaded()
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", data.get("servers")), dict):
         loaded.problems.append(f"MCP config {source}: expected a JSON object with an \"mcpServers\" object")
@@ -118,7 +124,14 @@ def parse(data: Any, source: str, loaded: Loaded | None = None, file: str | None
 
 def read(source: str | Path | dict[str, Any], folder: Path | None = None, loaded: Loaded | None = None,
          label: str | None = None) -> Loaded:
-    """Read one source: a dict, inline JSON text (starting with `{`), or a file (relative to `folder`)."""
+    """Read one source: a dict, inline JSON text (starting with `{`), or a file (relative to `folder`).
+
+    Args:
+        source: the dict, the JSON text or the file's path.
+        folder: where a relative path is read from; also kept as the config's folder when it has none yet.
+        loaded: what earlier sources gave (added to, and returned); None starts afresh.
+        label: how problem lines name a dict or inline JSON (a file is named by its path).
+    """
     loaded = loaded or Loaded()
     if folder is not None and loaded.folder is None:
         loaded.folder = str(folder)
@@ -151,7 +164,11 @@ def read(source: str | Path | dict[str, Any], folder: Path | None = None, loaded
 
 
 def load_config(path: str | Path) -> dict[str, ServerConfig]:
-    """The servers of one file; raises MCPConfigError (one line per problem) when anything is wrong."""
+    """The servers of one file; raises MCPConfigError (one line per problem) when anything is wrong.
+
+    Args:
+        path: the config file (`{"mcpServers": {...}}`).
+    """
     loaded = read(path)
     if loaded.problems:
         raise MCPConfigError("\n".join(loaded.problems))

@@ -97,7 +97,13 @@ class Toolset(BaseModel):
 
 def toolset(loaded: Loaded, folder: Path | None = None, taken: Iterable[str] = ()) -> Toolset:
     """Start every enabled server (in parallel, each bounded by its timeout) and make its tools. `taken` names
-    tools that exist already: an MCP tool of the same name is left out, with a line saying so."""
+    tools that exist already: an MCP tool of the same name is left out, with a line saying so.
+
+    Args:
+        loaded: the servers read (`read`, `notebook_config`), and the problems found reading them.
+        folder: the notebook's folder: servers' relative `cwd` and the files they run are judged from it.
+        taken: names of the tools an MCP tool may not take.
+    """
     out = Toolset(problems=list(loaded.problems))
     try:
         from mcp import Client  # noqa: F401  (the client of mcp 2.x)
@@ -163,7 +169,14 @@ def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = Non
     Each problem (a file that is not JSON, a server that does not start, a name collision) is one line given to
     `on_problem` (default: printed to stderr); the tools that could be made are returned either way. The servers
     start without the trust step a notebook asks for (`notebook_toolset`): naming a file here is the caller's own
-    choice, so read a file that came with someone else's repository before passing it."""
+    choice, so read a file that came with someone else's repository before passing it.
+
+    Args:
+        sources: configs read in order (a later entry replaces an earlier one of the same name): a file's path, a
+            JSON text starting with `{`, or a dict, each `{"mcpServers": {...}}`.
+        folder: where relative file names and a server's relative `cwd` are read from; default the current folder.
+        on_problem: called with each problem line (redacted); default prints it to stderr.
+    """
     base = Path(folder) if folder is not None else Path.cwd()
     loaded = Loaded()
     for s in sources:
@@ -180,7 +193,12 @@ def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = Non
 
 def notebook_config(folder: Path, setting: str | None = None) -> Loaded:
     """What a notebook configures: `mcp.json` beside it, then the `mcp` setting (a file or inline JSON: the cell's
-    `--mcp`, `%agent config mcp=`, `NbAgent.mcp`, `NBAGENT_MCP`), whose servers replace those of the same name."""
+    `--mcp`, `%agent config mcp=`, `NbAgent.mcp`, `NBAGENT_MCP`), whose servers replace those of the same name.
+
+    Args:
+        folder: the notebook's folder, where `mcp.json` is looked for and relative names are read from.
+        setting: the `mcp` setting (a file's name or inline JSON), or None.
+    """
     loaded = Loaded(folder=str(folder))
     beside = folder / "mcp.json"
     if beside.exists():
@@ -194,7 +212,13 @@ def notebook_toolset(folder: Path, setting: str | None = None, taken: Iterable[s
                      trusted: Callable[[Entry], bool] | None = None) -> Toolset:
     """The tools of what a notebook configures (`notebook_config`). A server whose entry came from a file (a
     cloned repository's mcp.json) starts only when `trusted(entry)` says a person trusted that very entry; the
-    others are left out, listed in `untrusted`, and nothing of theirs runs. Inline JSON is the person's own words."""
+    others are left out, listed in `untrusted`, and nothing of theirs runs. Inline JSON is the person's own words.
+
+    Args:
+        folder, setting: as for `notebook_config`.
+        taken: as for `toolset`.
+        trusted: whether a person trusted this entry (nbagent/ipython/trust.py asks the log); None trusts all.
+    """
     loaded = notebook_config(folder, setting)
     held = [e for e in needs_trust(loaded, folder) if trusted is None or not trusted(e)]
     for entry in held:

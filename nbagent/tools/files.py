@@ -457,7 +457,14 @@ class FileTools(SearchContent):
 
 
 def file_tools(scope: Scope | str | Path, blobs: BlobStore | None = None) -> list[Tool]:
-    """The seven file tools for a folder (or a configured `Scope`); with `blobs`, their writes can be undone."""
+    """The seven file tools for a folder (or a configured `Scope`); with `blobs`, their writes can be undone.
+
+    Args:
+        scope: the folder the tools may reach (relative paths are read from it too), or a `Scope` with its root,
+            base, exclusions and size limits.
+        blobs: where each write and delete saves the content before and after (for `nbagent undo`); None saves
+            nothing, and the change cannot be undone.
+    """
     return FileTools(scope, blobs).tools()
 
 
