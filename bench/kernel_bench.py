@@ -529,14 +529,14 @@ def runs_part(root: Path, reps: int, profile: bool) -> dict[str, Any]:
 LAYER = [
     ("%%agent cell: host run_cell, all of it", "nbagent/ipython/host.py", "run_cell"),
     ("  runtime Agent.run (the plain runtime's work)", "nbagent/runtime.py", "run"),
-    ("  NotebookHost.make_agent (tools, Agent; plain has it too)", "nbagent/ipython/host.py", "make_agent"),
+    ("  NotebookHost.make_agent (tools, Agent; plain has it too)", "nbagent/ipython/agent_cell.py", "make_agent"),
     ("  LiveDisplay.__init__ (RunView comm_open, display)", "nbagent/ipython/live.py", "__init__"),
     ("  LiveDisplay.on_bus (each event and token)", "nbagent/ipython/live.py", "on_bus"),
     ("  LiveDisplay._rebuild (view state from the store)", "nbagent/ipython/live.py", "_rebuild"),
     ("  RunView._sync (trait sync -> comm_msg)", "nbagent/ui/widget.py", "_sync"),
     ("  LiveDisplay.finish (last view, record, update_display)", "nbagent/ipython/live.py", "finish"),
     ("    RunRecord._repr_mimebundle_ (the static record)", "nbagent/ui/record.py", "_repr_mimebundle_"),
-    ("  NotebookHost._refresh_superseded", "nbagent/ipython/host.py", "_refresh_superseded"),
+    ("  NotebookHost._refresh_superseded", "nbagent/ipython/notes.py", "_refresh_superseded"),
     ("Session.send (every message the kernel sends)", "jupyter_client/session.py", "send"),
 ]
 JUPYTER_FILES = r"nbagent/ipython/|nbagent/ui/|ipykernel/|/comm/|jupyter_client/|anywidget/|ipywidgets/|traitlets/"

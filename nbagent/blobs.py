@@ -141,3 +141,6 @@ class BlobStore:
         if hashlib.sha256(data).hexdigest() != sha:
             raise BlobError(f"the saved content {sha[:12]}… in {self.folder} was altered since it was saved")
         return data
+
+
+__all__ = ["BlobError", "BlobStore"]

@@ -39,6 +39,9 @@ from .ui.record import NOMINAL_NOTE
 from .ui.viewstate import cell_labels, is_file_fact, is_nominal
 from .verify import verify_store
 
+__all__ = ["READS", "WHO_WRITES", "WRITES", "build_parser", "locate", "main", "render_timeline", "short_ids",
+           "stores_below", "table"]
+
 # which commands write, said once for --help, the module's docstring and docs/cli.md (tests/test_cli.py checks all)
 READS = ("runs", "show", "verify", "grants")
 WRITES = {"run": "the executed notebook, the notebook's log, and the files its approved plans change",
@@ -48,6 +51,8 @@ WHO_WRITES = (f"{', '.join(READS[:-1])} and {READS[-1]} only read (they open the
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `nbagent` command's argument parser: one sub-command per command, each with its `func` set (`main` calls
+    it with the parsed arguments). Its help is what `nbagent --help` prints."""
     parser = argparse.ArgumentParser(
         prog="nbagent",
         description=f"nbagent: a Jupyter-native LLM agent, from the command line. {WHO_WRITES}",
@@ -126,6 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `nbagent` command (the console script's entry point) and return its exit code.
+
+    Args:
+        argv: the command's words without the program name (e.g. ``["runs", "analysis.ipynb"]``); None reads
+            ``sys.argv[1:]``, as the console script does.
+
+    Returns:
+        0 ok; 1 when `verify` found a problem or a notebook's run or an undo did not succeed; 2 for bad input (a
+        usage error, not a store, no such run, a newer format, not a notebook). A usage error exits through
+        argparse (`SystemExit(2)`), as a console script does.
+    """
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
@@ -149,7 +165,14 @@ def _is_store(folder: Path) -> bool:
 
 
 def stores_below(folder: Path, *, max_depth: int = MAX_DEPTH, max_dirs: int = MAX_DIRS) -> tuple[list[Path], bool]:
-    """The stores in `folder` and its subfolders, sorted; True when the search stopped at a bound."""
+    """The stores in `folder` and its subfolders, sorted; True when the search stopped at a bound.
+
+    Args:
+        folder: where to start; links to folders are never followed, and hidden folders, SKIP_DIRS and
+            ``*.egg-info`` are not searched.
+        max_depth: how many levels below `folder` are searched.
+        max_dirs: how many folders are looked at in all.
+    """
     found: list[Path] = []
     cut = False
     base = len(folder.parts)
@@ -174,7 +197,14 @@ def stores_below(folder: Path, *, max_depth: int = MAX_DEPTH, max_dirs: int = MA
 
 
 def locate(path: str | None) -> list[Path]:
-    """The stores PATH means: a notebook's or a store's own, or every store in a folder and below it."""
+    """The stores PATH means: a notebook's or a store's own, or every store in a folder and below it.
+
+    Args:
+        path: a notebook, a store folder (NAME.nbagent) or a folder; None is the current folder.
+
+    Raises:
+        StoreError: no store there (or below a folder); `main` makes it one line and exit code 2.
+    """
     folder = Path.cwd() if path is None else Path(path)
     if path is not None and (not folder.is_dir() or _is_store(folder)):
         return find_stores(path)
@@ -203,7 +233,12 @@ def _warn(store: Store) -> None:
 
 
 def short_ids(ids: list[str], minimum: int = 12) -> dict[str, str]:
-    """Shortest prefix of each id (at least `minimum` chars) that no other id shares."""
+    """Shortest prefix of each id (at least `minimum` chars) that no other id shares.
+
+    Args:
+        ids: the ids to shorten, all of them (a prefix is unique among these).
+        minimum: the fewest characters a short id keeps.
+    """
     out = {}
     for i in ids:
         n = minimum
@@ -214,6 +249,12 @@ def short_ids(ids: list[str], minimum: int = 12) -> dict[str, str]:
 
 
 def table(rows: list[list[str]], right: set[int]) -> str:
+    """Rows as aligned plain-text columns (the first row is the header), two spaces apart.
+
+    Args:
+        rows: the cells, every row as long as the first.
+        right: the indexes of the columns aligned right (numbers).
+    """
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = []
     for r in rows:
@@ -290,6 +331,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def render_timeline(state: RunState, events: list[EventBase], log_path: Path) -> str:
+    """One run as `nbagent show` prints it: a header, one line per event (indented under its parent), totals.
+
+    Args:
+        state: the run's state (`Store.run_state`).
+        events: the run's events in order (`Store.run_events`).
+        log_path: the store the run is in, named on the last line.
+    """
     head = [
         f"run {state.run_id}  status {state.status.value}",
         f"  model {state.model or '-'} · autonomy {state.autonomy.value} · cell {state.cell_id or '-'}"

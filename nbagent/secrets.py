@@ -430,3 +430,6 @@ class StreamRedactor:
         if keep > 0:  # final text well before the emitted point is not needed any more
             self._buf = self._buf[keep:]
             self._origin += keep
+
+
+__all__ = ["REDACTED", "Redactor", "StreamRedactor", "apply", "env_secrets", "remember", "secret_key", "url_secrets"]

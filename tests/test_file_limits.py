@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nbagent.scope import Scope
-from nbagent.tools import files
+from nbagent.tools import file_search, files
 from nbagent.tools.base import ToolError
 from nbagent.tools.files import FileTools
 
@@ -203,9 +203,9 @@ def test_a_whole_read_cut_inside_a_line_says_how_to_read_on(tmp_path: Path) -> N
 
 
 def test_search_is_bounded_per_line_file_and_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(files, "MAX_LINE_BYTES", 100)
-    monkeypatch.setattr(files, "MAX_SEARCH_FILE_BYTES", 1000)
-    monkeypatch.setattr(files, "MAX_SEARCH_BYTES", 1500)
+    monkeypatch.setattr(file_search, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(file_search, "MAX_SEARCH_FILE_BYTES", 1000)
+    monkeypatch.setattr(file_search, "MAX_SEARCH_BYTES", 1500)
     (tmp_path / "a_long.txt").write_text("z" * 150 + "needle\n" + "needle here\n")  # 169 bytes
     (tmp_path / "b_big.txt").write_text("".join(f"row {i:05d}\n" for i in range(300)))  # 3,000 bytes
     (tmp_path / "c_more.txt").write_text("needle\n" + "filler line\n" * 42)  # 511 bytes
@@ -222,8 +222,8 @@ def test_search_is_bounded_per_line_file_and_search(tmp_path: Path, monkeypatch:
     assert out["truncated"] == ("stopped after reading 1,500 bytes (the limit of one search); narrow the path or "
                                 "the glob")
     assert out["files_searched"] == 3
-    monkeypatch.setattr(files, "MAX_SEARCH_BYTES", 10**9)
-    monkeypatch.setattr(files, "MAX_SEARCH_FILES", 2)
+    monkeypatch.setattr(file_search, "MAX_SEARCH_BYTES", 10**9)
+    monkeypatch.setattr(file_search, "MAX_SEARCH_FILES", 2)
     capped = ft.search_content("needle")
     assert capped["files_searched"] == 2 and capped["truncated"].startswith("stopped after searching 2 files")
     assert len(ft.search_content("row", max_matches=10**6)["matches"]) == 100  # 1,000-byte cap: 100 rows

@@ -1,4 +1,4 @@
-"""MCP servers' tools as ordinary tools (nbagent/mcp.py, docs/mcp.md).
+"""MCP servers' tools as ordinary tools (nbagent/mcp/, docs/mcp.md).
 
 Real servers not written here: mcp-server-time and mcp-server-git from PyPI (the `test` extras). A broken server
 of our own (tests/fixtures/mcp_broken_server.py) crashes, hangs and sends garbage. Everything runs offline with

@@ -300,7 +300,7 @@ def test_the_digest_reads_what_the_entry_runs_inside_the_folder_only(tmp_path: P
     os.mkfifo(root / "srv" / "conf.toml")
     changed = mcp.entry_digest(cfg, root)
     assert changed != with_script and mcp.entry_part(changed) == bare
-    monkeypatch.setattr(mcp, "MAX_HASHED", 2)  # a file larger than this counts by its size and time of change
+    monkeypatch.setattr(mcp.trust, "MAX_HASHED", 2)  # a file larger than this counts by its size and time of change
     os.utime(root / "srv" / "run.sh", ns=(10**18, 10**18))
     big = mcp.entry_digest(cfg, root)
     (root / "srv" / "run.sh").write_text("owt")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["MIN_IPYKERNEL", "ipykernel_problem", "load_ipython_extension", "unload_ipython_extension"]
+
 MIN_IPYKERNEL = (7, 4)
 
 

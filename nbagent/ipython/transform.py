@@ -1,7 +1,8 @@
 """Turning `%%agent` cells (and `%agent` lines) into top-level awaits.
 
-A magic's body cannot be awaited, and a synchronous wait never sees a widget click (DESIGN.md section 5). So
-before IPython's own cell-magic handling, an input transformer rewrites
+A magic's body cannot be awaited, and a synchronous wait never sees a widget click (docs/architecture.md,
+"Guarantees, and where each is held": a click is never lost while a cell awaits). So before IPython's own
+cell-magic handling, an input transformer rewrites
 
     %%agent --model m            ->    await __import__("nbagent.ipython.host", fromlist=["_"]).run_cell(
     Load sales.csv ...                     '--model m', 'Load sales.csv ...')

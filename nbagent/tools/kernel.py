@@ -344,4 +344,14 @@ class KernelTools:
 
 
 def kernel_tools(namespace: MutableMapping[str, Any], *, run_timeout: float = 60.0) -> list[Tool]:
+    """The three kernel tools (list_variables, inspect_variable, run_python) over one namespace.
+
+    Args:
+        namespace: the variables the agent sees and `run_python` runs in (the `%%agent` magic passes the kernel's
+            `user_ns`); names starting with `_` are not listed.
+        run_timeout: seconds a `run_python` call may run before `TimeoutError` is raised in its thread.
+    """
     return KernelTools(namespace, run_timeout=run_timeout).tools()
+
+
+__all__ = ["KernelTools", "kernel_tools", "summarize"]

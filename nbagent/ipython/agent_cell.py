@@ -1,0 +1,204 @@
+"""The `%%agent` cell path: reading the cell, starting its run, and driving a run with a live view in a cell.
+
+Split from host.py so that what happens when a `%%agent` cell runs reads in one place: the cell's options and
+`{references}` become a prompt and context (`run_cell`), the run is started or forked from the cell's last run
+(`start_run`), the agent is built with the notebook's tools and the cell's decider (`make_agent`,
+`decider_for`), and `drive` shows the live view, leaves the static record whatever happens, and fails the cell
+of a headless kernel that would wait forever for a decision. `NotebookHost` (host.py) has these as methods:
+`CellPath` is one of its bases, and uses the host's state (store, settings, tools, display ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..deciders import Decider, InteractiveDecider, PolicyDecider, RecordedDecider
+from ..policy import Budget
+from ..runtime import Agent as RuntimeAgent
+from ..runtime import RunResult
+from ..state import RunStatus
+from .live import LiveDisplay
+from .notes import ContinuationNote, InterruptNote, show_notes
+from .options import UsageError, cell_parser, parse
+
+if TYPE_CHECKING:
+    from .host import NotebookHost
+
+HEADLESS_MESSAGE = (
+    "nbagent: run {run_id} needs a decision ({what}), but nobody can answer here: no run view was shown by a "
+    "front end, so this looks like a headless kernel (nbconvert, papermill). Set NBAGENT_APPROVE=all|none|low "
+    "for the kernel, pass --approve to the cell, or use `nbagent run NOTEBOOK --approve ...`. The run is saved "
+    "as waiting: %agent resume {run_id} continues it."
+)
+
+
+class HeadlessDecisionError(RuntimeError):
+    """A run needs a person and none is there: fail the cell now rather than wait forever."""
+
+
+class KernelDecider(InteractiveDecider):
+    """Waits for a click, but only when a front end has shown that someone can click (see `someone_can_answer`)."""
+
+    def __init__(self, host: NotebookHost) -> None:
+        super().__init__()
+        self.host = host
+
+    async def _wait(self, request_id: str, request: Any) -> object | None:
+        if not await self.host.someone_can_answer():
+            self.host.unanswerable = request
+            return None
+        return await super()._wait(request_id, request)
+
+
+
+class CellPath:
+    """The `%%agent` part of `NotebookHost` (a base class of it; see the module's docstring)."""
+
+    async def run_cell(self, line: str, body: str) -> None:
+        args = parse(cell_parser(), self.shell.var_expand(line) if hasattr(self.shell, "var_expand") else line)
+        if args.help:
+            print(cell_parser().format_help())
+            return
+        prompt = body.strip()
+        if not prompt:
+            raise UsageError("%%agent: the cell has no request; write it below the %%agent line")
+        from .references import Notebook, context_message, expand_all, notebook_message, too_big_notes
+
+        notebook = Notebook.of(self.shell, self.outputs, self.last_error)  # {In[n]}, {Out[n]}, {Err}
+        prompt, names, refs = expand_all(prompt, self.shell.user_ns, notebook)
+        context = [m for m in [context_message(names, self.shell.user_ns), notebook_message(refs, notebook)] if m]
+        show_notes(too_big_notes(refs, notebook))  # information, not an error: a display, not stderr
+        await self.start_run(args, prompt, context)
+
+    async def start_run(self, args: Any, prompt: str, context: list[dict[str, Any]]) -> None:
+        self.parameters.check()  # a bad papermill value fails here, in one line
+        cfg = {k: v for k, (v, _) in self.settings(args).items()}
+        store = self.store
+        session = store.session(cfg["session"], notebook=self.notebook.name)
+        cell_id = self.cell_id()
+        previous: Any = "auto"
+        fork_of = None
+        cell_runs = [r for r in store.list_runs(session.id) if cell_id and r.cell_id == cell_id
+                     and r.parent_run_id is None]
+        if args.new:
+            previous = None
+        elif cell_runs and cell_runs[-1].status != RunStatus.SUPERSEDED:
+            fork_of = cell_runs[-1].id  # re-running a cell: start from before its last run
+        replay = None
+        if args.replay is not None:
+            if args.replay:
+                replay = store.resolve_run(args.replay)
+            elif cell_runs:
+                replay = cell_runs[-1].id
+            else:
+                raise UsageError("%%agent --replay: this cell has no recorded run; name one: --replay RUN")
+        options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
+        if cfg.get("mcp") and not str(cfg["mcp"]).lstrip().startswith("{"):
+            options["mcp"] = cfg["mcp"]  # a file's name, so a resume finds the same servers (never inline JSON:
+            # its headers may hold tokens, and the log keeps what it is given)
+        if os.environ.get("NBAGENT_EXECUTION"):  # `nbagent run` counts only the runs its own kernel made
+            options["execution"] = os.environ["NBAGENT_EXECUTION"]
+        if cfg["script"]:
+            options["script"] = str(self._path(cfg["script"]))
+        agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay,
+                                recorded_from=cell_runs[-1].id if cell_runs else None, cell_mcp=args.mcp)
+        from .references import for_model
+
+        # images: parts for a model that takes them (a replay: as the recorded run's model did), else described
+        context, notes = for_model(context, store.run_state(replay).model if replay else agent.model)
+        show_notes(notes)
+        tools = [t.strip() for t in args.tools.split(",")] if args.tools else None
+        await self.drive(agent, lambda: agent.run(prompt, previous_run_id=previous, fork_of=fork_of,
+                                                  cell_id=cell_id, tools=tools, options=options,
+                                                  context=context))
+
+    def make_agent(self, cfg: dict[str, Any], *, session_name: str, replay: str | None = None,
+                   recorded_from: str | None = None, cell_mcp: str | None = None) -> RuntimeAgent:
+        decider = self.decider_for(cfg.get("approve") or "", recorded_from)
+        script = self._path(cfg["script"]) if cfg.get("script") and not replay else None
+        model = cfg.get("model") or None
+        if replay is None and script is None and not model:
+            from ..models.detect import NO_MODEL, detect
+
+            found = detect()
+            if found is None:
+                raise UsageError("%%agent: " + NO_MODEL)
+            model = found.model
+        budget = Budget(max_steps=int(cfg.get("max_steps") or 50), max_cost=float(cfg.get("budget") or 0) or None)
+        mcp = cfg.get("mcp") or None
+        tools = self.all_tools(mcp, approve=cfg.get("approve") or None, session=session_name, cell_mcp=cell_mcp)
+        from ..mcp import code_files, notebook_config
+
+        # the MCP file the settings name starts commands at the next run, and the files of the folder its servers'
+        # command lines name (`sh tools/serve.sh`) are what those commands run: writing any of them is code
+        code = [str(self._path(mcp))] if mcp and not str(mcp).lstrip().startswith("{") else []
+        code += code_files(notebook_config(self.folder, mcp))
+        return RuntimeAgent(
+            # --script implies the scripted model (its help says so), whatever model a default names
+            model=None if script is not None else model,
+            script=script, replay=replay, tools=tools, autonomy=cfg.get("autonomy") or "L1",
+            decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
+            code_paths=code,  # runs_later.py: a write of one is WRITE_HIGH_RISK, no grant covers it
+        )
+
+    def decider_for(self, approve: str, recorded_from: str | None) -> Decider:
+        if approve in ("all", "none", "low"):
+            return PolicyDecider(approve, answer=os.environ.get("NBAGENT_ANSWER"))
+        if approve == "recorded":
+            if recorded_from is None:
+                raise UsageError("--approve recorded: this cell has no earlier run whose decisions to reuse")
+            from ..replay import recorded_events
+
+            return RecordedDecider.from_events(recorded_events(self.store, recorded_from), recorded_from)
+        return self.decider
+
+    async def drive(self, agent: RuntimeAgent, start: Callable[[], Awaitable[RunResult]],
+                    run_id: str | None = None) -> RunResult | None:
+        """Show a live view, run, and leave the static record in the output whatever happens. A run continued
+        here (`run_id` given) gets a line saying where it started, and its earlier records are updated."""
+        if run_id is not None:
+            from IPython.display import display
+
+            display(ContinuationNote(self.continuation_text(run_id)))
+        status, self.status_display = self.status_display, None
+        live = LiveDisplay(agent, self, run_id, display_id=status)
+        self.current_cell, self.current_run = self.cell_id(), run_id
+
+        def follow(kind: str, data: Any) -> None:
+            if kind == "event" and data.type == "run_started" and data.payload.parent_run_id is None:
+                self.current_run = data.run_id
+
+        unsubscribe_follow = agent.bus.subscribe(follow)
+        unsubscribe = agent.bus.subscribe(live.on_bus)
+        result: RunResult | None = None
+        interrupted = False
+        try:
+            result = await start()
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            interrupted = True
+        finally:
+            unsubscribe()
+            unsubscribe_follow()
+            live.finish()
+        run_id = live.run_id
+        if run_id is not None:
+            self._update_earlier(run_id, live)
+            self._refresh_superseded(agent)
+        if interrupted:
+            from IPython.display import display
+
+            note_id = f"nbagent-note-{uuid.uuid4().hex}"
+            display(InterruptNote(f"Interrupted. The run ({run_id}) is saved and can continue: %agent resume {run_id} "
+                                  "(or %agent approve / deny / refine if it was waiting)."), display_id=note_id)
+            if run_id is not None:
+                self.interrupt_notes.setdefault(run_id, []).append(note_id)
+        if self.unanswerable is not None:
+            request, self.unanswerable = self.unanswerable, None
+            what = f"the question {request.question!r}" if hasattr(request, "question") else \
+                f"approval of a {request.max_risk} plan"
+            raise HeadlessDecisionError(HEADLESS_MESSAGE.format(run_id=run_id, what=what))
+        return result
