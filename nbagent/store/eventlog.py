@@ -336,32 +336,21 @@ class EventLog:
         """Events indexed so far (read or written)."""
         return len(self._starts)
 
-    def candidates(self, hashval: Any) -> list[int] | None:
-        """The events that can match a TinyDB query with this hash, in log order, from the index alone (its tests
-        on `type` and `ts`: ==, one_of, >=, <=, joined by &); None when the query tests neither (read them all).
-        The query itself is still applied to each candidate."""
-        parts = list(hashval[1]) if isinstance(hashval, tuple) and hashval and hashval[0] == "and" else [hashval]
-        types: set[str] | None = None
-        lo = hi = None
-        for part in parts:
-            if not (isinstance(part, tuple) and len(part) == 3 and isinstance(part[1], tuple) and len(part[1]) == 1):
-                continue
-            op, (field,), value = part
-            if field == "type" and op == "==" and isinstance(value, str):
-                types = {value} if types is None else types & {value}
-            elif field == "type" and op == "one_of" and all(isinstance(v, str) for v in value):
-                types = set(value) if types is None else types & set(value)
-            elif field == "ts" and op == ">=" and isinstance(value, str) and value.isascii():
-                lo = value.encode() if lo is None else max(lo, value.encode())
-            elif field == "ts" and op == "<=" and isinstance(value, str) and value.isascii():
-                hi = value.encode() if hi is None else min(hi, value.encode())
-        if types is None and lo is None and hi is None:
+    def select(self, types: Iterable[str] | None = None, since: str | None = None, until: str | None = None
+               ) -> list[int] | None:
+        """The events that can be of one of `types` with a `ts` in [since, until], in log order, from the index
+        alone; None when no filter is given (read them all). Callers still test each candidate: an event whose
+        type or ts the index could not hold as written is always a candidate."""
+        wanted = None if types is None else set(types)
+        lo = since.encode() if since is not None and since.isascii() else None
+        hi = until.encode() if until is not None and until.isascii() else None
+        if wanted is None and lo is None and hi is None:
             return None
         out: Iterable[int]
-        if types is None:
+        if wanted is None:
             out = range(len(self._starts))
         else:
-            lists = [lst for t in (*types, "") if (lst := self.by_type.get(t))]  # "": types not indexable
+            lists = [lst for t in (*wanted, "") if (lst := self.by_type.get(t))]  # "": types not indexable
             out = lists[0] if len(lists) == 1 else sorted(i for lst in lists for i in lst)
         if lo is not None or hi is not None:
             stamps, other, w = self._ts, self._ts_other, TS_WIDTH
@@ -372,7 +361,27 @@ class EventLog:
 
             out = [i for i in out if fits(i)]
         return list(out)
-        return out
+
+    def candidates(self, hashval: Any) -> list[int] | None:
+        """`select` for a TinyDB query's hash value (its tests on `type` and `ts`: ==, one_of, >=, <=, joined by
+        &); None when the query tests neither. Kept for tests written against it: the store itself asks `select`
+        (through EventTable.matching) and never reads a query's private hash."""
+        parts = list(hashval[1]) if isinstance(hashval, tuple) and hashval and hashval[0] == "and" else [hashval]
+        types: set[str] | None = None
+        since = until = None
+        for part in parts:
+            if not (isinstance(part, tuple) and len(part) == 3 and isinstance(part[1], tuple) and len(part[1]) == 1):
+                continue
+            op, (field,), value = part
+            if field == "type" and op == "==" and isinstance(value, str):
+                types = {value} if types is None else types & {value}
+            elif field == "type" and op == "one_of" and all(isinstance(v, str) for v in value):
+                types = set(value) if types is None else types & set(value)
+            elif field == "ts" and op == ">=" and isinstance(value, str) and value.isascii():
+                since = value if since is None else max(since, value)
+            elif field == "ts" and op == "<=" and isinstance(value, str) and value.isascii():
+                until = value if until is None else min(until, value)
+        return self.select(types, since, until)
 
     def chain_len(self, key: str) -> int:
         return len(self.by_chain.get(key, ()))
@@ -553,21 +562,33 @@ class EventTable(Table):
 
     def search(self, cond: Any) -> list[Document]:
         self._sync()
-        hashval = getattr(cond, "_hash", None)
-        candidates = self._log.candidates(hashval) if hashval is not None else None
+        return super().search(cond)
+
+    def matching(self, types: Iterable[str] | None = None, since: str | None = None, until: str | None = None,
+                 keep: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """The events of one of `types` with a `ts` in [since, until] for which `keep` (if given) is true, in log
+        order: only the events the index says can match are read (EventLog.select)."""
+        self._sync()
+        wanted = None if types is None else set(types)
+
+        def fits(d: dict[str, Any]) -> bool:
+            if wanted is not None and d.get("type") not in wanted:
+                return False
+            if since is not None and not ("ts" in d and d["ts"] >= since):
+                return False
+            if until is not None and not ("ts" in d and d["ts"] <= until):
+                return False
+            return keep is None or keep(d)
+
+        candidates = self._log.select(wanted, since, until)
         if candidates is None:
-            return super().search(cond)
-        cached = self._query_cache.get(cond)
-        if cached is not None:
-            return cached[:]
-        docs = []
+            return [d for _, d in self._log.docs.items() if fits(d)]
+        out = []
         for i in candidates:
             record = self._log.record(i, keep=False)
-            if record is not None and cond(record):
-                docs.append(self.document_class(record, self.document_id_class(str(i + 1))))
-        if cond.is_cacheable():
-            self._query_cache[cond] = docs[:]
-        return docs
+            if record is not None and fits(record):
+                out.append(record)
+        return out
 
     def docs_for_chain(self, key: str, start: int = 0) -> list[dict[str, Any]]:
         """Fast path for one run's events (from position `start` on): an index lookup instead of a scan."""

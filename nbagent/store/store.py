@@ -648,8 +648,8 @@ class Store:
     ) -> list[EventBase]:
         """Events matching every given filter, in log order. `since`/`until` are ISO timestamps.
 
-        With `run_id`, only that run's events are read (the log's index); otherwise every event is, through
-        TinyDB's Query.
+        With `run_id`, only that run's events are read (the log's index); otherwise those the log's index says
+        can match (by type and time), or every event.
         """
         if run_id is not None:
             wanted = None if types is None else ({types} if isinstance(types, str) else set(types))
@@ -666,24 +666,26 @@ class Store:
                 return until is None or ("ts" in d and d["ts"] <= until)
 
             return [parse_event(d) for d in self.events.docs_for_chain(run_id) if keep(d)]
-        q = Query()
-        conds = []
-        if session_id is not None:
-            conds.append(q.session_id == session_id)
-        if types is not None:
-            conds.append(q.type.one_of([types] if isinstance(types, str) else list(types)))
-        if since is not None:
-            conds.append(q.ts >= since)
-        if until is not None:
-            conds.append(q.ts <= until)
-        if not conds:
-            docs = self.events.all()
-        else:
-            cond = conds[0]
-            for c in conds[1:]:
-                cond = cond & c
-            docs = self.events.search(cond)
+        def in_session(d: dict[str, Any]) -> bool:
+            return d.get("session_id") == session_id
+
+        types_ = None if types is None else ([types] if isinstance(types, str) else list(types))
+        docs = self.events.matching(types_, since, until, in_session if session_id is not None else None)
         return [parse_event(d) for d in docs]
+
+    def count_events(self, types: str | list[str], *, since: str | None = None) -> int:
+        """How many events of these types the log holds (from `since` on, an ISO timestamp): a budget's calls
+        in the last hour. Only the events the index says can match are read."""
+        return len(self.events.matching([types] if isinstance(types, str) else types, since))
+
+    def session_event_count(self, session_id: str) -> int:
+        """How many events the session's own chain has (its grants and revokes), without reading them: a cheap
+        test of whether the session's grants changed since they were last read."""
+        return self.events.chain_len(f"session:{session_id}")
+
+    def session_events(self, session_id: str) -> list[EventBase]:
+        """The session's own chain (session_started, grants given and revoked), in log order."""
+        return [parse_event(d) for d in self.events.docs_for_chain(f"session:{session_id}")]
 
     def run_ids(self) -> list[str]:
         """Every run the log knows, oldest first (ULIDs sort by time)."""
