@@ -38,6 +38,7 @@ from wcmatch import glob as wcglob
 
 from .events import canonical_json
 from .levels import Risk
+from .policy import needs_decision
 
 if TYPE_CHECKING:
     from .effects import Effect
@@ -303,8 +304,6 @@ def terms_for(steps: Iterable[PlanStep], spec: GrantSpec, effect: Literal["allow
 def for_plan(steps: Iterable[PlanStep], autonomy: Any, spec: GrantSpec, effect: Literal["allow", "reject"],
              tools: Mapping[str, Tool]) -> tuple[list[GrantTerms], list[str]]:
     """`terms_for` over the plan's steps that needed the decision (a grant never reaches what ran anyway)."""
-    from .approval import needs_decision
-
     return terms_for([s for s in steps if needs_decision(autonomy, s.tool, s.risk)], spec, effect, tools)
 
 
@@ -357,9 +356,7 @@ def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
 
 def session_grants(store: Store, session_id: str) -> dict[str, Grant]:
     """The grants of one session: its own chain holds them, so this reads only that (a few events)."""
-    from .events import parse_event
-
-    return from_events(parse_event(d) for d in store.events.docs_for_chain(f"session:{session_id}"))
+    return from_events(store.session_events(session_id))
 
 
 _SEALED_TERMS = ("grant_id", "effect", "scope", "tool", "paths", "arguments", "max_risk", "by", "expires_at", "run_id",
@@ -421,6 +418,49 @@ def applicable(grants: Iterable[Grant], *, root_run_id: str, session_id: str, se
             continue
         if g.root_run_id == root_run_id or (g.scope == "session" and session_wide):
             out.append(g)
+    return out
+
+
+class InForce:
+    """The grants in force for one run (tree): the session's grants that the log backs (`vouched`: a hand-made
+    one is inert), re-read only when the session's chain grew (a grant or a revoke), then those that apply to the
+    run now (`applicable`), a replay's pinned ones less the recorded calls they already answered (`unspent`)."""
+
+    def __init__(self) -> None:
+        self.seen = -1  # events of the session's chain when `grants` was read (grants change rarely)
+        self.grants: dict[str, Grant] = {}
+
+    def now(self, store: Store, *, session_id: str, root_run_id: str, session_wide: bool) -> list[Grant]:
+        """The grants in force for the run tree `root_run_id` of `session_id` at this moment (`session_wide`: the
+        decider lets session grants answer, which a replay's does not)."""
+        if store.session_event_count(session_id) != self.seen:  # (the chain's events are read only when it grew)
+            events = store.session_events(session_id)
+            self.grants = {g.grant_id: g for g in from_events(events).values() if vouched(store, g)}
+            self.seen = len(events)
+        found = applicable(self.grants.values(), root_run_id=root_run_id, session_id=session_id,
+                           session_wide=session_wide, at=now())
+        return unspent(store, found) if any(g.pinned for g in found) else found
+
+
+def unspent(store: Store, found: list[Grant]) -> list[Grant]:
+    """A replay's pinned grants, less the recorded calls they already answered in this replay."""
+    pinned = {g.grant_id for g in found if g.pinned}
+    used: dict[str, list[str]] = {}
+    for e in store.query_events(types=["tool_call_started", "authorization_denied"]):
+        gid = getattr(e.payload, "grant_id", None)
+        if gid in pinned:
+            used.setdefault(gid, []).append(getattr(e.payload, "digest", None) or "")
+    out = []
+    for g in found:
+        if g.pinned:
+            left = list(g.digests)
+            for d in used.get(g.grant_id, []):
+                if d in left:
+                    left.remove(d)
+            if not left:
+                continue
+            g = g.model_copy(update={"digests": left})
+        out.append(g)
     return out
 
 
