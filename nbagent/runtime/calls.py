@@ -158,6 +158,8 @@ class CallHandling(AgentBase):
         state = self.store.run_state(run_id)
         step = state.steps.get(call.id)
         if step is not None and step.status == "running":
+            # started before (it passed the gate then): nothing is let through here; a sub-agent's run is driven
+            # on, its own calls each passing the gate in the child run, and anything else is not run again
             if call.name == "spawn_agent" and any(True for _ in self._child_of_call(state, call.id)):
                 await self._spawn(ctx, call, parent, resume=True)
                 return

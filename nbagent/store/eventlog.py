@@ -39,7 +39,7 @@ import re
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,37 +58,6 @@ _TAIL = re.compile(rb'"run_id":(?:null|"([^"\n]*)"),"seq":\d+,"session_id":"([^"
                    rb'"type":"([^"\n]*)"\}\n')
 _CHUNK = 8 << 20  # bytes read at once when indexing
 TS_WIDTH = 27
-
-
-class _Docs(Mapping[str, dict[str, Any]]):
-    """`str(doc_id) -> raw event dict` over the index, parsing on access (what TinyDB's Table reads)."""
-
-    def __init__(self, log_: EventLog) -> None:
-        self._log = log_
-
-    def __getitem__(self, doc_id: str) -> dict[str, Any]:
-        try:
-            i = int(doc_id) - 1
-        except (TypeError, ValueError):
-            raise KeyError(doc_id) from None
-        if not 0 <= i < len(self._log._starts):
-            raise KeyError(doc_id)
-        record = self._log.record(i, keep=False)
-        if record is None:
-            raise KeyError(doc_id)
-        return record
-
-    def __iter__(self) -> Iterator[str]:
-        return (str(i + 1) for i in range(len(self._log._starts)))
-
-    def __len__(self) -> int:
-        return len(self._log._starts)
-
-    def items(self) -> Iterator[tuple[str, dict[str, Any]]]:  # type: ignore[override]
-        for i in range(len(self._log._starts)):
-            record = self._log.record(i, keep=False)
-            if record is not None:
-                yield str(i + 1), record
 
 
 class EventLog:
@@ -114,7 +83,6 @@ class EventLog:
         self._cache: OrderedDict[int, dict[str, Any]] = OrderedDict()  # ordinal -> parsed record
         self._cache_bytes = 0  # the line bytes of the cached events
         self._bad: set[int] = set()  # indexed lines that turned out not to parse
-        self.docs: Mapping[str, dict[str, Any]] = _Docs(self)
         self.warnings: list[str] = []
         self._offset = 0  # bytes consumed: just after a newline, or after a whole event lacking its newline
         self._unterminated = False  # the last event consumed has no newline yet: the next writer adds it

@@ -4,7 +4,7 @@ in). TinyDB doc ids are the 1-based ordinal of the event among the indexed lines
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from tinydb.storages import Storage
@@ -12,6 +12,37 @@ from tinydb.table import Document, Table
 
 from .errors import AppendOnly
 from .eventlog import EventLog
+
+
+class EventDocs(Mapping[str, dict[str, Any]]):
+    """`str(doc_id) -> raw event dict` over the index, parsing on access (what TinyDB's Table reads)."""
+
+    def __init__(self, log_: EventLog) -> None:
+        self._log = log_
+
+    def __getitem__(self, doc_id: str) -> dict[str, Any]:
+        try:
+            i = int(doc_id) - 1
+        except (TypeError, ValueError):
+            raise KeyError(doc_id) from None
+        if not 0 <= i < len(self._log._starts):
+            raise KeyError(doc_id)
+        record = self._log.record(i, keep=False)
+        if record is None:
+            raise KeyError(doc_id)
+        return record
+
+    def __iter__(self) -> Iterator[str]:
+        return (str(i + 1) for i in range(len(self._log._starts)))
+
+    def __len__(self) -> int:
+        return len(self._log._starts)
+
+    def items(self) -> Iterator[tuple[str, dict[str, Any]]]:  # type: ignore[override]
+        for i in range(len(self._log._starts)):
+            record = self._log.record(i, keep=False)
+            if record is not None:
+                yield str(i + 1), record
 
 
 class _NoStorage(Storage):
@@ -30,6 +61,7 @@ class EventTable(Table):
     def __init__(self, log_: EventLog, *, before_read: Callable[[], None] | None = None) -> None:
         super().__init__(_NoStorage(), "events", cache_size=30)
         self._log = log_
+        self._docs = EventDocs(log_)
         self._before_read = before_read
         self._cached_at = -1  # events in the log when the query cache was last valid
 
@@ -39,13 +71,13 @@ class EventTable(Table):
         self._log.refresh()
         # TinyDB caches query results: drop them whenever the log grew, by another process (refresh) or by this
         # one's own appends (which refresh does not count), or a search after an append answers from before it
-        if len(self._log.docs) != self._cached_at:
-            self._cached_at = len(self._log.docs)
+        if len(self._docs) != self._cached_at:
+            self._cached_at = len(self._docs)
             self.clear_cache()
 
     def _read_table(self) -> dict[str, Mapping[Any, Any]]:  # type: ignore[override]
         self._sync()
-        return self._log.docs
+        return self._docs
 
     def search(self, cond: Any) -> list[Document]:
         self._sync()
@@ -69,7 +101,7 @@ class EventTable(Table):
 
         candidates = self._log.select(wanted, since, until)
         if candidates is None:
-            return [d for _, d in self._log.docs.items() if fits(d)]
+            return [d for _, d in self._docs.items() if fits(d)]
         out = []
         for i in candidates:
             record = self._log.record(i, keep=False)

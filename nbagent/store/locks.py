@@ -7,14 +7,20 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from filelock import Timeout
 
 from .regular import open_regular
 
-if TYPE_CHECKING:
-    from .store import Store
+
+class Lockable(Protocol):
+    """What `Locked` needs of the store: its two-level acquire and release."""
+
+    def _acquire(self) -> None: ...
+
+    def _release(self) -> None: ...
+
 
 try:
     import fcntl
@@ -98,7 +104,7 @@ class Locked:
 
     __slots__ = ("store",)
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Lockable) -> None:
         self.store = store
 
     def __enter__(self) -> None:

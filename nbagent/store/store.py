@@ -29,9 +29,7 @@ say (`integrity.chain_sound`, `nbagent verify`).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -56,18 +54,16 @@ from ..levels import Autonomy
 from ..state import RunState
 from .anchor import Anchor, reaches
 from .errors import (
-    IsALink,
-    NotAFile,
     RunNotFound,
     StoreError,
     StoreReadOnly,
 )
 from .eventlog import EventLog
 from .eventtable import EventTable
+from .leases import Leases
 from .locks import HeldLock, Locked, fcntl
 from .meta import FORMAT, FORMAT_VERSION, check_meta, create_or_check
 from .records import RunRecord, SessionRecord, put_row, run_row, session_record
-from .regular import folder, kind, link_target
 from .tables import AtomicJSONStorage, open_tables
 
 STORE_SUFFIX = ".nbagent"
@@ -123,7 +119,7 @@ class Store:
         self.anchors = Anchor(path, self.identity)
         self._anchor_warned: set[str] = set()
         self._tlock = threading.RLock()
-        self._leases: dict[str, FileLock] = {}  # leases taken by create_run, held by this process
+        self.leases = Leases(path, readonly=readonly)  # runs being driven (create_run takes one)
         self._flock: HeldLock | FileLock = (
             HeldLock(str(path / "lock"), LOCK_TIMEOUT_S) if fcntl is not None
             else FileLock(str(path / "lock"), thread_local=False, timeout=LOCK_TIMEOUT_S))
@@ -315,44 +311,16 @@ class Store:
             self._log._warn(message)
 
     def lease(self, run_id: str) -> FileLock:
-        """The lock a process holds while it drives a run (acquire with timeout 0): a second process driving the
-        same run, or a fork superseding it, can tell that it is in progress somewhere. The OS drops it when the
-        process dies, so a crashed run is never left "in progress". One lock object per run in a process, so
-        acquiring it again here nests instead of blocking."""
-        held = self._leases.get(run_id)
-        if held is not None:
-            return held
-        leases = self.path / "leases"
-        folder(leases, create=True)  # never through a link (IsALink)
-        path = leases / f"{run_id}.lock"
-        with contextlib.suppress(FileNotFoundError):  # a FIFO, a folder or a link there: one clear line
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):  # (filelock would create or lock its target)
-                raise IsALink(path, link_target(path) or "?")
-            if not stat.S_ISREG(st.st_mode):
-                raise NotAFile(path, kind(st.st_mode))
-        return FileLock(str(path), thread_local=False, timeout=0)
+        """The lock a process holds while it drives a run (leases.py: `Leases.lease`)."""
+        return self.leases.lease(run_id)
 
     def release_lease(self, run_id: str, lock: FileLock | None = None) -> None:
         """Release one hold of a run's lease (nested holds count), forgetting it once it is free."""
-        lock = lock or self._leases.get(run_id)
-        if lock is None:
-            return
-        lock.release()
-        if not lock.is_locked:
-            self._leases.pop(run_id, None)
+        self.leases.release(run_id, lock)
 
     def in_progress(self, run_id: str) -> bool:
         """True while another driver holds the run's lease (another process, or another store object)."""
-        if self.readonly or run_id in self._leases:
-            return False
-        lock = self.lease(run_id)
-        try:
-            lock.acquire()
-        except Timeout:
-            return True
-        lock.release()
-        return False
+        return self.leases.in_progress(run_id)
 
     def sync(self) -> None:
         """Flush appended events to disk (fsync); the runtime calls this at step boundaries."""
@@ -405,8 +373,7 @@ class Store:
         `store.lease(run_id).release()` once the run is driven, or let `Agent` do that."""
         run_id = new_id()
         if lease:
-            self._leases[run_id] = held = self.lease(run_id)
-            held.acquire()
+            self.leases.take(run_id)
         started = RunStarted(
             prompt=prompt, model=model, autonomy=Autonomy(autonomy), cell_id=cell_id,
             previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options or {},
