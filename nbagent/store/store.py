@@ -52,7 +52,7 @@ from ..events import (
 from ..ids import new_id, now_iso
 from ..levels import Autonomy
 from ..state import RunState
-from .anchor import Anchor, reaches
+from .anchor import Anchor
 from .errors import (
     RunNotFound,
     StoreError,
@@ -117,7 +117,6 @@ class Store:
         # who this store is, for its anchor: a store made again at the same place is another one
         self.identity = str(self.meta.get("id") or self.meta.get("created_at") or "")
         self.anchors = Anchor(path, self.identity)
-        self._anchor_warned: set[str] = set()
         self._tlock = threading.RLock()
         self.leases = Leases(path, readonly=readonly)  # runs being driven (create_run takes one)
         self._flock: HeldLock | FileLock = (
@@ -289,26 +288,9 @@ class Store:
         return self.anchors.get(key)
 
     def _anchor(self, key: str, written: dict[str, Any], *, sync: bool) -> None:
-        """Write the chain's new head to the anchor (the event is durable already), unless the chain no longer
-        reaches the head anchored before: a chain cut (or replaced) and grown again must stay caught, so its anchor
-        is never moved back. A data folder that cannot be written is a warning: the event is recorded."""
-        try:
-            before = self.anchors.get(key)
-            if before is not None and not (written["seq"] > before[0] and reaches(
-                    self.events.doc_at(key, before[0] - 1), *before)):
-                self._warn_anchor(key, f"{self.path} ({key}): the chain no longer reaches seq {before[0]}, which this "
-                                       f"user's anchor saw ({self.anchors.path}); it was cut or replaced: the "
-                                       "anchor stays, and `nbagent verify` names it")
-                return
-            self.anchors.note(key, written["seq"], written["hash"], sync=sync)
-        except OSError as exc:
-            self._warn_anchor("", f"{self.anchors.path}: cannot write this store's anchor ({exc.strerror or exc}); "
-                                  "events cut off the end of a chain from now on may go unnoticed")
-
-    def _warn_anchor(self, key: str, message: str) -> None:
-        if key not in self._anchor_warned:
-            self._anchor_warned.add(key)
-            self._log._warn(message)
+        """Write the chain's new head to this user's anchor (anchor.py: `Anchor.advance`)."""
+        self.anchors.advance(key, written, sync=sync, doc_at=self.events.doc_at, warn=self._log._warn,
+                             store_path=self.path)
 
     def lease(self, run_id: str) -> FileLock:
         """The lock a process holds while it drives a run (leases.py: `Leases.lease`)."""
