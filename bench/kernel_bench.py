@@ -528,7 +528,7 @@ def runs_part(root: Path, reps: int, profile: bool) -> dict[str, Any]:
 # (where several functions match, e.g. the module-level and the method `run_cell`, the outermost one).
 LAYER = [
     ("%%agent cell: host run_cell, all of it", "nbagent/ipython/host.py", "run_cell"),
-    ("  runtime Agent.run (the plain runtime's work)", "nbagent/runtime.py", "run"),
+    ("  runtime Agent.run (the plain runtime's work)", "nbagent/runtime", "run"),
     ("  NotebookHost.make_agent (tools, Agent; plain has it too)", "nbagent/ipython/agent_cell.py", "make_agent"),
     ("  LiveDisplay.__init__ (RunView comm_open, display)", "nbagent/ipython/live.py", "__init__"),
     ("  LiveDisplay.on_bus (each event and token)", "nbagent/ipython/live.py", "on_bus"),

@@ -347,7 +347,9 @@ def instrument(what_if: set[str]) -> None:
             return schemas[id(self)]
 
         Tool.schema = cached_schema  # type: ignore[method-assign]
-    complete = nbagent.runtime.complete
+    # the module whose `complete` the loop calls (nbagent.runtime.loop; nbagent.runtime itself before the split)
+    calls_model = getattr(nbagent.runtime, "loop", nbagent.runtime)
+    complete = calls_model.complete
     if "short-context" in what_if:
         shipped = complete
 
@@ -355,7 +357,7 @@ def instrument(what_if: set[str]) -> None:
             return await shipped(settings, messages[:2] + messages[2:][-2:], tools, **kwargs)
 
         complete = short_complete
-    nbagent.runtime.complete = _timed_async(complete, "complete", _before_model_call)
+    calls_model.complete = _timed_async(complete, "complete", _before_model_call)
     Agent._call_tool = _timed_async(Agent._call_tool, "tool")  # type: ignore[method-assign]
     Store.append = _timed_sync(Store.append, "append")  # type: ignore[method-assign]
     Store.run_state = _timed_sync(Store.run_state, "run_state")  # type: ignore[method-assign]

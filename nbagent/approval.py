@@ -11,7 +11,8 @@ Every `tool_call_started` event carries the reason that made it true (`reason`, 
 person's or a policy's yes let it through), so an auditor can check each executed call against the log;
 `tests/test_approval_property.py` does that over thousands of generated hostile runs.
 
-Identity belongs to nbagent. The i-th tool call of a run's k-th model reply is `nb{k}_{i}`, written into that
+Identity belongs to nbagent (the ids are made in `ids.py`, below the gate: the run state needs them too).
+The i-th tool call of a run's k-th model reply is `nb{k}_{i}`, written into that
 reply's `llm_called` event (`call_ids`) and used everywhere after: plans, decisions, results, and the
 conversation sent back to the model. The ids a model chooses stay in the recorded raw response for the audit
 and are used for nothing else, so a reused, duplicated, missing or colliding id is ordinary input. The ids are
@@ -39,41 +40,20 @@ from pydantic import BaseModel
 
 from .effects import Effect, call_digest, digest_matches, risk_of
 from .grants import Grant, answering
+from .ids import assign_call_ids, identify
 from .levels import Autonomy, Risk
-from .policy import action_for
+from .policy import needs_decision  # the autonomy table: which calls need a decision
+from .tools.control import CONTROL_TOOLS
 
 if TYPE_CHECKING:
     from .state import RunState
     from .tools.base import Tool
 
-CONTROL_TOOL_NAMES = frozenset({"respond_to_user", "done", "ask_human", "spawn_agent"})
+# the one list of control tools is tools/control.py's; their names, for the gate
+CONTROL_TOOL_NAMES = frozenset(CONTROL_TOOLS)
 
 
-# ------------------------------------------------------------------------------------------------ identity
-
-
-def assign_call_ids(model_call: int, count: int) -> list[str]:
-    """nbagent's ids for the `count` tool calls of a run's `model_call`-th reply (1-based)."""
-    return [f"nb{model_call}_{i}" for i in range(count)]
-
-
-def identify(model_ids: list[Any], assigned: list[str] | None, seen: set[str], fallback: str) -> list[str]:
-    """The ids a reply's calls are known by in this run, each unique; `seen` is updated.
-
-    `assigned` are the ids in the `llm_called` event; None for a log from before nbagent owned the ids, where
-    the model's id is kept if unique and `fallback` (the event's id) makes a fresh one otherwise.
-    """
-    out: list[str] = []
-    for i, model_id in enumerate(model_ids):
-        if assigned is not None and i < len(assigned):
-            candidate = str(assigned[i])
-        else:
-            candidate = model_id if isinstance(model_id, str) and model_id else ""
-        if not candidate or candidate in seen:
-            candidate = f"{fallback}_{i}"
-        seen.add(candidate)
-        out.append(candidate)
-    return out
+# ------------------------------------------------------------------------------------------------ risk
 
 
 def call_risk(tool: Tool, arguments: dict[str, Any], effect: Effect) -> tuple[Risk, str | None]:
@@ -81,11 +61,6 @@ def call_risk(tool: Tool, arguments: dict[str, Any], effect: Effect) -> tuple[Ri
     if tool.name in CONTROL_TOOL_NAMES:
         return Risk.READ_ONLY, None
     return risk_of(tool, effect)
-
-
-def needs_decision(autonomy: Autonomy | str, tool: str, risk: Risk) -> bool:
-    """True when the autonomy table says to ask before a call of this risk (control tools never ask)."""
-    return tool not in CONTROL_TOOL_NAMES and action_for(autonomy, risk) == "propose"
 
 
 # ------------------------------------------------------------------------------------------------ the gate
@@ -167,3 +142,7 @@ def _where(effect: Effect) -> str:
 def _was(step: Any) -> str:
     effect = getattr(step, "effect", None)
     return f" ({_where(effect)})" if isinstance(effect, Effect) and effect.targets else ""
+
+
+__all__ = ["CONTROL_TOOL_NAMES", "Clearance", "assign_call_ids", "call_risk", "clearance", "identify",
+           "needs_decision"]

@@ -21,70 +21,42 @@ grant never covers a higher risk than the one approved, another tool, or a write
 those always ask. A decision on a plan covers only the calls it asked about: a call a grant answered when the plan
 was made stays answered by the grant (a standing no holds). Headless policies
 (`--approve all|none|low`) see no session grants: what they do stays what their flag says.
+
+What a grant covers and how its patterns match a call is grant_terms.py (re-exported here); this module holds the
+grants as the log gives them: which are in force for a run (`InForce`), which the log backs (`vouched`), listing
+and revoking them.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, Field
-from wcmatch import glob as wcglob
+from typing import TYPE_CHECKING, Any
 
 from .events import canonical_json
+from .grant_terms import (  # what a grant covers (grant_terms.py), re-exported here
+    GrantError,
+    GrantSpec,
+    GrantTerms,
+    covers,
+    covers_text,
+    exact,
+    for_plan,
+    normal_path,
+    path_matches,
+    step_effect,
+    terms_for,
+    whole_folder,
+)
 from .levels import Risk
 
 if TYPE_CHECKING:
     from .effects import Effect
-    from .events import EventBase, PlanStep
+    from .events import EventBase
     from .store import Store
-    from .tools.base import Tool
 
 SESSION_HOURS = 8.0  # a session grant's default lifetime: a working day, not forever
-
-
-class GrantError(ValueError):
-    """A grant that cannot be given or revoked as asked; the message says why, and nothing was recorded."""
-
-
-class GrantSpec(BaseModel):
-    """What a person asks for with a decision: how far it reaches, and (optionally) what it covers."""
-
-    scope: Literal["run", "session"]
-    paths: list[str] | None = None  # None: exactly the paths the plan's calls name
-    arguments: dict[str, str] = Field(default_factory=dict)
-    expires_in: float | None = None  # seconds; None: the scope's default (a run's end; SESSION_HOURS)
-
-
-class GrantTerms(BaseModel):
-    """What one grant covers (the payload of `grant_given`, less who and when)."""
-
-    effect: Literal["allow", "reject"]
-    scope: Literal["run", "session"]
-    tool: str
-    paths: list[str] = Field(default_factory=list)
-    arguments: dict[str, str] = Field(default_factory=dict)
-    max_risk: Risk = Risk.READ_ONLY
-    # a replay's grant: it answers only these calls (`approval.call_digest`), each as often as it is listed
-    pinned: bool = False
-    digests: list[str] = Field(default_factory=list)
-
-
-def covers_text(terms: GrantTerms) -> str:
-    """`write_file path=report.md up to WRITE_LOW_RISK`: what a grant covers, in one line."""
-    parts = [terms.tool]
-    parts += [f"path={p}" for p in terms.paths] or (["(no paths)"] if terms.effect == "allow" else [])
-    parts += [f"{k}={v}" for k, v in sorted(terms.arguments.items())]
-    if terms.effect == "allow":
-        parts.append(f"up to {terms.max_risk.value}")
-    if terms.pinned:
-        parts.append(f"(as recorded: {len(terms.digests)} call(s))")
-    return " ".join(parts)
 
 
 class Grant(GrantTerms):
@@ -145,82 +117,6 @@ def _hm(ts: str) -> str:
 # ------------------------------------------------------------------------------------------------ matching
 
 
-def normal_path(value: str) -> str:
-    """A path as the model wrote it, in the one form patterns are matched against."""
-    text = str(value).replace("\\", "/")
-    norm = posixpath.normpath(text) if text else text
-    return norm[2:] if norm.startswith("./") else norm
-
-
-_GLOB = wcglob.GLOBSTAR | wcglob.DOTGLOB | wcglob.FORCEUNIX
-
-
-def exact(path: str) -> str:
-    """A pattern matching exactly this path (what a person saw on the card)."""
-    return wcglob.escape(normal_path(path), unix=True)
-
-
-def whole_folder(path: str) -> bool:
-    """The folder itself (`""`, `.`, `/`): no grant is ever given or matched for it."""
-    return normal_path(path) in ("", ".", "/")
-
-
-@lru_cache(maxsize=512)
-def _pattern(pattern: str) -> str:
-    return pattern + "**" if pattern.endswith("/") else pattern  # `data/`: everything under data
-
-
-def path_matches(pattern: str, value: str) -> bool:
-    """True when `pattern` covers the whole path `value`, from the notebook's folder.
-
-    Never by a folder's name alone: `out` covers the file `out`, not `out/x` (write `out/` or `out/**` for that).
-    The folder itself, a path that climbs out (`..`) or an absolute one is covered only by its own exact pattern,
-    and an absolute pattern covers nothing else: a wildcard given for the folder never reaches past it.
-    """
-    norm = normal_path(value)
-    if whole_folder(norm) or not pattern:
-        return False
-    if norm.startswith("/") or norm == ".." or norm.startswith("../") or pattern.startswith(("/", "../")):
-        return pattern == exact(norm)
-    return wcglob.globmatch(norm, _pattern(pattern), flags=_GLOB)
-
-
-def _argument_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return canonical_json(value)
-    except (TypeError, ValueError, RecursionError):
-        return "\0unmatchable"
-
-
-def covers(terms: GrantTerms, name: str, arguments: Mapping[str, Any], effect: Effect) -> bool:
-    """True when the grant's terms cover this call: its tool, its arguments and what it resolves to (risk is the
-    caller's business).
-
-    Every path the call touches, resolved (effects.py: a link inside the folder is followed to its target), must
-    match one of the grant's path patterns, so a grant for `out/**` never covers a write through `out/latest.md`
-    that lands on `data.csv`, nor a grant for `report.md` a call that also names `secret.md`; a call that touches
-    no path is covered only through argument patterns; a replay's pinned grant covers only the recorded calls it
-    lists, each with the effect it had then.
-    """
-    if name != terms.tool:
-        return False
-    if terms.pinned:
-        from .effects import digest_matches
-
-        return any(digest_matches(d, name, dict(arguments), effect) for d in terms.digests)
-    values = effect.paths()
-    if not values and not terms.arguments:
-        return False  # nothing pins what it covers: "any arguments" is never granted
-    if not all(any(path_matches(p, v) for p in terms.paths) for v in values):
-        return False
-    for key, pattern in terms.arguments.items():
-        if key not in arguments or not fnmatch.fnmatchcase(_argument_text(arguments[key]), pattern):
-            return False
-    return True
-
-
 def allows(grant: Grant, name: str, arguments: Mapping[str, Any], effect: Effect, risk: Risk,
            risk_reason: str | None) -> bool:
     """An allow grant lets this call run: the terms cover it, at or below the approved risk, and it plants no
@@ -250,62 +146,6 @@ def parse_duration(text: str) -> float:
         raise GrantError(f"--expires {text!r}: a grant lasts at most {MAX_GRANT_DAYS}d (a year); give a shorter "
                          "duration, and revoke the grant when it is no longer needed")
     return seconds
-
-
-def terms_for(steps: Iterable[PlanStep], spec: GrantSpec, effect: Literal["allow", "reject"],
-              tools: Mapping[str, Tool]) -> tuple[list[GrantTerms], list[str]]:
-    """The grants a decision on these steps gives, and the steps it cannot cover (said to the person).
-
-    One grant per tool and set of patterns, at the highest risk among the steps it was given for. With patterns
-    from the person, a step is granted only if the patterns cover it; patterns that cover no step are an error
-    (`GrantError`), so a typo never records a grant that was meant for something.
-    """
-    groups: dict[str, GrantTerms] = {}
-    left_out: list[str] = []
-    for step in steps:
-        label = f"{step.tool} {step.target or ''}".strip()
-        if effect == "allow" and step.risk_reason:
-            left_out.append(f"{label}: {step.risk_reason}; it is approved this once only")
-            continue
-        done = step_effect(step, tools)
-        named = done.paths()
-        if any(whole_folder(v) for v in named):
-            left_out.append(f"{label}: it names the whole folder; it is decided this once only")
-            continue
-        if not named and not spec.arguments:
-            left_out.append(f"{label}: it names no path, so a grant would cover any arguments; it is decided this "
-                            "once only (a grant for it needs --arg patterns)")
-            continue
-        if spec.paths is None:
-            paths = sorted({exact(v) for v in named})
-        else:
-            paths = list(dict.fromkeys(p.strip() for p in spec.paths if p.strip()))
-        candidate = GrantTerms(effect=effect, scope=spec.scope, tool=step.tool, paths=paths,
-                               arguments=dict(spec.arguments),
-                               max_risk=step.risk if effect == "allow" else Risk.READ_ONLY)
-        if not covers(candidate, step.tool, step.arguments, done):
-            left_out.append(f"{label}: not matched by the patterns given")
-            continue
-        key = canonical_json(candidate.model_dump(mode="json", exclude={"max_risk"}))
-        held = groups.get(key)
-        if held is None or held.max_risk.rank < candidate.max_risk.rank:
-            groups[key] = candidate
-    if not groups:
-        wanted = " ".join([*(f"path={p}" for p in spec.paths or []),
-                           *(f"{k}={v}" for k, v in spec.arguments.items())]) or "the plan's own calls"
-        seen = ", ".join(f"{s.tool} {s.target or ''}".strip() for s in steps) or "no calls"
-        why = f" ({'; '.join(left_out)})" if left_out else ""
-        raise GrantError(f"the grant ({wanted}) covers none of the calls it would be given for ({seen}){why}; "
-                         "nothing was decided: fix the pattern, or decide without a grant")
-    return list(groups.values()), left_out
-
-
-def for_plan(steps: Iterable[PlanStep], autonomy: Any, spec: GrantSpec, effect: Literal["allow", "reject"],
-             tools: Mapping[str, Tool]) -> tuple[list[GrantTerms], list[str]]:
-    """`terms_for` over the plan's steps that needed the decision (a grant never reaches what ran anyway)."""
-    from .approval import needs_decision
-
-    return terms_for([s for s in steps if needs_decision(autonomy, s.tool, s.risk)], spec, effect, tools)
 
 
 def expiry(spec: GrantSpec, given: datetime) -> str | None:
@@ -357,9 +197,7 @@ def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
 
 def session_grants(store: Store, session_id: str) -> dict[str, Grant]:
     """The grants of one session: its own chain holds them, so this reads only that (a few events)."""
-    from .events import parse_event
-
-    return from_events(parse_event(d) for d in store.events.docs_for_chain(f"session:{session_id}"))
+    return from_events(store.session_events(session_id))
 
 
 _SEALED_TERMS = ("grant_id", "effect", "scope", "tool", "paths", "arguments", "max_risk", "by", "expires_at", "run_id",
@@ -424,6 +262,49 @@ def applicable(grants: Iterable[Grant], *, root_run_id: str, session_id: str, se
     return out
 
 
+class InForce:
+    """The grants in force for one run (tree): the session's grants that the log backs (`vouched`: a hand-made
+    one is inert), re-read only when the session's chain grew (a grant or a revoke), then those that apply to the
+    run now (`applicable`), a replay's pinned ones less the recorded calls they already answered (`unspent`)."""
+
+    def __init__(self) -> None:
+        self.seen = -1  # events of the session's chain when `grants` was read (grants change rarely)
+        self.grants: dict[str, Grant] = {}
+
+    def now(self, store: Store, *, session_id: str, root_run_id: str, session_wide: bool) -> list[Grant]:
+        """The grants in force for the run tree `root_run_id` of `session_id` at this moment (`session_wide`: the
+        decider lets session grants answer, which a replay's does not)."""
+        if store.session_event_count(session_id) != self.seen:  # (the chain's events are read only when it grew)
+            events = store.session_events(session_id)
+            self.grants = {g.grant_id: g for g in from_events(events).values() if vouched(store, g)}
+            self.seen = len(events)
+        found = applicable(self.grants.values(), root_run_id=root_run_id, session_id=session_id,
+                           session_wide=session_wide, at=now())
+        return unspent(store, found) if any(g.pinned for g in found) else found
+
+
+def unspent(store: Store, found: list[Grant]) -> list[Grant]:
+    """A replay's pinned grants, less the recorded calls they already answered in this replay."""
+    pinned = {g.grant_id for g in found if g.pinned}
+    used: dict[str, list[str]] = {}
+    for e in store.query_events(types=["tool_call_started", "authorization_denied"]):
+        gid = getattr(e.payload, "grant_id", None)
+        if gid in pinned:
+            used.setdefault(gid, []).append(getattr(e.payload, "digest", None) or "")
+    out = []
+    for g in found:
+        if g.pinned:
+            left = list(g.digests)
+            for d in used.get(g.grant_id, []):
+                if d in left:
+                    left.remove(d)
+            if not left:
+                continue
+            g = g.model_copy(update={"digests": left})
+        out.append(g)
+    return out
+
+
 def answering(grants: Iterable[Grant], name: str, arguments: Mapping[str, Any], effect: Effect, risk: Risk,
               risk_reason: str | None) -> Grant | None:
     """The grant that answers this call, as resolved (`effect`): a matching rejection first (a no is never
@@ -436,18 +317,6 @@ def answering(grants: Iterable[Grant], name: str, arguments: Mapping[str, Any], 
         if allows(g, name, arguments, effect, risk, risk_reason):
             return g
     return None
-
-
-def step_effect(step: PlanStep, tools: Mapping[str, Tool]) -> Effect:
-    """A plan step's effect as it was resolved when planned; for a step from an older log, its path arguments
-    as written (the tool's own reading of them)."""
-    if step.effect is not None:
-        return step.effect
-    from .effects import Effect, Target
-
-    tool = tools.get(step.tool)
-    found = tool.paths(step.arguments) if tool is not None else []
-    return Effect(targets=[Target(op="write", written=v, path=normal_path(v), arg=w) for w, v in found])
 
 
 def all_grants(store: Store) -> list[Grant]:
@@ -637,3 +506,10 @@ def unbacked(store: Store, grant: Grant) -> str | None:
 # why a grant is not backed when a chain it depends on does not verify (`nbagent verify` names the chain itself)
 UNSOUND_SESSION = "its session's chain does not verify (an event edited, removed or replaced)"
 UNSOUND_RUN = "the chain of the run that gave it does not verify (an event edited, removed or replaced)"
+
+
+__all__ = ["MAX_GRANT_DAYS", "MAX_GRANT_SECONDS", "SESSION_HOURS", "UNSOUND_RUN", "UNSOUND_SESSION", "Grant",
+           "GrantError", "GrantSpec", "GrantTerms", "InForce", "all_grants", "allows", "answering", "applicable",
+           "covers", "covers_text", "duplicated", "exact", "expiry", "find", "for_plan", "from_events", "grant_seal",
+           "grants_table", "normal_path", "now", "parse_duration", "path_matches", "rejects", "revoke", "sealed_here",
+           "session_grants", "step_effect", "terms_for", "unbacked", "unspent", "vouched", "whole_folder"]

@@ -1,4 +1,5 @@
-"""Risk of a tool call and autonomy of a run: the two axes of the approval table (DESIGN.md section 4)."""
+"""Risk of a tool call and autonomy of a run: the two axes of the approval table (docs/architecture.md,
+"The approval table")."""
 
 from __future__ import annotations
 

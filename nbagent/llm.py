@@ -7,8 +7,8 @@
 - litellm 1.106.2 fails every call that passes `tools=` unless the `mcp` package is importable; it is a
   dependency, and `import_litellm` says so plainly if it is missing.
 - Retries: transient failures (timeouts, connection errors, HTTP 408/429/5xx) are retried with exponential
-  backoff and a cap (as tenacity's wait_exponential did); litellm's own retries are turned off so they do not
-  multiply. Anything else fails at once. The number of retries is returned with the reply (and recorded in
+  backoff and a cap (retrying.py: tenacity's, as for tool calls); litellm's own retries are turned off so they
+  do not multiply. Anything else fails at once. The number of retries is returned with the reply (and recorded in
   `llm_called`). A call that fails while the model's API key is not set (litellm's `validate_environment`) is an
   AuthenticationError naming the variable, never retried (litellm reports OpenAI's as a server error).
 - Errors keep the provider's message and drop litellm's wrapping (`error_message`).
@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib.util
 import json
@@ -32,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from .events import Usage, canonical_json
+from .retrying import with_retries
 
 
 class ModelError(Exception):
@@ -235,15 +235,6 @@ def _is_local(settings: ModelSettings, metadata: dict[str, Any] | None) -> bool:
         and not via_litellm()
 
 
-def _wait(settings: ModelSettings, attempt: int) -> float:
-    """Backoff before retry `attempt` + 1: retry_base * 2**(attempt - 1), capped (tenacity's wait_exponential)."""
-    try:
-        wait = settings.retry_base * 2 ** (attempt - 1)
-    except OverflowError:
-        wait = settings.retry_cap
-    return max(0.0, min(wait, settings.retry_cap))
-
-
 async def complete(
     settings: ModelSettings,
     messages: list[dict[str, Any]],
@@ -285,41 +276,37 @@ async def complete(
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}
 
-    attempts = 0
     started = time.perf_counter()
-    resp: Any = None
     missing: list[str] = []
-    try:
-        # Retries: what tenacity's AsyncRetrying(stop_after_attempt, wait_exponential, retry_if_exception,
-        # reraise) did, without its import (70 ms of a first answer).
-        while True:
-            attempts += 1
-            meta = metadata
-            if metadata and "nbagent_turn" in metadata:
-                # local models count attempts: a scripted error turn is consumed, the retry gets the next
-                meta = {**metadata, "nbagent_turn": metadata["nbagent_turn"] + attempts - 1}
-            started = time.perf_counter()
-            try:
-                if local:
-                    from .models.provider import local_completion
+    retries = 0
 
-                    assert meta is not None
-                    resp = await local_completion(settings.model, messages, tools, meta, on_token)
-                else:
-                    if meta is not None:
-                        kwargs["metadata"] = meta
-                    resp = await _call(litellm, kwargs, messages, on_token)
-                break
-            except Exception as exc:
-                if not local and attempts == 1:
-                    missing = missing_keys(litellm, settings)
-                    if missing:  # litellm may call it a server error (openai: InternalServerError), retried in vain
-                        raise
-                if attempts >= settings.max_retries + 1 or not is_transient(exc):
-                    raise
-                if on_retry is not None:
-                    on_retry(attempts, exc)
-                await asyncio.sleep(_wait(settings, attempts))
+    async def attempt(n: int) -> Any:
+        nonlocal started
+        meta = metadata
+        if metadata and "nbagent_turn" in metadata:
+            # local models count attempts: a scripted error turn is consumed, the retry gets the next
+            meta = {**metadata, "nbagent_turn": metadata["nbagent_turn"] + n - 1}
+        started = time.perf_counter()
+        if local:
+            from .models.provider import local_completion
+
+            assert meta is not None
+            return await local_completion(settings.model, messages, tools, meta, on_token)
+        if meta is not None:
+            kwargs["metadata"] = meta
+        return await _call(litellm, kwargs, messages, on_token)
+
+    def first_failed(exc: BaseException) -> None:
+        if not local:
+            missing.extend(missing_keys(litellm, settings))
+            if missing:  # litellm may call it a server error (openai: InternalServerError), retried in vain
+                raise exc
+
+    try:
+        # the retries every model and tool call gets (retrying.py: tenacity's)
+        resp, retries = await with_retries(attempt, retries=settings.max_retries, base=settings.retry_base,
+                                           cap=settings.retry_cap, transient=is_transient, first_failed=first_failed,
+                                           on_retry=on_retry)
     except Exception as exc:
         from .models.base import ModelScriptError
 
@@ -331,7 +318,7 @@ async def complete(
                              f"{' or '.join(missing)} is not set; set it where the kernel (or `nbagent run`) starts, "
                              "or pass Agent(api_key=...)", error_type="AuthenticationError") from exc
         transient = is_transient(exc)
-        retries = max(0, attempts - 1)
+        retries = getattr(exc, "retry_count", 0)
         # a provider may echo the key it rejected: scrub it (and other known secrets) before truncating
         from .secrets import Redactor
 
@@ -357,7 +344,7 @@ async def complete(
                     total_tokens=usage.get("total_tokens") or 0),
         cost=cost,
         latency_ms=latency,
-        retry_count=max(0, attempts - 1),
+        retry_count=retries,
         finish_reason=choice.get("finish_reason"),
         response=response,
     )

@@ -2,8 +2,9 @@
 
 Two independent checks, both outside the model's control:
 
-1. The approval table (DESIGN.md section 4): autonomy x risk -> run or propose. A proposal waits for a
-   `Decider`. The table is data (`APPROVAL_TABLE`) so tests and docs read the same thing the loop uses.
+1. The approval table (docs/architecture.md, "The approval table"): autonomy x risk -> run or propose. A
+   proposal waits for a `Decider`. The table is data (`APPROVAL_TABLE`) so tests and docs read the same thing
+   the loop uses; `needs_decision` applies it to a call (the gate, approval.clearance, and the grants ask it).
 2. Authorization, before every execution, approved or not: tool deny-list and allow-list, dangerous argument
    patterns, and budgets. A denial is an `authorization_denied` event and an error result the model sees.
 """
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .ids import iso
 from .levels import Autonomy, Risk
+from .tools.control import CONTROL_TOOLS
 
 Action = Literal["run", "propose"]
 
@@ -32,6 +34,12 @@ APPROVAL_TABLE: dict[Autonomy, dict[Risk, Action]] = {
 
 def action_for(autonomy: Autonomy | str, risk: Risk | str) -> Action:
     return APPROVAL_TABLE[Autonomy(autonomy)][Risk(risk)]
+
+
+def needs_decision(autonomy: Autonomy | str, tool: str, risk: Risk) -> bool:
+    """True when the autonomy table says to ask before a call of this risk (control tools never ask). The gate
+    (approval.clearance) and the grants (grants.for_plan) both ask this, so it lives below them."""
+    return tool not in CONTROL_TOOLS and action_for(autonomy, risk) == "propose"
 
 
 # Argument names that hold a path, in any spelling (`Path`, `file-name`, `FileName`): checked for traversal whatever

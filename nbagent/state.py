@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .approval import identify
 from .events import EventBase, PlanStep, Usage
+from .ids import identify
 from .levels import Autonomy, Risk
 
 
@@ -196,7 +196,7 @@ class RunState(BaseModel):
         message = assistant_message(p.response)
         if message is not None:
             calls = message.get("tool_calls") or []
-            # nbagent's ids replace the model's (approval.identify): every key after this is one nbagent chose
+            # nbagent's ids replace the model's (ids.identify): every key after this is one nbagent chose
             ids = identify([c.get("id") for c in calls], getattr(p, "call_ids", None), self.call_ids_seen, e.id)
             for call, call_id in zip(calls, ids, strict=True):
                 call["id"] = call_id

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ class Anchor:
         self._heads: dict[str, tuple[int, str, str]] = {}  # chain -> (seq, hash, store identity)
         self._wfd: tuple[Path, int] | None = None  # (file, descriptor) appended to
         self.problem: str | None = None  # why the file could not be read, while it cannot
+        self.warned: set[str] = set()  # chains warned about ("" : the anchor cannot be written), once each
 
     @property
     def path(self) -> Path:
@@ -124,6 +126,31 @@ class Anchor:
             raise OSError(f"{path} is not a regular file")
         self._wfd = (path, fd)
         return fd
+
+    def advance(self, key: str, written: dict[str, Any], *, sync: bool,
+                doc_at: Callable[[str, int], dict[str, Any] | None], warn: Callable[[str], None],
+                store_path: Path) -> None:
+        """Note the chain's new head (`written`, an event durable already), unless the chain no longer reaches the
+        head anchored before (`doc_at(key, position)` reads the chain): a chain cut (or replaced) and grown again
+        must stay caught, so its anchor is never moved back. A data folder that cannot be written is a warning
+        (`warn`, once per chain): the event is recorded."""
+        try:
+            before = self.get(key)
+            if before is not None and not (written["seq"] > before[0] and reaches(
+                    doc_at(key, before[0] - 1), *before)):
+                self._warn_once(key, warn, f"{store_path} ({key}): the chain no longer reaches seq {before[0]}, "
+                                           f"which this user's anchor saw ({self.path}); it was cut or replaced: the "
+                                           "anchor stays, and `nbagent verify` names it")
+                return
+            self.note(key, written["seq"], written["hash"], sync=sync)
+        except OSError as exc:
+            self._warn_once("", warn, f"{self.path}: cannot write this store's anchor ({exc.strerror or exc}); "
+                                      "events cut off the end of a chain from now on may go unnoticed")
+
+    def _warn_once(self, key: str, warn: Callable[[str], None], message: str) -> None:
+        if key not in self.warned:
+            self.warned.add(key)
+            warn(message)
 
     def close(self) -> None:
         if self._wfd is not None:

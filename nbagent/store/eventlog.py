@@ -1,4 +1,4 @@
-"""The append-only event log: one JSON line per event, behind TinyDB's Table and Query API.
+"""The append-only event log: one JSON line per event, indexed (TinyDB's Table over it: eventtable.py).
 
 Why not TinyDB's JSONStorage: it rewrites the whole file on every insert (0.5 s per insert at 50k documents,
 measured here) and corrupts the file with two writers. Here an append is one `write(2)` of one line to an
@@ -39,15 +39,12 @@ import re
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tinydb.storages import Storage
-from tinydb.table import Document, Table
-
 from ..events import canonical_json, chain_key, compute_hash, load_record
-from .errors import AppendOnly, StoreReadOnly, StoreWriteFailed
+from .errors import StoreReadOnly, StoreWriteFailed
 from .regular import open_regular
 
 log = logging.getLogger("nbagent.store")
@@ -61,37 +58,6 @@ _TAIL = re.compile(rb'"run_id":(?:null|"([^"\n]*)"),"seq":\d+,"session_id":"([^"
                    rb'"type":"([^"\n]*)"\}\n')
 _CHUNK = 8 << 20  # bytes read at once when indexing
 TS_WIDTH = 27
-
-
-class _Docs(Mapping[str, dict[str, Any]]):
-    """`str(doc_id) -> raw event dict` over the index, parsing on access (what TinyDB's Table reads)."""
-
-    def __init__(self, log_: EventLog) -> None:
-        self._log = log_
-
-    def __getitem__(self, doc_id: str) -> dict[str, Any]:
-        try:
-            i = int(doc_id) - 1
-        except (TypeError, ValueError):
-            raise KeyError(doc_id) from None
-        if not 0 <= i < len(self._log._starts):
-            raise KeyError(doc_id)
-        record = self._log.record(i, keep=False)
-        if record is None:
-            raise KeyError(doc_id)
-        return record
-
-    def __iter__(self) -> Iterator[str]:
-        return (str(i + 1) for i in range(len(self._log._starts)))
-
-    def __len__(self) -> int:
-        return len(self._log._starts)
-
-    def items(self) -> Iterator[tuple[str, dict[str, Any]]]:  # type: ignore[override]
-        for i in range(len(self._log._starts)):
-            record = self._log.record(i, keep=False)
-            if record is not None:
-                yield str(i + 1), record
 
 
 class EventLog:
@@ -117,7 +83,6 @@ class EventLog:
         self._cache: OrderedDict[int, dict[str, Any]] = OrderedDict()  # ordinal -> parsed record
         self._cache_bytes = 0  # the line bytes of the cached events
         self._bad: set[int] = set()  # indexed lines that turned out not to parse
-        self.docs: Mapping[str, dict[str, Any]] = _Docs(self)
         self.warnings: list[str] = []
         self._offset = 0  # bytes consumed: just after a newline, or after a whole event lacking its newline
         self._unterminated = False  # the last event consumed has no newline yet: the next writer adds it
@@ -336,32 +301,21 @@ class EventLog:
         """Events indexed so far (read or written)."""
         return len(self._starts)
 
-    def candidates(self, hashval: Any) -> list[int] | None:
-        """The events that can match a TinyDB query with this hash, in log order, from the index alone (its tests
-        on `type` and `ts`: ==, one_of, >=, <=, joined by &); None when the query tests neither (read them all).
-        The query itself is still applied to each candidate."""
-        parts = list(hashval[1]) if isinstance(hashval, tuple) and hashval and hashval[0] == "and" else [hashval]
-        types: set[str] | None = None
-        lo = hi = None
-        for part in parts:
-            if not (isinstance(part, tuple) and len(part) == 3 and isinstance(part[1], tuple) and len(part[1]) == 1):
-                continue
-            op, (field,), value = part
-            if field == "type" and op == "==" and isinstance(value, str):
-                types = {value} if types is None else types & {value}
-            elif field == "type" and op == "one_of" and all(isinstance(v, str) for v in value):
-                types = set(value) if types is None else types & set(value)
-            elif field == "ts" and op == ">=" and isinstance(value, str) and value.isascii():
-                lo = value.encode() if lo is None else max(lo, value.encode())
-            elif field == "ts" and op == "<=" and isinstance(value, str) and value.isascii():
-                hi = value.encode() if hi is None else min(hi, value.encode())
-        if types is None and lo is None and hi is None:
+    def select(self, types: Iterable[str] | None = None, since: str | None = None, until: str | None = None
+               ) -> list[int] | None:
+        """The events that can be of one of `types` with a `ts` in [since, until], in log order, from the index
+        alone; None when no filter is given (read them all). Callers still test each candidate: an event whose
+        type or ts the index could not hold as written is always a candidate."""
+        wanted = None if types is None else set(types)
+        lo = since.encode() if since is not None and since.isascii() else None
+        hi = until.encode() if until is not None and until.isascii() else None
+        if wanted is None and lo is None and hi is None:
             return None
         out: Iterable[int]
-        if types is None:
+        if wanted is None:
             out = range(len(self._starts))
         else:
-            lists = [lst for t in (*types, "") if (lst := self.by_type.get(t))]  # "": types not indexable
+            lists = [lst for t in (*wanted, "") if (lst := self.by_type.get(t))]  # "": types not indexable
             out = lists[0] if len(lists) == 1 else sorted(i for lst in lists for i in lst)
         if lo is not None or hi is not None:
             stamps, other, w = self._ts, self._ts_other, TS_WIDTH
@@ -372,7 +326,27 @@ class EventLog:
 
             out = [i for i in out if fits(i)]
         return list(out)
-        return out
+
+    def candidates(self, hashval: Any) -> list[int] | None:
+        """`select` for a TinyDB query's hash value (its tests on `type` and `ts`: ==, one_of, >=, <=, joined by
+        &); None when the query tests neither. Kept for tests written against it: the store itself asks `select`
+        (through EventTable.matching) and never reads a query's private hash."""
+        parts = list(hashval[1]) if isinstance(hashval, tuple) and hashval and hashval[0] == "and" else [hashval]
+        types: set[str] | None = None
+        since = until = None
+        for part in parts:
+            if not (isinstance(part, tuple) and len(part) == 3 and isinstance(part[1], tuple) and len(part[1]) == 1):
+                continue
+            op, (field,), value = part
+            if field == "type" and op == "==" and isinstance(value, str):
+                types = {value} if types is None else types & {value}
+            elif field == "type" and op == "one_of" and all(isinstance(v, str) for v in value):
+                types = set(value) if types is None else types & set(value)
+            elif field == "ts" and op == ">=" and isinstance(value, str) and value.isascii():
+                since = value if since is None else max(since, value)
+            elif field == "ts" and op == "<=" and isinstance(value, str) and value.isascii():
+                until = value if until is None else min(until, value)
+        return self.select(types, since, until)
 
     def chain_len(self, key: str) -> int:
         return len(self.by_chain.get(key, ()))
@@ -516,93 +490,3 @@ class EventLog:
             if fd is not None:
                 os.close(fd)
         self._fd = self._rfd = None
-
-
-class _NoStorage(Storage):
-    """EventTable reads and writes through EventLog; TinyDB's whole-file storage is never used."""
-
-    def read(self) -> dict[str, dict[str, Any]] | None:
-        return None
-
-    def write(self, data: dict[str, dict[str, Any]]) -> None:
-        raise AppendOnly("a whole-table write")
-
-
-class EventTable(Table):
-    """TinyDB's Table over the event log: `search`, `get`, `count` and `Query` work; mutations are refused."""
-
-    def __init__(self, log_: EventLog, *, before_read: Callable[[], None] | None = None) -> None:
-        super().__init__(_NoStorage(), "events", cache_size=30)
-        self._log = log_
-        self._before_read = before_read
-        self._cached_at = -1  # events in the log when the query cache was last valid
-
-    def _sync(self) -> None:
-        if self._before_read is not None:
-            self._before_read()
-        self._log.refresh()
-        # TinyDB caches query results: drop them whenever the log grew, by another process (refresh) or by this
-        # one's own appends (which refresh does not count), or a search after an append answers from before it
-        if len(self._log.docs) != self._cached_at:
-            self._cached_at = len(self._log.docs)
-            self.clear_cache()
-
-    def _read_table(self) -> dict[str, Mapping[Any, Any]]:  # type: ignore[override]
-        self._sync()
-        return self._log.docs
-
-    def search(self, cond: Any) -> list[Document]:
-        self._sync()
-        hashval = getattr(cond, "_hash", None)
-        candidates = self._log.candidates(hashval) if hashval is not None else None
-        if candidates is None:
-            return super().search(cond)
-        cached = self._query_cache.get(cond)
-        if cached is not None:
-            return cached[:]
-        docs = []
-        for i in candidates:
-            record = self._log.record(i, keep=False)
-            if record is not None and cond(record):
-                docs.append(self.document_class(record, self.document_id_class(str(i + 1))))
-        if cond.is_cacheable():
-            self._query_cache[cond] = docs[:]
-        return docs
-
-    def docs_for_chain(self, key: str, start: int = 0) -> list[dict[str, Any]]:
-        """Fast path for one run's events (from position `start` on): an index lookup instead of a scan."""
-        self._sync()
-        return self._log.chain(key, start)
-
-    def doc_at(self, key: str, position: int) -> dict[str, Any] | None:
-        """The chain's event at this 0-based position (as `docs_for_chain` counts), read alone; None if none."""
-        ids = self._log.by_chain.get(key, ())
-        return self._log.record(ids[position]) if 0 <= position < len(ids) else None
-
-    def chain_len(self, key: str) -> int:
-        """How many events a chain has (after the same refresh as `docs_for_chain`), without reading them; once
-        they have been read, as many as `docs_for_chain` returns (a line found damaged leaves its chain)."""
-        self._sync()
-        return self._log.chain_len(key)
-
-    # The log is append-only: Store.append is the one way in.
-    def insert(self, document: Mapping[Any, Any]) -> int:
-        raise AppendOnly("insert through TinyDB (use Store.append)")
-
-    def insert_multiple(self, documents: Iterable[Mapping[Any, Any]]) -> list[int]:
-        raise AppendOnly("insert through TinyDB (use Store.append)")
-
-    def update(self, *args: Any, **kwargs: Any) -> list[int]:
-        raise AppendOnly("update")
-
-    def update_multiple(self, *args: Any, **kwargs: Any) -> list[int]:
-        raise AppendOnly("update")
-
-    def upsert(self, *args: Any, **kwargs: Any) -> list[int]:
-        raise AppendOnly("upsert")
-
-    def remove(self, *args: Any, **kwargs: Any) -> list[int]:
-        raise AppendOnly("remove")
-
-    def truncate(self) -> None:
-        raise AppendOnly("truncate")

@@ -29,22 +29,15 @@ say (`integrity.chain_sound`, `nbagent verify`).
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
 import os
-import stat
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 from tinydb import Query
-from tinydb.table import Document, Table
 
-from .._version import __version__
 from ..events import (
     CHECKPOINT_TYPES,
     EVENT_MODELS,
@@ -58,157 +51,28 @@ from ..events import (
 )
 from ..ids import new_id, now_iso
 from ..levels import Autonomy
-from ..state import RunState, RunStatus
-from .anchor import Anchor, reaches
+from ..state import RunState
+from .anchor import Anchor
 from .errors import (
-    IsALink,
-    NewerFormat,
-    NotAFile,
-    NotAStore,
     RunNotFound,
     StoreError,
-    StoreFolderIsALink,
     StoreReadOnly,
 )
-from .eventlog import EventLog, EventTable
-from .regular import NOFOLLOW, folder, kind, link_target, open_regular, read_regular
+from .eventlog import EventLog
+from .eventtable import EventTable
+from .leases import Leases
+from .locks import HeldLock, Locked, fcntl
+from .meta import FORMAT, FORMAT_VERSION, check_meta, create_or_check
+from .records import RunRecord, SessionRecord, put_row, run_row, session_record
 from .tables import AtomicJSONStorage, open_tables
 
 STORE_SUFFIX = ".nbagent"
-FORMAT = "nbagent-store"
-FORMAT_VERSION = 1
 LOCK_TIMEOUT_S = 30.0
 # When appends are made durable (fsync): "checkpoint" (the default) at waits, decisions and ends; "step" also at the
 # end of every model turn and every tool call, one fsync covering the step's events (group commit: a power loss
 # loses at most the step in progress, as LangGraph's checkpoint per super-step); "event" at every event.
 DURABILITY = ("checkpoint", "step", "event")
 STEP_END_TYPES = frozenset({"llm_called", "tool_call_completed", "tool_call_failed", "authorization_denied"})
-
-try:
-    import fcntl
-except ImportError:  # Windows: filelock's portable lock
-    fcntl = None  # type: ignore[assignment]
-
-
-class _HeldLock:
-    """The store's write lock: `flock` on a descriptor opened once, not filelock's open-lock-close per acquire.
-
-    filelock opened, locked, truncated and closed the lock file on every append (~55 µs, three times a step); here
-    an acquire is one `flock(LOCK_EX | LOCK_NB)` and one `fstat`. The lock is the same kind filelock
-    takes (`flock` on the file `lock`), so processes running either version exclude each other. Re-entrant within
-    a process (the store's thread lock serialises threads first). Two cases would make a held descriptor lock the
-    wrong file: after `fork` the child's inherited descriptor shares the parent's lock (so the child opens its own),
-    and a lock file deleted or replaced (the timeout message suggests deleting it) leaves the descriptor on a
-    dead inode that other processes no longer open (so after locking, the file must still have a link).
-    """
-
-    POLL_S = 0.005
-
-    def __init__(self, path: str, timeout: float) -> None:
-        self.path = path
-        self.timeout = timeout
-        self._fd: int | None = None
-        self._pid = 0
-        self._depth = 0
-
-    def _open(self) -> int:
-        if self._fd is not None and self._pid != os.getpid():
-            self._fd = None  # inherited through fork: never lock or close the parent's description
-        if self._fd is None:
-            # never blocks (a FIFO in its place), never follows a link (one shipped would create its target)
-            self._fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
-            self._pid = os.getpid()
-        return self._fd
-
-    def _drop(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-        self._fd = None
-
-    def acquire(self) -> None:
-        if self._depth and self._pid == os.getpid():
-            self._depth += 1
-            return
-        self._depth = 0
-        deadline = None
-        while True:
-            fd = self._open()
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.timeout
-                elif now >= deadline:
-                    raise Timeout(self.path) from None
-                time.sleep(self.POLL_S)
-                continue
-            if os.fstat(fd).st_nlink > 0:  # still the file at `path` (deleted or renamed over: no link left)
-                self._depth = 1
-                return
-            self._drop()  # the file was deleted or replaced while we held or waited for it: lock the new one
-
-    def release(self) -> None:
-        if self._depth <= 0:
-            return
-        self._depth -= 1
-        if self._depth == 0 and self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        if self._depth == 0:
-            self._drop()
-
-
-class _Locked:
-    """`Store.locked()`: a plain context manager (a generator-based one cost more than the lock on every append)."""
-
-    __slots__ = ("store",)
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __enter__(self) -> None:
-        self.store._acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.store._release()
-
-
-class SessionRecord(BaseModel):
-    """A row of the sessions table: cached, for queries. `last_seq` and `last_hash` are the checkpoint of the
-    session's own chain (grants, revokes), as a run's row has for its chain: `verify` catches events cut off its end."""
-
-    id: str
-    name: str
-    notebook: str | None = None
-    created_at: str
-    defaults: dict[str, Any] = Field(default_factory=dict)
-    last_seq: int = 0
-    last_hash: str | None = None
-
-
-class RunRecord(BaseModel):
-    """A row of the runs table: cached, for queries; `Store.run_state` is the truth."""
-
-    id: str
-    session_id: str
-    cell_id: str | None = None
-    previous_run_id: str | None = None
-    parent_run_id: str | None = None
-    model: str | None = None
-    autonomy: Autonomy = Autonomy.L1
-    prompt: str = ""
-    status: RunStatus = RunStatus.RUNNING
-    superseded_by: str | None = None
-    created_at: str
-    updated_at: str | None = None
-    last_seq: int = 0
-    last_hash: str | None = None
-    steps: int = 0
-    tokens: int = 0
-    cost: float | None = None
 
 
 def store_path_for(notebook: str | Path) -> Path:
@@ -218,6 +82,24 @@ def store_path_for(notebook: str | Path) -> Path:
 
 
 class Store:
+    """One notebook's store: the event log (the truth), the tables that cache it, and the runs' folded state.
+
+    Writers go through `append` (every event: hash-chained, under the store's lock), `create_session` and
+    `create_run`; readers through `run_state`, `run_events`, `query_events`, `count_events`, `session_events`,
+    `list_runs` and the like, never through the log's files or TinyDB queries of their own.
+
+    Args:
+        path: the store folder (`analysis.nbagent`), or the notebook (`analysis.ipynb`: its store beside it).
+        readonly: open without ever writing (no lock, no folder created): what `nbagent show` and `verify` use;
+            a write raises StoreReadOnly.
+        durability: when appends are fsynced: "checkpoint" (the default), "step" or "event" (DURABILITY);
+            None: NBAGENT_DURABILITY, else "checkpoint".
+
+    Raises:
+        NotAStore, NewerFormat, StoreFolderIsALink, StoreReadOnly: the folder cannot be used as a store.
+        ValueError: an unknown durability.
+    """
+
     def __init__(self, path: str | Path, *, readonly: bool = False, durability: str | None = None) -> None:
         durability = durability or os.environ.get("NBAGENT_DURABILITY") or "checkpoint"
         if durability not in DURABILITY:
@@ -231,15 +113,14 @@ class Store:
         self.readonly = readonly
         self.events_path = path / "events.jsonl"
         self.tables_path = path / "tables.json"
-        self.meta: dict[str, Any] = self._check_meta() if readonly else self._create_or_check()
+        self.meta: dict[str, Any] = check_meta(path) if readonly else create_or_check(path)
         # who this store is, for its anchor: a store made again at the same place is another one
         self.identity = str(self.meta.get("id") or self.meta.get("created_at") or "")
         self.anchors = Anchor(path, self.identity)
-        self._anchor_warned: set[str] = set()
         self._tlock = threading.RLock()
-        self._leases: dict[str, FileLock] = {}  # leases taken by create_run, held by this process
-        self._flock: _HeldLock | FileLock = (
-            _HeldLock(str(path / "lock"), LOCK_TIMEOUT_S) if fcntl is not None
+        self.leases = Leases(path, readonly=readonly)  # runs being driven (create_run takes one)
+        self._flock: HeldLock | FileLock = (
+            HeldLock(str(path / "lock"), LOCK_TIMEOUT_S) if fcntl is not None
             else FileLock(str(path / "lock"), thread_local=False, timeout=LOCK_TIMEOUT_S))
         self._run_sessions: dict[str, str] = {}  # run id -> its session (never changes)
         self._fold = threading.Lock()  # folding events into self._states
@@ -257,73 +138,17 @@ class Store:
         if not readonly:
             self._remove_leftovers()
 
-    # ------------------------------------------------------------------ opening
-
-    def _folder_stat(self) -> os.stat_result | None:
-        """The store folder's own status (None when missing); a link there is refused, by readers and writers."""
-        try:
-            st = os.lstat(self.path)
-        except FileNotFoundError:
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            raise StoreFolderIsALink(self.path, link_target(self.path) or "?")
-        return st
-
-    def _check_meta(self) -> dict[str, Any]:
-        meta_path = self.path / "meta.json"
-        st = self._folder_stat()
-        if st is None:
-            raise NotAStore(self.path, "it does not exist")
-        if not stat.S_ISDIR(st.st_mode):
-            raise NotAStore(self.path, "it is a file, not a store folder")
-        try:
-            meta = json.loads(read_regular(meta_path).decode("utf-8"))  # a FIFO is NotAFile, never a wait
-        except FileNotFoundError as exc:
-            raise NotAStore(self.path, "no meta.json in it") from exc
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise NotAStore(self.path, "meta.json is not valid JSON") from exc
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise NotAStore(self.path, "meta.json does not describe an nbagent store")
-        version = meta.get("version")
-        if not isinstance(version, int):
-            raise NotAStore(self.path, "meta.json has no format version")
-        if version > FORMAT_VERSION:
-            raise NewerFormat(meta_path, version, FORMAT_VERSION)
-        return meta
-
-    def _create_or_check(self) -> dict[str, Any]:
-        st = self._folder_stat()
-        if os.path.lexists(self.path / "meta.json") or (st is not None and not stat.S_ISDIR(st.st_mode)):
-            return self._check_meta()
-        if st is not None and any(self.path.iterdir()):
-            raise NotAStore(self.path, "the folder has files but no meta.json; not touching it")
-        meta = {"format": FORMAT, "version": FORMAT_VERSION, "id": new_id(), "created_at": now_iso(),
-                "created_by": __version__}
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self._folder_stat()
-            tmp = self.path / f".meta-{os.getpid()}-{new_id()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps(meta, indent=2) + "\n")
-            os.replace(tmp, self.path / "meta.json")  # (replaces a link made meanwhile, never writes through it)
-        except OSError as exc:
-            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise StoreReadOnly(self.path, exc.strerror or str(exc)) from exc
-            raise
-        return meta
-
     def _remove_leftovers(self) -> None:
         """Temp files of table writes killed before their rename; under the lock none can be in progress."""
         with self.locked():
             for leftover in self.path.glob(".tables-*.tmp"):
                 leftover.unlink(missing_ok=True)
 
-    def locked(self) -> _Locked:
+    def locked(self) -> Locked:
         """Exclusive write access across threads and processes; re-entrant (`with store.locked(): ...`)."""
         if self.readonly:
             raise StoreReadOnly(self.path, "the store was opened read-only")
-        return _Locked(self)
+        return Locked(self)
 
     def _acquire(self) -> None:
         self._tlock.acquire()
@@ -351,7 +176,7 @@ class Store:
     def close(self) -> None:
         self._log.close()
         self.anchors.close()
-        if isinstance(self._flock, _HeldLock):
+        if isinstance(self._flock, HeldLock):
             self._flock.close()
 
     def __enter__(self) -> Store:
@@ -390,10 +215,10 @@ class Store:
     def _rebuilt_tables(self) -> dict[str, dict[str, Any]]:
         """The sessions and runs tables as the event log says they are (when tables.json is damaged)."""
         sessions: dict[str, Any] = {}
-        runs = {run_id: self._row_from_state(self.run_state(run_id)).model_dump(mode="json")
+        runs = {run_id: run_row(self.run_state(run_id)).model_dump(mode="json")
                 for run_id in self.run_ids()}  # run_ids refreshes the log
         for key in list(self._log.by_chain):
-            rec = _session_record(self._log.first(key)) if key.startswith("session:") else None
+            rec = session_record(self._log.first(key)) if key.startswith("session:") else None
             if rec is None:
                 continue
             last_seq, last_hash = self._log.head(key)
@@ -463,66 +288,21 @@ class Store:
         return self.anchors.get(key)
 
     def _anchor(self, key: str, written: dict[str, Any], *, sync: bool) -> None:
-        """Write the chain's new head to the anchor (the event is durable already), unless the chain no longer
-        reaches the head anchored before: a chain cut (or replaced) and grown again must stay caught, so its anchor
-        is never moved back. A data folder that cannot be written is a warning: the event is recorded."""
-        try:
-            before = self.anchors.get(key)
-            if before is not None and not (written["seq"] > before[0] and reaches(
-                    self.events.doc_at(key, before[0] - 1), *before)):
-                self._warn_anchor(key, f"{self.path} ({key}): the chain no longer reaches seq {before[0]}, which this "
-                                       f"user's anchor saw ({self.anchors.path}); it was cut or replaced: the "
-                                       "anchor stays, and `nbagent verify` names it")
-                return
-            self.anchors.note(key, written["seq"], written["hash"], sync=sync)
-        except OSError as exc:
-            self._warn_anchor("", f"{self.anchors.path}: cannot write this store's anchor ({exc.strerror or exc}); "
-                                  "events cut off the end of a chain from now on may go unnoticed")
-
-    def _warn_anchor(self, key: str, message: str) -> None:
-        if key not in self._anchor_warned:
-            self._anchor_warned.add(key)
-            self._log._warn(message)
+        """Write the chain's new head to this user's anchor (anchor.py: `Anchor.advance`)."""
+        self.anchors.advance(key, written, sync=sync, doc_at=self.events.doc_at, warn=self._log._warn,
+                             store_path=self.path)
 
     def lease(self, run_id: str) -> FileLock:
-        """The lock a process holds while it drives a run (acquire with timeout 0): a second process driving the
-        same run, or a fork superseding it, can tell that it is in progress somewhere. The OS drops it when the
-        process dies, so a crashed run is never left "in progress". One lock object per run in a process, so
-        acquiring it again here nests instead of blocking."""
-        held = self._leases.get(run_id)
-        if held is not None:
-            return held
-        leases = self.path / "leases"
-        folder(leases, create=True)  # never through a link (IsALink)
-        path = leases / f"{run_id}.lock"
-        with contextlib.suppress(FileNotFoundError):  # a FIFO, a folder or a link there: one clear line
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):  # (filelock would create or lock its target)
-                raise IsALink(path, link_target(path) or "?")
-            if not stat.S_ISREG(st.st_mode):
-                raise NotAFile(path, kind(st.st_mode))
-        return FileLock(str(path), thread_local=False, timeout=0)
+        """The lock a process holds while it drives a run (leases.py: `Leases.lease`)."""
+        return self.leases.lease(run_id)
 
     def release_lease(self, run_id: str, lock: FileLock | None = None) -> None:
         """Release one hold of a run's lease (nested holds count), forgetting it once it is free."""
-        lock = lock or self._leases.get(run_id)
-        if lock is None:
-            return
-        lock.release()
-        if not lock.is_locked:
-            self._leases.pop(run_id, None)
+        self.leases.release(run_id, lock)
 
     def in_progress(self, run_id: str) -> bool:
         """True while another driver holds the run's lease (another process, or another store object)."""
-        if self.readonly or run_id in self._leases:
-            return False
-        lock = self.lease(run_id)
-        try:
-            lock.acquire()
-        except Timeout:
-            return True
-        lock.release()
-        return False
+        return self.leases.in_progress(run_id)
 
     def sync(self) -> None:
         """Flush appended events to disk (fsync); the runtime calls this at step boundaries."""
@@ -538,7 +318,7 @@ class Store:
             first = self.append(SessionCreated(name=name, notebook=notebook, defaults=rec.defaults),
                                 session_id=rec.id, sync=True)
             rec = rec.model_copy(update={"last_seq": first.seq, "last_hash": first.hash})
-            _put(self.sessions, rec.id, rec.model_dump(mode="json"))
+            put_row(self.sessions, rec.id, rec.model_dump(mode="json"))
             return rec
 
     def session(self, name: str = "default", *, notebook: str | None = None) -> SessionRecord:
@@ -575,8 +355,7 @@ class Store:
         `store.lease(run_id).release()` once the run is driven, or let `Agent` do that."""
         run_id = new_id()
         if lease:
-            self._leases[run_id] = held = self.lease(run_id)
-            held.acquire()
+            self.leases.take(run_id)
         started = RunStarted(
             prompt=prompt, model=model, autonomy=Autonomy(autonomy), cell_id=cell_id,
             previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options or {},
@@ -594,25 +373,14 @@ class Store:
         if self.sessions.contains(doc_id=session_id):
             self.sessions.update(head, doc_ids=[session_id])
             return
-        rec = _session_record(self._log.first(f"session:{session_id}"))
+        rec = session_record(self._log.first(f"session:{session_id}"))
         if rec is not None:
-            _put(self.sessions, session_id, {**rec.model_dump(mode="json"), **head})
+            put_row(self.sessions, session_id, {**rec.model_dump(mode="json"), **head})
 
     def _checkpoint(self, run_id: str) -> None:
         state = self.run_state(run_id)
-        row = self._row_from_state(state)
-        _put(self.runs, run_id, row.model_dump(mode="json"))
-
-    def _row_from_state(self, state: RunState) -> RunRecord:
-        assert state.run_id and state.session_id
-        return RunRecord(
-            id=state.run_id, session_id=state.session_id, cell_id=state.cell_id,
-            previous_run_id=state.previous_run_id, parent_run_id=state.parent_run_id, model=state.model,
-            autonomy=state.autonomy, prompt=state.prompt, status=state.status, superseded_by=state.superseded_by,
-            created_at=state.started_at or now_iso(), updated_at=now_iso(), last_seq=state.last_seq,
-            last_hash=state.last_hash, steps=len(state.steps), tokens=state.tokens,
-            cost=state.cost if state.cost_known else None,
-        )
+        row = run_row(state)
+        put_row(self.runs, run_id, row.model_dump(mode="json"))
 
     def _session_of(self, run_id: str) -> str:
         known = self._run_sessions.get(run_id)
@@ -648,8 +416,8 @@ class Store:
     ) -> list[EventBase]:
         """Events matching every given filter, in log order. `since`/`until` are ISO timestamps.
 
-        With `run_id`, only that run's events are read (the log's index); otherwise every event is, through
-        TinyDB's Query.
+        With `run_id`, only that run's events are read (the log's index); otherwise those the log's index says
+        can match (by type and time), or every event.
         """
         if run_id is not None:
             wanted = None if types is None else ({types} if isinstance(types, str) else set(types))
@@ -666,24 +434,26 @@ class Store:
                 return until is None or ("ts" in d and d["ts"] <= until)
 
             return [parse_event(d) for d in self.events.docs_for_chain(run_id) if keep(d)]
-        q = Query()
-        conds = []
-        if session_id is not None:
-            conds.append(q.session_id == session_id)
-        if types is not None:
-            conds.append(q.type.one_of([types] if isinstance(types, str) else list(types)))
-        if since is not None:
-            conds.append(q.ts >= since)
-        if until is not None:
-            conds.append(q.ts <= until)
-        if not conds:
-            docs = self.events.all()
-        else:
-            cond = conds[0]
-            for c in conds[1:]:
-                cond = cond & c
-            docs = self.events.search(cond)
+        def in_session(d: dict[str, Any]) -> bool:
+            return d.get("session_id") == session_id
+
+        types_ = None if types is None else ([types] if isinstance(types, str) else list(types))
+        docs = self.events.matching(types_, since, until, in_session if session_id is not None else None)
         return [parse_event(d) for d in docs]
+
+    def count_events(self, types: str | list[str], *, since: str | None = None) -> int:
+        """How many events of these types the log holds (from `since` on, an ISO timestamp): a budget's calls
+        in the last hour. Only the events the index says can match are read."""
+        return len(self.events.matching([types] if isinstance(types, str) else types, since))
+
+    def session_event_count(self, session_id: str) -> int:
+        """How many events the session's own chain has (its grants and revokes), without reading them: a cheap
+        test of whether the session's grants changed since they were last read."""
+        return self.events.chain_len(f"session:{session_id}")
+
+    def session_events(self, session_id: str) -> list[EventBase]:
+        """The session's own chain (session_started, grants given and revoked), in log order."""
+        return [parse_event(d) for d in self.events.docs_for_chain(f"session:{session_id}")]
 
     def run_ids(self) -> list[str]:
         """Every run the log knows, oldest first (ULIDs sort by time)."""
@@ -720,32 +490,15 @@ class Store:
             try:
                 cached = RunRecord.model_validate(row)
             except ValidationError:  # a damaged cached row: the events say what it should be
-                return self._row_from_state(state)
+                return run_row(state)
             if cached.last_seq == state.last_seq:
                 return cached
-        return self._row_from_state(state)
+        return run_row(state)
 
     def list_runs(self, session_id: str | None = None) -> list[RunRecord]:
         runs = [self.get_run(r) for r in self.run_ids()]
         return [r for r in runs if session_id is None or r.session_id == session_id]
 
 
-
-def _put(table: Table, doc_id: str, row: dict[str, Any]) -> None:
-    """Insert or replace one row with one file write (TinyDB's upsert writes twice when inserting)."""
-    if table.contains(doc_id=doc_id):
-        table.update(row, doc_ids=[doc_id])
-    else:
-        table.insert(Document(row, doc_id=doc_id))
-
-
-def _session_record(first: dict[str, Any] | None) -> SessionRecord | None:
-    """A session's row from the first event of its chain (`session_created`); None for anything else."""
-    if first is None or first.get("type") != "session_created" or not isinstance(first.get("payload"), dict):
-        return None
-    p = first["payload"]
-    try:
-        return SessionRecord(id=first["session_id"], name=p.get("name") or "default", notebook=p.get("notebook"),
-                             created_at=first["ts"], defaults=p.get("defaults") or {})
-    except (ValidationError, KeyError):
-        return None
+__all__ = ["DURABILITY", "FORMAT", "FORMAT_VERSION", "STORE_SUFFIX", "RunRecord", "SessionRecord", "Store",
+           "store_path_for"]

@@ -1,0 +1,145 @@
+"""What the parts of the agent share: the per-run working data, the one way the runtime writes, the result.
+
+`Agent` (agent.py) is assembled from parts, one module each (the loop, a turn's calls, calling a tool,
+decisions and grants, the run tree, the history). They share the attributes `AgentBase` declares and the
+`_record` it defines: every event the runtime writes passes through `_record`, where it is redacted, so no
+part can skip that.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from .. import grants as grants_
+from ..effects import Effect
+from ..events import AuthorizationDenied, EventBase, Payload, Usage
+from ..levels import Risk
+from ..policy import Denial
+from ..state import RunStatus
+
+if TYPE_CHECKING:
+    from ..bus import EventBus
+    from ..deciders import Decider
+    from ..llm import Fingerprint, ModelSettings
+    from ..models.base import LocalModel
+    from ..policy import Authorizer, AuthPolicy, Budget
+    from ..scope import ScopeGuard
+    from ..secrets import Redactor
+    from ..store import SessionRecord, Store
+    from ..tools.base import Tool
+
+MAX_RESULT_CHARS = 50_000
+CONTROL_RISK = Risk.READ_ONLY
+
+
+class RunResult(BaseModel):
+    """What `Agent.run` returns: the run's derived state, summarised."""
+
+    run_id: str
+    status: RunStatus
+    answer: str | None = None
+    error: str | None = None
+    errors: list[str] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    cost: float | None = None
+    steps: int = 0
+    model_calls: int = 0
+    pending: dict[str, Any] | None = None
+    children: list[str] = Field(default_factory=list)
+    log_path: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (RunStatus.COMPLETED, RunStatus.COMPLETED_WITH_ERRORS)
+
+
+class RunStateError(Exception):
+    """The run is not in a state that allows what was asked (resume a finished run, answer a running one)."""
+
+
+class RunContext:
+    """Per-run working data that is *not* state: caches and handles, all rebuildable from the events."""
+
+    def __init__(self, run_id: str, root_id: str, depth: int, turn: list[int]) -> None:
+        self.run_id = run_id
+        self.root_id = root_id
+        self.depth = depth
+        self.turn = turn  # shared across a run tree: offline models count model attempts per tree
+        self.fingerprint: Fingerprint | None = None
+        self.prefix: list[dict[str, Any]] = []
+        self.stop: list[str] = []  # budget or policy reasons to finish after the current turn
+        self.grants = grants_.InForce()  # the grants in force, re-read when the session's chain grew
+        self.blocked = False  # a sub-agent waits for a decision nobody can give now: so does this run
+
+
+
+class AgentBase:
+    """The attributes every part of `Agent` reads (set by `Agent.__init__`), and the one way it writes."""
+
+    store: Store
+    session: SessionRecord
+    path_guard: ScopeGuard
+    autonomy: Any
+    tools: dict[str, Tool]
+    code_paths: list[str]
+    budget: Budget
+    policy: AuthPolicy
+    authorizer: Authorizer
+    plan_threshold: int
+    system_prompt: str
+    bus: EventBus
+    stream: bool
+    tool_timeout: float | None
+    tool_retries: int
+    redactor: Redactor
+    replay_source: str | None
+    settings: ModelSettings
+    decider: Decider
+    _local: LocalModel | None
+    _local_key: str | None
+    _legacy_ids: bool
+
+    @property
+    def model(self) -> str:
+        """The model's name (`provider/name`, or `nbagent/scripted`, `nbagent/function`, `nbagent/replay`)."""
+        return self.settings.model
+
+    def _record(self, run_id: str, payload: Payload, parent: str | None = None) -> EventBase:
+        """The one way the runtime writes: every payload is redacted here, so no path can skip it."""
+        # (the store writes `clean` as validated: dumping the validated payload again gives the same dict)
+        clean = self.redactor.redact(payload.model_dump(mode="json", fallback=repr))
+        try:
+            event = self.store.append(type(payload).model_validate(clean), run_id=run_id, parent_event_id=parent,
+                                      payload_json=clean)
+        except UnicodeEncodeError:  # a lone surrogate from the model (half an emoji): kept as U+FFFD, not a crash
+            clean = _valid_text(clean)
+            event = self.store.append(type(payload).model_validate(clean), run_id=run_id, parent_event_id=parent,
+                                      payload_json=clean)
+        self.bus.event(event)
+        return event
+
+    def _deny(self, run_id: str, call_id: str | None, tool: str, denial: Denial, target: str | None,
+              parent: str | None = None, grant_id: str | None = None, digest: str | None = None,
+              effect: Effect | None = None) -> None:
+        """Record that a call (or the model call: `tool` "(model)") was refused, and by which rule."""
+        self._record(run_id, AuthorizationDenied(call_id=call_id, tool=tool, reason=denial.reason, target=target,
+                                                 rule=denial.rule, grant_id=grant_id, digest=digest, effect=effect),
+                     parent=parent)
+
+
+def _valid_text(value: Any) -> Any:
+    """The same structure with every unpaired surrogate replaced by U+FFFD (UTF-8 cannot hold one)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_text(v) for v in value]
+    return value
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
