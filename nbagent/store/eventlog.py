@@ -327,27 +327,6 @@ class EventLog:
             out = [i for i in out if fits(i)]
         return list(out)
 
-    def candidates(self, hashval: Any) -> list[int] | None:
-        """`select` for a TinyDB query's hash value (its tests on `type` and `ts`: ==, one_of, >=, <=, joined by
-        &); None when the query tests neither. Kept for tests written against it: the store itself asks `select`
-        (through EventTable.matching) and never reads a query's private hash."""
-        parts = list(hashval[1]) if isinstance(hashval, tuple) and hashval and hashval[0] == "and" else [hashval]
-        types: set[str] | None = None
-        since = until = None
-        for part in parts:
-            if not (isinstance(part, tuple) and len(part) == 3 and isinstance(part[1], tuple) and len(part[1]) == 1):
-                continue
-            op, (field,), value = part
-            if field == "type" and op == "==" and isinstance(value, str):
-                types = {value} if types is None else types & {value}
-            elif field == "type" and op == "one_of" and all(isinstance(v, str) for v in value):
-                types = set(value) if types is None else types & set(value)
-            elif field == "ts" and op == ">=" and isinstance(value, str) and value.isascii():
-                since = value if since is None else max(since, value)
-            elif field == "ts" and op == "<=" and isinstance(value, str) and value.isascii():
-                until = value if until is None else min(until, value)
-        return self.select(types, since, until)
-
     def chain_len(self, key: str) -> int:
         return len(self.by_chain.get(key, ()))
 
