@@ -386,3 +386,22 @@ def _looks_like_diff(text: str) -> bool:
 
 def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in str(text).split("\n"))
+
+
+def words(view: dict[str, Any]) -> dict[str, Any]:
+    """The words and numbers a run shows, worded once, here: the record's renderings call the functions above, and
+    the view state carries their result (`view["words"]`, set by `viewstate.with_words`) for the live view and the
+    lab extension (labextension/src/run_view/), which show these strings as they are. labextension/test/words.test.ts
+    holds the two to saying the same on the same runs."""
+    v = view or {}
+    nominal = bool(v.get("cost_nominal"))
+    return {
+        "totals": totals_line(v.get("totals") or {}, nominal),
+        "tree": tree_line(v.get("tree"), nominal),
+        "timeline": timeline_label(v),
+        "outcome": outcome_warning(v),
+        "pending": pending_text(v) if v.get("pending") else "",
+        "pending_hint": pending_hint(v),
+        "undo_hint": undo_hint(v),
+        "plans": {str(p.get("plan_id")): plan_summary(p) for p in v.get("plans") or [] if p.get("plan_id")},
+    }

@@ -138,6 +138,22 @@ export const argsClipped = (args, width) => !!args && typeof args === "object" &
 export const isLong = (t) => t.length > LONG_CHARS || t.split("\n").length > LONG_LINES;
 
 // "2 tool calls · 3 model calls · …": tool calls, not "steps", so it never reads against the timeline's entries
+// The words and numbers a run shows come from the view (`view.words`, worded by nbagent/ui/record_words.py, the
+// same functions the saved record is written with): `said` returns one of them, or, for a view saved before views
+// carried them, what `fallback` words the same way (labextension/test/words.test.ts holds both to the record's).
+export function said(view, key, fallback) {
+  const w = view && view.words;
+  return w && typeof w[key] === "string" ? w[key] : fallback();
+}
+
+// the totals line with its cost (the fourth part) marked nominal, as costEl
+export function totalsEl(text, nominal) {
+  const parts = String(text).split(" · ");
+  if (!nominal || parts.length < 4) return [String(text)];
+  return [parts.slice(0, 3).join(" · "), " · ", h("span", { class: "nbv-nominal", title: NOMINAL_TITLE, text: parts[3] }),
+    ...parts.slice(4).map((p) => ` · ${p}`)];
+}
+
 export function totalsLine(t, nominal) {
   t = t || {};
   const tools = t.tool_calls ?? t.steps ?? 0;
@@ -156,7 +172,7 @@ export function treeLine(tree, nominal) {
   const shares = runs.map(([id, r]) => `${id.slice(-6)}: ${plural(r.model_calls || 0, "call", "calls")} ${fmtCost(r.cost, nominal)}`);
   return `with ${plural(runs.length - 1, "sub-agent", "sub-agents")}: ${plural(tree.model_calls || 0, "model call", "model calls")}` +
     ` · ${fmtTokens(tree.tokens)} tokens · ${fmtCost(tree.cost_known === false ? null : tree.cost, nominal)}` +
-    ` · ${plural(tree.tool_steps || 0, "tool step", "tool steps")} (by run: ${shares.join(", ")})`;
+    ` · ${plural(tree.tool_steps || 0, "tool call", "tool calls")} (by run: ${shares.join(", ")})`;
 }
 
 export function badge(text, tone, title) {

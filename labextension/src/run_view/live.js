@@ -1,4 +1,4 @@
-import { h, json } from "./format.js";
+import { h, json, said } from "./format.js";
 import { isHighRisk, approveLabel, planSummary, approvalQuestion, denyLabel, bannerEl } from "./plans.js";
 import { effectsEl, headEl, promptEl, interruptedEl, stepsOl, timelineLabel, decisionsByRequest, plansEl, answerEl, errorsEl, footEl } from "./record.js";
 
@@ -266,7 +266,7 @@ export function render({ model, el }) {
     parts.steps.replaceChildren();
     if (steps.length) {
       const ol = stepsOl(ctx, steps, 1, decisionsByRequest(view));
-      parts.steps.append(h("div", { class: "nbv-section", text: timelineLabel(steps) }), ol);
+      parts.steps.append(h("div", { class: "nbv-section", text: said(view, "timeline", () => timelineLabel(steps)) }), ol);
       ol.scrollTop = atBottom ? ol.scrollHeight : prevTop;
     } else if (status === "running") {
       parts.steps.append(h("div", { class: "nbv-facts nbv-starting", text: "starting…" }));

@@ -69,6 +69,12 @@ export function planSummary(plan) {
  * The approval question, phrased from the plan's steps (what will happen, to what), never from the model's words:
  * "Delete data.txt?", "Delete old.txt and overwrite report.md?", "Run these 3 actions?" (the card lists them).
  */
+// a plan's summary as the record words it (view.words.plans), or, in a view saved before views carried it, made here
+export function summaryOf(view, plan) {
+  const words = (view && view.words && view.words.plans) || {};
+  return typeof words[plan.plan_id] === "string" ? words[plan.plan_id] : planSummary(plan);
+}
+
 export function approvalQuestion(plan) {
   const steps = (plan && plan.steps) || [];
   if (!steps.length) return "Approve this plan?";
@@ -117,7 +123,7 @@ export function planEl(ctx, plan, index, view, controls) {
   const card = h("div", { class: `nbv-plan${waiting ? " nbv-plan-waiting" : ""}${high ? " nbv-plan-high" : ""}`,
     "data-plan-id": plan.plan_id || null },
     h("div", { class: "nbv-plan-head" },
-      h("strong", { class: "nbv-plan-title", text: `${index ? `Plan ${index}: ` : "Plan: "}${upperFirst(planSummary(plan))}` }),
+      h("strong", { class: "nbv-plan-title", text: `${index ? `Plan ${index}: ` : "Plan: "}${upperFirst(summaryOf(view, plan))}` }),
       badge(waiting ? "waiting for approval" : PLAN_STATUS[status] || status, waiting ? "warn" : PLAN_TONE[status] || "dim"),
       h("span", { class: "nbv-facts" }, "max risk"), riskBadge(plan.max_risk) || ""),
     purposeEl(plan), high ? dangerEl(plan, waiting || (ctx.static && status === "proposed")) : "");

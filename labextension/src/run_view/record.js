@@ -1,4 +1,4 @@
-import { STATUS_ICON, STATUS_TONE, h, byWhom, shortId, plural, clip, totalsLine, treeLine, badge } from "./format.js";
+import { STATUS_ICON, STATUS_TONE, said, totalsEl, h, byWhom, shortId, plural, clip, totalsLine, treeLine, badge } from "./format.js";
 import { markdown } from "./markdown.js";
 import { HEAD_STEPS, TAIL_STEPS, MAX_STEPS_SHOWN, details, stepEl } from "./timeline.js";
 import { upperFirst, planSummary, planEl, bannerEl } from "./plans.js";
@@ -75,7 +75,7 @@ export function undoBannerEl(view) {
 }
 
 // a run that ended with failed or denied calls says so before its answer (as record.py outcome_warning)
-export function outcomeWarningEl(view) {
+function outcomeWarning(view) {
   if (view.status !== "completed_with_errors") return "";
   const t = view.totals || {};
   const failed = Number(t.failed || 0);
@@ -84,9 +84,12 @@ export function outcomeWarningEl(view) {
   const what = [failed ? plural(failed, "tool call failed", "tool calls failed") : "",
     denied ? plural(denied, "tool call was denied", "tool calls were denied") : ""].filter(Boolean);
   const head = what.length ? what.join(" and ") : "the run recorded errors";
-  return h("div", { class: "nbv-banner nbv-warn nbv-outcome" }, h("strong", {
-    text: `⚠ ${upperFirst(head)}: the answer is the model's own account and may describe what did not happen; check Effects and Errors`,
-  }));
+  return `${upperFirst(head)}: the answer is the model's own account and may describe what did not happen; check Effects and Errors`;
+}
+
+export function outcomeWarningEl(view) {
+  const text = said(view, "outcome", () => outcomeWarning(view));
+  return text ? h("div", { class: "nbv-banner nbv-warn nbv-outcome" }, h("strong", { text: `⚠ ${text}` })) : "";
 }
 
 export function headEl(view, status) {
@@ -131,14 +134,10 @@ export function pendingHint(view) {
 export function pendingText(view) {
   const pending = view.pending || {};
   if (pending.kind === "approval") {
-    const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id) || pending.plan;
+    const plan = (view.plans || []).find((p) => p.plan_id === pending.plan_id);
     return `waiting for approval of plan ${shortId(pending.plan_id)}${plan ? ` (${clip(planSummary(plan), 80)})` : ""}`;
   }
-  if (pending.kind === "human_input") {
-    const k = (view.steps || []).findIndex((s) => s.kind === "question" && s.request_id === pending.request_id);
-    return k >= 0 ? `waiting for an answer to the agent's question (step ${k + 1})`
-      : `waiting for an answer to: ${clip(pending.question || "", 200)}`;
-  }
+  if (pending.kind === "human_input") return `waiting for an answer to: ${clip(pending.question || "", 200)}`;
   return "waiting";
 }
 
@@ -146,9 +145,9 @@ export function pendingText(view) {
 export function staticPendingEl(view, status) {
   if (view.superseded_by || status === "superseded") return "";
   if (!view.pending && status !== "interrupted" && status !== "waiting") return "";
-  const title = view.pending ? `‖ ${pendingText(view)}` : `■ ${status}`;
+  const title = view.pending ? `‖ ${said(view, "pending", () => pendingText(view))}` : `■ ${status}`;
   return h("div", { class: "nbv-banner nbv-warn nbv-pending" }, h("strong", { text: title }),
-    h("span", { class: "nbv-hint", text: `in a new cell: ${pendingHint(view)}` }));
+    h("span", { class: "nbv-hint", text: `in a new cell: ${said(view, "pending_hint", () => pendingHint(view))}` }));
 }
 
 export function stepsOl(ctx, steps, start, decisions) {
@@ -168,7 +167,7 @@ export function staticStepsEl(ctx, view) {
   const steps = view.steps || [];
   if (!steps.length) return "";
   const decisions = decisionsByRequest(view);
-  const out = [h("div", { class: "nbv-section", text: timelineLabel(steps) })];
+  const out = [h("div", { class: "nbv-section", text: said(view, "timeline", () => timelineLabel(steps)) })];
   if (steps.length <= MAX_STEPS_SHOWN) {
     out.push(stepsOl(ctx, steps, 1, decisions));
   } else {
@@ -212,9 +211,11 @@ export function errorsEl(view) {
 }
 
 export function footEl(view, withRunId) {
+  const tree = said(view, "tree", () => treeLine(view.tree, !!view.cost_nominal));
   return h("div", { class: "nbv-foot" },
-    h("span", {}, h("strong", { text: "Totals " }), totalsLine(view.totals, !!view.cost_nominal)),
-    treeLine(view.tree) ? h("span", { class: "nbv-tree" }, h("strong", { text: "Run tree " }), treeLine(view.tree, !!view.cost_nominal)) : "",
+    h("span", {}, h("strong", { text: "Totals " }), view.words && typeof view.words.totals === "string"
+      ? totalsEl(view.words.totals, !!view.cost_nominal) : totalsLine(view.totals, !!view.cost_nominal)),
+    tree ? h("span", { class: "nbv-tree" }, h("strong", { text: "Run tree " }), tree) : "",
     withRunId && view.run_id ? h("span", {}, h("strong", { text: "Run " }), h("code", { class: "nbv-run-id", text: view.run_id })) : "",
     view.log_path ? h("span", {}, h("strong", { text: "Log " }), h("code", { class: "nbv-log", text: view.log_path })) : "");
 }
@@ -234,7 +235,7 @@ export function undoHint(view) {
 }
 
 export function undoHintEl(view) {
-  const hint = undoHint(view);
+  const hint = said(view, "undo_hint", () => undoHint(view));
   if (!hint) return "";
   const [command, rest] = hint.split(" undoes ");
   return h("p", { class: "nbv-undo-hint" }, h("strong", {}, "↶ Undo "), h("code", { text: command }), ` undoes ${rest}`);

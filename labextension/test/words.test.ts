@@ -1,0 +1,57 @@
+import { readdirSync, readFileSync } from 'fs';
+import { join } from 'path';
+
+import { describe, expect, it } from 'vitest';
+
+// @ts-expect-error: the committed bundle, as the widget and the lab extension load it
+import { renderView } from '../../nbagent/ui/run_view.js';
+
+// The words and numbers a run shows have one source: nbagent/ui/record_words.py, which writes the saved record and
+// puts them in the view (`view.words`). On the same runs (the pipeline's views when pytest runs this, see
+// tests/test_labextension.py, else the committed fixtures) the live view and the lab extension's record must say
+// exactly those words: with `view.words`, and with a view saved before views carried them (the JS fallback).
+const FIXTURES = process.env.NBAGENT_VIEW_FIXTURES || join(__dirname, 'fixtures');
+const names = readdirSync(FIXTURES).filter(f => f.endsWith('.json')).map(f => f.slice(0, -5));
+
+interface IWords {
+  totals: string; tree: string; timeline: string; outcome: string; pending: string; pending_hint: string;
+  undo_hint: string; plans: Record<string, string>;
+}
+
+function draw(view: any): Element {
+  const host = document.createElement('div');
+  document.body.appendChild(host);
+  return renderView(host, view);
+}
+
+const upperFirst = (t: string) => (t ? t[0].toUpperCase() + t.slice(1) : t);
+const text = (el: Element | null) => (el ? el.textContent : null);
+
+function saysTheWords(root: Element, view: any, words: IWords): void {
+  expect(text(root.querySelector('.nbv-foot > span'))).toBe(`Totals ${words.totals}`);
+  expect(text(root.querySelector('.nbv-tree'))).toBe(words.tree ? `Run tree ${words.tree}` : null);
+  if ((view.steps || []).length) expect(text(root.querySelector('.nbv-timeline > .nbv-section'))).toBe(words.timeline);
+  expect(text(root.querySelector('.nbv-outcome'))).toBe(words.outcome ? `⚠ ${words.outcome}` : null);
+  if (view.pending && !view.superseded_by) {
+    expect(text(root.querySelector('.nbv-pending strong'))).toBe(`‖ ${words.pending}`);
+    expect(text(root.querySelector('.nbv-pending .nbv-hint'))).toBe(`in a new cell: ${words.pending_hint}`);
+  }
+  expect(text(root.querySelector('.nbv-undo-hint'))).toBe(words.undo_hint ? `↶ Undo ${words.undo_hint}` : null);
+  const plans = [...root.querySelectorAll('.nbv-plan[data-plan-id]')];
+  expect(plans.length).toBe(Object.keys(words.plans).length);
+  for (const card of plans) {
+    const summary = words.plans[card.getAttribute('data-plan-id')!];
+    expect(text(card.querySelector('.nbv-plan-title'))).toMatch(/^Plan( \d+)?: /);
+    expect(text(card.querySelector('.nbv-plan-title'))!.replace(/^Plan( \d+)?: /, '')).toBe(upperFirst(summary));
+  }
+}
+
+describe('the live view and the record say the same words', () => {
+  it.each(names)('%s', name => {
+    const view = JSON.parse(readFileSync(join(FIXTURES, `${name}.json`), 'utf8'));
+    expect(view.words).toBeTruthy(); // the pipeline's views carry the record's words
+    saysTheWords(draw(view), view, view.words);
+    const { words, ...older } = view; // a record saved before views carried words: the JS words them the same way
+    saysTheWords(draw(older), older, words);
+  });
+});
