@@ -55,3 +55,20 @@ describe('the live view and the record say the same words', () => {
     saysTheWords(draw(older), older, words);
   });
 });
+
+// @ts-expect-error: a plain .js module (the source of nbagent/ui/run_view.js)
+import { fmtCost, fmtMs } from '../src/run_view/format.js';
+
+describe('numbers, for views saved before they carried words', () => {
+  // what nbagent/ui/record_words.py's fmt_ms and fmt_cost make of the same numbers (Python rounds a tie to even)
+  it('are formatted as the record formats them', () => {
+    const ms = [0.125, 0.5, 2.25, 2.35, 58.5, 59.5, 57.5, 999.5, 1250, 2250, 59950, 60500, 61500, 3599500, 7325000];
+    expect(ms.map(fmtMs)).toEqual(['0.12 ms', '0.50 ms', '2.2 ms', '2.4 ms', '58 ms', '60 ms', '58 ms', '1000 ms',
+      '1.2 s', '2.2 s', '60.0 s', '1 min 0 s', '1 min 2 s', '1 h 0 min', '2 h 2 min']);
+    const cost = [0, 0.00001, 0.000012, 0.00012345, 0.0011, 0.01, 0.015, 0.125, 1234.5, 1234567.891];
+    expect(cost.map(c => fmtCost(c))).toEqual(['$0', '$1.0e-05', '$1.2e-05', '$0.00012', '$0.0011', '$0.01', '$0.01',
+      '$0.12', '$1,234.50', '$1,234,567.89']);
+    expect(fmtCost(0.5, true)).toBe('$0.50 nominal');
+    expect(fmtCost(null)).toBe('cost unknown');
+  });
+});

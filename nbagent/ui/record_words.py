@@ -401,7 +401,7 @@ def words(view: dict[str, Any]) -> dict[str, Any]:
         "timeline": timeline_label(v),
         "outcome": outcome_warning(v),
         "pending": pending_text(v) if v.get("pending") else "",
-        "pending_hint": pending_hint(v),
+        "pending_hint": pending_hint(v) if v.get("pending") or v.get("status") in ("waiting", "interrupted") else "",
         "undo_hint": undo_hint(v),
         "plans": {str(p.get("plan_id")): plan_summary(p) for p in v.get("plans") or [] if p.get("plan_id")},
     }

@@ -126,9 +126,6 @@ class RunView(_Clickable):
 
     def push(self, view: dict[str, Any]) -> None:
         """A new view state (the latest wins). Synced now if the last sync is older than `interval`, else soon."""
-        from .viewstate import with_words
-
-        view = with_words(view)  # the caller may have changed the view after it was built (a sub-agent's question)
         with self._lock:
             self._next_view = view
             self._builder = None

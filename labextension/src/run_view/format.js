@@ -43,16 +43,29 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
+// Python's rounding (nbagent/ui/record_words.py formats the same numbers): an exact tie goes to the even digit
+// (f"{58.5:.0f}" is "58", round(2.5) is 2), where toFixed and Math.round go up
+export function fixed(x, digits) {
+  if (!Number.isFinite(x) || x < 0) return x.toFixed(digits);
+  const exact = x.toFixed(100); // the double's exact decimal expansion (to 100 places: enough for these numbers)
+  const point = exact.indexOf(".");
+  const rest = exact.slice(point + 1 + digits);
+  if (!/^50*$/.test(rest)) return x.toFixed(digits); // not a tie: toFixed rounds the exact value to nearest
+  const down = exact.slice(0, digits ? point + 1 + digits : point);
+  return Number(down[down.length - 1]) % 2 === 0 ? down : x.toFixed(digits);
+}
+
 export function fmtMs(ms) {
   if (ms === undefined || ms === null) return "";
   ms = Number(ms);
-  if (ms < 1) return `${ms.toFixed(2)} ms`;
-  if (ms < 10) return `${ms.toFixed(1)} ms`;
-  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 1) return `${fixed(ms, 2)} ms`;
+  if (ms < 10) return `${fixed(ms, 1)} ms`;
+  if (ms < 1000) return `${fixed(ms, 0)} ms`;
   const s = ms / 1000;
-  if (s < 60) return `${s.toFixed(1)} s`;
-  const m = Math.floor(Math.round(s) / 60);
-  if (m < 60) return `${m} min ${Math.round(s) % 60} s`;
+  if (s < 60) return `${fixed(s, 1)} s`;
+  const whole = Number(fixed(s, 0));
+  const m = Math.floor(whole / 60);
+  if (m < 60) return `${m} min ${whole % 60} s`;
   return `${Math.floor(m / 60)} h ${m % 60} min`;
 }
 
@@ -61,9 +74,10 @@ export function fmtCost(c, nominal) {
   if (nominal) return `${fmtCost(c)} nominal`;
   c = Number(c);
   if (c === 0) return "$0";
-  if (c < 0.0001) return `$${c.toExponential(1)}`;
+  if (c < 0.0001) return `$${c.toExponential(1).replace(/e([+-])(\d)$/, "e$10$2")}`; // Python's 1.0e-05
   if (c < 0.01) return `$${Number(c.toPrecision(2))}`;
-  return `$${c.toFixed(2)}`;
+  const [whole, cents] = fixed(c, 2).split(".");
+  return `$${whole.replace(/\B(?=(\d{3})+$)/g, ",")}.${cents}`; // Python's f"{c:,.2f}"
 }
 
 export const fmtTokens = (n) => Number(n || 0).toLocaleString("en-US");
