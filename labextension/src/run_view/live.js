@@ -1,12 +1,12 @@
-import { h, json, said } from "./format.js";
-import { isHighRisk, approveLabel, planSummary, approvalQuestion, denyLabel, bannerEl } from "./plans.js";
-import { effectsEl, headEl, promptEl, interruptedEl, stepsOl, timelineLabel, decisionsByRequest, plansEl, answerEl, errorsEl, footEl } from "./record.js";
-
 // ------------------------------------------------------------------------------------------------ the live widget
 //
 // A click is an event, sent as a custom comm message ({event: "decision", ...}, see nbagent/ui/widget.py), never
 // as a state sync: ipywidgets' page-side model holds every sync after the first until the kernel reports idle
 // for it, which it does not do while the cell awaits the decision. This view never calls `save_changes`.
+
+import { h, json, said } from "./format.js";
+import { isHighRisk, approveLabel, planSummary, approvalQuestion, denyLabel, bannerEl } from "./plans.js";
+import { effectsEl, headEl, promptEl, interruptedEl, stepsOl, timelineLabel, decisionsByRequest, plansEl, answerEl, errorsEl, footEl } from "./record.js";
 
 export const FINAL_EVENT = "nbagent-run-final";
 export const RUN_MIME = "application/vnd.nbagent.run+json";

@@ -1,12 +1,12 @@
-import { PLAN_STATUS, PLAN_TONE, DECISION_VERB, DIFF_OPEN_LINES, h, fmtTime, byWhom, fmtTs, clip, formatArgs, argsJson, argsClipped, badge, riskBadge, looksLikeDiff, diffPre } from "./format.js";
-import { details, textBlock } from "./timeline.js";
-
 // ------------------------------------------------------------------------------------------------ plans
 //
 // What a plan asks is phrased here from its steps (tool, target, risk, risk_reason), never from the model's
 // words: the model's purpose is shown as a quote. A plan with a WRITE_HIGH_RISK step gets a card that looks
 // and reads differently (danger styling, what makes it high risk, an Approve button that names the action), so
 // a delete is never approved with the reflex of a create.
+
+import { PLAN_STATUS, PLAN_TONE, DECISION_VERB, DIFF_OPEN_LINES, h, fmtTime, byWhom, fmtTs, clip, formatArgs, argsJson, argsClipped, badge, riskBadge, looksLikeDiff, diffPre } from "./format.js";
+import { details, textBlock } from "./timeline.js";
 
 export const HIGH = "WRITE_HIGH_RISK";
 export const FILE_VERB = { delete_file: "delete", write_file: "overwrite", create_file: "create", read_file: "read" };

@@ -1,13 +1,16 @@
-import { STATUS_ICON, STATUS_TONE, said, totalsEl, h, byWhom, shortId, plural, clip, totalsLine, treeLine, badge } from "./format.js";
-import { markdown } from "./markdown.js";
-import { HEAD_STEPS, TAIL_STEPS, MAX_STEPS_SHOWN, details, stepEl } from "./timeline.js";
-import { upperFirst, planSummary, planEl, bannerEl } from "./plans.js";
-
-// ------------------------------------------------------------------------------------------------ effects
+// ------------------------------------------------------------------------------------------------ the record
+//
+// The sections of a run below its plans (effects, banners, head, pending, timeline, answer, errors, totals) and
+// `renderView`, the static record the lab extension draws. The words they show come from the view (`said`).
 //
 // What the run did to the folder and what it was refused, from the log (`view.effects`, nbagent/ui/effects_summary.py,
 // which words the text/html record the same way): beside the answer, which is the model's own account and may claim
 // what did not happen. And whether an undo put the run's changes back (`undone_by`, `undo_history`).
+
+import { STATUS_ICON, STATUS_TONE, said, totalsEl, h, byWhom, shortId, plural, clip, totalsLine, treeLine, badge } from "./format.js";
+import { markdown } from "./markdown.js";
+import { HEAD_STEPS, TAIL_STEPS, MAX_STEPS_SHOWN, details, stepEl } from "./timeline.js";
+import { upperFirst, planSummary, planEl, bannerEl } from "./plans.js";
 
 export const fileCount = (fx) => ["created", "changed", "deleted"].reduce((n, k) => n + ((fx || {})[k] || []).length, 0);
 

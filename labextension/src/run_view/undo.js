@@ -1,11 +1,11 @@
-import { h, plural, badge, diffPre } from "./format.js";
-
 // ------------------------------------------------------------------------------------------------ the Undo panel
 //
 // `%agent undo RUN` with a person at the page (nbagent/ui/widget.py UndoView): model traits `offer` ({run_id,
 // changes: [{path, action}], not_undoable}) and `result` (set by the kernel once the undo ran). "Undo" first asks,
 // listing each file and what happens to it; "Undo N changes" sends `{event: "undo"}` (a custom message, like a
 // decision), "Cancel" goes back. The result: done (what was restored), or refused with each conflict's diff.
+
+import { h, plural, badge, diffPre } from "./format.js";
 
 export function renderUndo({ model, el }) {
   const local = { asking: false, sent: false, note: "" };
