@@ -162,7 +162,7 @@ describe('what an approval says', () => {
     const three = { steps: [step('create_file', 'a.md', 'WRITE_LOW_RISK'), step('delete_file', 'b.md', HIGH),
       step('read_file', 'c.md', 'READ_ONLY')] };
     expect(approveLabel(three)).toBe('Approve 3 actions (1 delete)');
-    expect(planSummary(three)).toBe('3 actions: create a.md, delete b.md, read c.md');
+    expect(planSummary(three)).toBe('3 steps: create a.md, delete b.md, read c.md');
     expect(approvalQuestion({ steps: [step('delete_file', 'data.txt', HIGH)] })).toBe('Delete data.txt?');
     const two = { steps: [step('delete_file', 'old.txt', HIGH), step('write_file', 'report.md', HIGH)] };
     expect(approvalQuestion(two)).toBe('Delete old.txt and overwrite report.md?');

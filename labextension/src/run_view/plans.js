@@ -56,13 +56,13 @@ export function approveLabel(plan) {
   return `Approve ${steps.length} actions${high.length ? ` (${high.join(", ")})` : ""}`;
 }
 
-/** What the plan does, in nbagent's words: "delete data.txt"; "3 actions: create a.md, delete b.md, run code". */
+/** What the plan does, in nbagent's words: "delete data.txt"; "3 steps: create a.md, delete b.md, run code" (as the record words it). */
 export function planSummary(plan) {
   const steps = (plan && plan.steps) || [];
   if (!steps.length) return "no steps";
   if (steps.length === 1) return stepAction(steps[0]);
   const shown = steps.slice(0, 3).map(stepAction);
-  return `${steps.length} actions: ${shown.join(", ")}${steps.length > 3 ? `, and ${steps.length - 3} more` : ""}`;
+  return `${steps.length} steps: ${shown.join(", ")}${steps.length > 3 ? `, and ${steps.length - 3} more` : ""}`;
 }
 
 /**
