@@ -4,7 +4,7 @@ import { join } from 'path';
 import { describe, expect, it } from 'vitest';
 
 // @ts-expect-error: the committed bundle, as the widget and the lab extension load it
-import { renderView } from '../../nbagent/ui/run_view.js';
+import live, { renderView } from '../../nbagent/ui/run_view.js';
 
 // The words and numbers a run shows have one source: nbagent/ui/record_words.py, which writes the saved record and
 // puts them in the view (`view.words`). On the same runs (the pipeline's views when pytest runs this, see
@@ -46,6 +46,25 @@ function saysTheWords(root: Element, view: any, words: IWords): void {
   }
 }
 
+// the live widget (the anywidget default export) on a model that only holds the view
+function drawLive(view: any): Element {
+  const el = document.createElement('div');
+  document.body.appendChild(el);
+  const state: Record<string, unknown> = { view, streaming: '', decided: '' };
+  live.render({ model: { get: (k: string) => state[k], set: () => undefined, save_changes: () => undefined,
+    send: () => undefined, on: () => undefined, off: () => undefined }, el });
+  return el;
+}
+
+function liveSaysTheWords(root: Element, view: any, words: IWords): void {
+  expect(text(root.querySelector('.nbv-foot > span'))).toBe(`Totals ${words.totals}`);
+  if ((view.steps || []).length) expect(text(root.querySelector('.nbv-section'))).toBe(words.timeline);
+  for (const card of root.querySelectorAll('.nbv-plan[data-plan-id]')) {
+    const summary = words.plans[card.getAttribute('data-plan-id')!];
+    expect(text(card.querySelector('.nbv-plan-title'))!.replace(/^Plan( \d+)?: /, '')).toBe(upperFirst(summary));
+  }
+}
+
 describe('the live view and the record say the same words', () => {
   it.each(names)('%s', name => {
     const view = JSON.parse(readFileSync(join(FIXTURES, `${name}.json`), 'utf8'));
@@ -53,6 +72,8 @@ describe('the live view and the record say the same words', () => {
     saysTheWords(draw(view), view, view.words);
     const { words, ...older } = view; // a record saved before views carried words: the JS words them the same way
     saysTheWords(draw(older), older, words);
+    liveSaysTheWords(drawLive(view), view, view.words);
+    liveSaysTheWords(drawLive(older), older, words);
   });
 });
 
