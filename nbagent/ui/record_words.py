@@ -260,7 +260,8 @@ def model_note(plan: dict[str, Any]) -> str:
 
 
 def step_action(step: dict[str, Any]) -> str:
-    """What a plan step does, in nbagent's words (as run_view.js's stepAction): "delete data.txt", "run code"."""
+    """What a plan step does, in nbagent's words (as labextension/src/run_view/plans.js stepAction): "delete data.txt",
+    "run code"."""
     verb = _FILE_VERB.get(str(step.get("tool")))
     if verb:
         return f"{verb} {_clip(_step_target(step) or 'a file', 60)}"
@@ -268,7 +269,8 @@ def step_action(step: dict[str, Any]) -> str:
 
 
 def plan_summary(plan: dict[str, Any]) -> str:
-    """A plan phrased from its steps, never from the model's purpose (as run_view.js's planSummary)."""
+    """A plan phrased from its steps, never from the model's purpose. The live view shows it from `view["words"]`;
+    labextension/src/run_view/plans.js words it the same way for views saved before views carried words."""
     steps = plan.get("steps") or []
     if not steps:
         return "no steps"
