@@ -143,7 +143,7 @@ def test_several_decisions_phrased_from_the_plan(page: Page, lab: Lab) -> None: 
                                              {"content": "Done: three notes, old.txt kept."}],
                           files={"old.txt": "stale\nolder\n", "report.md": "# Old\n"})
     start_flow(page, lab, notebook)
-    card = waiting_card(page, 1, "2 actions: delete old.txt, overwrite report.md")
+    card = waiting_card(page, 1, "2 steps: delete old.txt, overwrite report.md")
     expect(card.locator(".nbv-decide-q")).to_have_text("Delete old.txt and overwrite report.md?")
     expect(card.locator(".nbv-purpose-by")).to_have_text("the model says ")  # its words, labelled as its own
     expect(card.locator(".nbv-purpose q")).to_have_text("Ranked by growth instead, as you asked.")
@@ -162,7 +162,7 @@ def test_several_decisions_phrased_from_the_plan(page: Page, lab: Lab) -> None: 
     shot(page, "m2-deny-confirm")
     button(page, "Deny these 2 actions").click()
 
-    card = waiting_card(page, 2, "3 actions: create a.md, create b.md, create c.md")
+    card = waiting_card(page, 2, "3 steps: create a.md, create b.md, create c.md")
     expect(card.locator(".nbv-decide-q")).to_have_text("Run these 3 actions?")
     # a long argument is cut in the table, and all of it is there behind "all arguments"
     card.locator("summary", has_text="all arguments").first.click()
@@ -308,7 +308,7 @@ def test_contrast_of_view_and_records_in_both_themes(page: Page, lab: Lab) -> No
     wait_kernel_idle(page, lab, notebook)
     run_cell(page, 0)
     run_cell(page, 1)
-    waiting_card(page, 1, "2 actions: delete old.txt, overwrite report.md")
+    waiting_card(page, 1, "2 steps: delete old.txt, overwrite report.md")
     contrast(page, LIVE, "live-view", measured, low)
     button(page, "Approve 2 actions (1 delete, 1 overwrite)").click()
     record = finished_record(page)

@@ -118,3 +118,24 @@ if __name__ == "__main__":  # regenerate the committed fixtures
         views = json.loads(json.dumps(make_views(Path(tmp))).replace(tmp, "/home/me/project"))
         write_views(FIXTURES, views)
     print(f"wrote {sorted(p.name for p in FIXTURES.glob('*.json'))}")
+
+
+def test_the_record_says_the_words_the_view_carries(tmp_path: Path) -> None:
+    """`view["words"]` (what the live view and the lab extension show, labextension/test/words.test.ts) is what the
+    saved record says: one source, nbagent/ui/record_words.py."""
+    import html
+
+    from nbagent.ui.record import answerable, render_html, render_text
+
+    views = make_views(tmp_path)
+    for name, view in views.items():
+        page, text, w = render_html(view), render_text(view), view["words"]
+        for key in ("totals", "timeline", "outcome", "pending", "pending_hint", "tree"):
+            if w[key] and (key not in ("pending", "pending_hint") or answerable(view)):
+                assert html.escape(w[key], quote=True) in page, (name, key)
+        assert f"totals: {w['totals']}" in text, name
+        for summary in w["plans"].values():
+            assert html.escape(summary[:1].upper() + summary[1:], quote=True) in page, name
+        if w["undo_hint"]:
+            assert f"undo: {w['undo_hint']}" in text, name
+    assert any(v["words"]["pending"] for v in views.values()) and any(v["words"]["plans"] for v in views.values())

@@ -1,7 +1,8 @@
 /**
- * The run-view renderer shared with the live anywidget view: `nbagent/ui/run_view.js` (plain JavaScript, no
- * build step there) exports `renderView`, which draws the static record. The bundler (rspack, through
- * @jupyter/builder) and vitest resolve this relative import; TypeScript gets the types declared here.
+ * The run-view renderer shared with the live anywidget view: `nbagent/ui/run_view.js` (the one-file bundle that
+ * `npm run build:view` makes of `src/run_view/`, committed) exports `renderView`, which draws the static record.
+ * Importing the bundle, not its sources, keeps the lab extension on the very code the widget runs. The bundler
+ * (rspack, through @jupyter/builder) and vitest resolve this relative import; TypeScript gets the types declared here.
  */
 
 // @ts-expect-error: a plain .js module outside this package; its API is typed below

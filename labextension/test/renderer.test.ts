@@ -11,6 +11,11 @@ import type { IRunView } from '../src/view';
 // (tests/test_labextension.py sets NBAGENT_VIEW_FIXTURES).
 const FIXTURES = process.env.NBAGENT_VIEW_FIXTURES || join(__dirname, 'fixtures');
 const load = (name: string): IRunView => JSON.parse(readFileSync(join(FIXTURES, `${name}.json`), 'utf8'));
+// a view changed by hand: its `words` (what the record says, worded in Python from the rest) would be stale
+const edited = (view: IRunView, changes: Partial<IRunView>): IRunView => {
+  const { words: _stale, ...rest } = view;
+  return { ...rest, ...changes };
+};
 
 function model(data: unknown): any {
   return { trusted: false, data: { [MIME_TYPE]: data }, metadata: {}, setData: () => undefined };
@@ -132,13 +137,12 @@ describe('a run waiting for approval', () => {
   });
 
   it('says how to resume an interrupted run and answer a question', async () => {
-    const interrupted = { ...load('full'), status: 'interrupted', pending: null };
+    const interrupted = edited(load('full'), { status: 'interrupted', pending: null });
     let root = (await render(interrupted)).querySelector('.nbv-static')!;
     expect(root.querySelector('.nbv-pending')!.textContent).toContain('%agent resume');
-    const asking = {
-      ...load('waiting'),
+    const asking = edited(load('waiting'), {
       pending: { kind: 'human_input', request_id: 'q-1', plan_id: null, question: 'Which year?' }
-    };
+    });
     root = (await render(asking)).querySelector('.nbv-static')!;
     expect(root.querySelector('.nbv-pending')!.textContent).toContain('waiting for an answer to: Which year?');
     expect(root.querySelector('.nbv-pending')!.textContent).toContain('%agent answer');
@@ -158,7 +162,7 @@ describe('what an approval says', () => {
     const three = { steps: [step('create_file', 'a.md', 'WRITE_LOW_RISK'), step('delete_file', 'b.md', HIGH),
       step('read_file', 'c.md', 'READ_ONLY')] };
     expect(approveLabel(three)).toBe('Approve 3 actions (1 delete)');
-    expect(planSummary(three)).toBe('3 actions: create a.md, delete b.md, read c.md');
+    expect(planSummary(three)).toBe('3 steps: create a.md, delete b.md, read c.md');
     expect(approvalQuestion({ steps: [step('delete_file', 'data.txt', HIGH)] })).toBe('Delete data.txt?');
     const two = { steps: [step('delete_file', 'old.txt', HIGH), step('write_file', 'report.md', HIGH)] };
     expect(approvalQuestion(two)).toBe('Delete old.txt and overwrite report.md?');

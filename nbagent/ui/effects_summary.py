@@ -19,13 +19,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..events import EventBase
+from ..tools.control import CONTROL_TOOLS
 
 # A file tool's result key naming the path it changed, and what the file was before and after (True: a file there).
 _FILE_RESULTS = {"create_file": ("created", False, True), "write_file": ("written", True, True),
                  "delete_file": ("deleted", True, False)}
 _RESTORE = {"remove": (True, False), "restore": (True, True), "recreate": (False, True)}
-# Tools with nothing to show here: their effect is the conversation (spawn_agent's children show their own).
-_CONTROL = frozenset({"respond_to_user", "done", "ask_human", "spawn_agent"})
 # Rules that state a fact about the folder (a missing file...): a failed call, listed under Errors, not refused.
 _FILE_FACTS = frozenset({"scope.missing", "scope.exists", "scope.not_a_file", "scope.not_a_folder", "scope.changed",
                          "scope.unreadable", "scope.symlink_loop"})
@@ -64,7 +63,9 @@ def effects(events: Iterable[EventBase]) -> dict[str, Any]:
                 last[path] = (after, result.get("after_sha256"))
                 continue
             call = started.get((e.run_id, p.call_id))
-            if p.tool not in _CONTROL and call is not None and str(call.risk) != "READ_ONLY":
+            # control tools have nothing to show here: their effect is the conversation (spawn_agent's children show
+            # their own)
+            if p.tool not in CONTROL_TOOLS and call is not None and str(call.risk) != "READ_ONLY":
                 other.append({"tool": p.tool, "target": call.target})
         elif e.type == "plan_rejected":
             for s in plans.get(p.plan_id, []):

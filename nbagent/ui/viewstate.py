@@ -24,7 +24,8 @@ Shape (version 1):
      "undone_by": str | null, "undo_history": [{"run_id", "ended_at", "undone_by"}],
      "undoes": null | {"run_id", "to", "runs"},
      "totals": {"tool_calls", "steps", "model_calls", "tokens", "prompt_tokens", "completion_tokens", "cost",
-                "wall_ms", "failed", "denied"}}
+                "wall_ms", "failed", "denied"},
+     "words": {"totals", "tree", "timeline", "outcome", "pending", "pending_hint", "undo_hint", "plans": {plan_id}}}
 
 `steps` is the timeline (every entry: model calls, tool calls, denials, questions...); `totals.tool_calls` counts
 the run's tool calls (`totals.steps` is the same number, kept for views written before the name). Label them
@@ -38,6 +39,9 @@ prices are made up so that cost tracking runs end to end; no money was spent.
 that was refused (ui/effects_summary.py): records show it beside the answer, which may claim otherwise.
 `undone_by` names the undo run whose restores of this run still stand (then no Undo is offered); `undo_history` every
 completed undo of it, each with the undo that undid it, if any; `undoes`, on an undo run, what it undid.
+`words` is what the run's record says of it, worded by `record_words` (the one source): the totals and run-tree
+lines, the timeline's label, the outcome warning, the pending question and the `%agent` line that answers it, the
+undo hint, each plan's summary. The live view and the lab extension show these strings as they are.
 `log_path` is relative to the notebook (the log's folder name: it sits beside the notebook), so a shared notebook
 carries no home-folder path.
 A tool call refused because of a fact about the folder (a missing file...) is a failed tool call, not a denial:
@@ -269,7 +273,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
     standing = [h for h in history if not h.get("undone_by")]
     undoes = state.options.get("undo") if isinstance(state.options.get("undo"), dict) else None
     tool_steps = [s for s in steps if s["kind"] in ("tool", "denied")]
-    return {
+    return with_words({
         "version": VERSION,
         "run_id": state.run_id, "session_id": state.session_id, "status": state.status.value,
         "model": state.model, "autonomy": state.autonomy.value, "prompt": state.prompt, "cell_id": state.cell_id,
@@ -297,7 +301,16 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
             "wall_ms": _ms_between(state.started_at, state.ended_at or (events[-1].ts if events else None)),
         },
         "tree": tree,
-    }
+    })
+
+
+def with_words(view: dict[str, Any]) -> dict[str, Any]:
+    """`view` with `words` (re)set: the words and numbers the run shows (`record_words.words`), so the live view and
+    the lab extension show the record's own words. Call it again after changing a view (returns the same dict)."""
+    from .record_words import words
+
+    view["words"] = words(view)
+    return view
 
 
 def _relative(log_path: str) -> str:

@@ -40,7 +40,8 @@ from ..grants import GrantSpec
 
 # The front end's code, as text. Given as paths, anywidget watches the files for edits (hot reload): every widget
 # it makes connects to the file's `changed` signal and is never let go, so every run view of a kernel's life stayed
-# in memory with the last view it showed (~1.5 KB a step). Text is not watched.
+# in memory with the last view it showed (~1.5 KB a step). Text is not watched. run_view.js is the bundle of
+# labextension/src/run_view/ (`npm run build:view`, committed).
 ESM = Path(__file__).with_name("run_view.js").read_text(encoding="utf-8")
 CSS = Path(__file__).with_name("run_view.css").read_text(encoding="utf-8")
 

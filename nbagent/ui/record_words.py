@@ -1,0 +1,409 @@
+"""The record's words: the formatters and sentences a run's record is written in, shared by every rendering.
+
+Split out of `record.py` so that the HTML, text and Markdown renderings (`record_html`, `record_text`,
+`record_markdown`) say the same thing in the same words: a status, a step's summary, a pending question, a count is
+worded here once. Plain Python: no markup beyond `_esc` (HTML escaping of untrusted text), no IPython or widget
+import.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+HEAD_STEPS = 8  # a run with more than MAX_STEPS_SHOWN steps shows the first HEAD_STEPS and the last TAIL_STEPS
+TAIL_STEPS = 8
+MAX_STEPS_SHOWN = 20
+DIFF_OPEN_LINES = 30  # a longer diff is collapsed
+LONG_TEXT_CHARS = 300  # a longer result or thinking text is collapsed
+LONG_TEXT_LINES = 6
+
+STATUS_ICON = {"completed": "✓", "completed_with_errors": "⚠", "failed": "✗", "running": "●", "waiting": "‖",
+               "interrupted": "■", "superseded": "↷"}
+STEP_ICON = {"ok": "✓", "failed": "✗", "denied": "⊘", "running": "…", "waiting": "‖", "info": "·"}
+RISK_LABEL = {"READ_ONLY": "READ_ONLY", "WRITE_LOW_RISK": "WRITE_LOW_RISK", "WRITE_HIGH_RISK": "WRITE_HIGH_RISK"}
+DECISION_VERB = {"approved": "approved", "rejected": "denied", "refined": "refined", "answered": "answered"}
+PLAN_STATUS = {"proposed": "proposed", "auto": "ran without asking", "approved": "approved", "rejected": "denied",
+               "refined": "sent back to the model"}
+
+
+# ---------------------------------------------------------------------------------------------- small formatters
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def fmt_ms(ms: Any) -> str:
+    if ms is None:
+        return ""
+    ms = float(ms)
+    if ms < 1:
+        return f"{ms:.2f} ms"
+    if ms < 10:
+        return f"{ms:.1f} ms"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    s = ms / 1000
+    if s < 60:
+        return f"{s:.1f} s"
+    m, s = divmod(round(s), 60)
+    if m < 60:
+        return f"{m} min {s} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min"
+
+
+NOMINAL_NOTE = "nominal: an offline model's made-up prices, so cost tracking can be tried; no money was spent"
+
+
+def fmt_cost(cost: Any, nominal: bool = False) -> str:
+    """A dollar amount; `nominal` (an offline model) says so beside it, so it never reads as money spent."""
+    if cost is None:
+        return "cost unknown"
+    cost = float(cost)
+    if cost == 0:
+        text = "$0"
+    elif cost < 0.01:
+        text = f"${cost:.2g}" if cost >= 0.0001 else f"${cost:.1e}"
+    else:
+        text = f"${cost:,.2f}"
+    return f"{text} nominal" if nominal else text
+
+
+def plural(n: Any, one: str, many: str) -> str:
+    n = int(n or 0)
+    return f"{n} {one if n == 1 else many}"
+
+
+def fmt_tokens(n: Any) -> str:
+    return f"{int(n or 0):,}"
+
+
+def fmt_ts(ts: Any) -> str:
+    if not ts:
+        return ""
+    try:
+        t = datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    except ValueError:
+        return str(ts)
+    return t.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if t.utcoffset() is not None and not t.utcoffset() else "")
+
+
+def short_id(run_id: Any) -> str:
+    return str(run_id or "")[:12]
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=indent, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _is_long(text: str) -> bool:
+    return len(text) > LONG_TEXT_CHARS or text.count("\n") >= LONG_TEXT_LINES
+
+
+def arguments_of(step: dict[str, Any]) -> Any:
+    """A step's arguments in the order the model sent them (`arg_keys`: the log's JSON has its keys sorted)."""
+    args, keys = step.get("arguments"), step.get("arg_keys")
+    if not isinstance(args, dict) or not isinstance(keys, list):
+        return args
+    rank = {str(k): i for i, k in enumerate(keys)}
+    return dict(sorted(args.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+
+def format_args(arguments: Any, width: int = 60) -> str:
+    """`path="a.csv", depth=2`: each value as compact JSON, clipped."""
+    if not isinstance(arguments, dict):
+        return _clip(_json(arguments), width)
+    return ", ".join(f"{k}={_clip(_json(v), width)}" for k, v in arguments.items())
+
+
+def _args_are_long(arguments: Any) -> bool:
+    return len(_json(arguments)) > 120 or any(
+        isinstance(v, str) and ("\n" in v or len(v) > 60) for v in (arguments or {}).values()
+    ) if isinstance(arguments, dict) else len(_json(arguments)) > 120
+
+
+def tree_line(tree: dict[str, Any] | None, nominal: bool = False) -> str:
+    """What a run and its sub-agents spent together (what budgets count), and each run's share."""
+    if not tree or len(tree.get("runs") or {}) < 2:
+        return ""
+    runs = tree["runs"]
+    shares = ", ".join(f"{rid[-6:]}: {plural(r.get('model_calls'), 'call', 'calls')}"
+                       f" {fmt_cost(r.get('cost'), nominal)}" for rid, r in runs.items())
+    return (f"with {plural(len(runs) - 1, 'sub-agent', 'sub-agents')}: "
+            f"{plural(tree.get('model_calls'), 'model call', 'model calls')}"
+            f" · {fmt_tokens(tree.get('tokens'))} tokens · "
+            f"{fmt_cost(tree.get('cost') if tree.get('cost_known', True) else None, nominal)} · "
+            f"{plural(tree.get('tool_steps'), 'tool call', 'tool calls')} (by run: {shares})")
+
+
+def tool_calls(totals: dict[str, Any]) -> int:
+    """A run's tool calls; views written before `tool_calls` had it as `steps`."""
+    t = totals or {}
+    return int(t.get("tool_calls", t.get("steps")) or 0)
+
+
+def totals_line(totals: dict[str, Any], nominal: bool = False) -> str:
+    """"5 tool calls · 4 model calls · 895 tokens (738 in, 157 out) · $0.0011 · 3.8 s": tool calls, never "steps",
+    so the count is not read against the timeline's entries."""
+    t = totals or {}
+    parts = [plural(tool_calls(t), "tool call", "tool calls"),
+             plural(t.get("model_calls"), "model call", "model calls"),
+             f"{fmt_tokens(t.get('tokens'))} tokens"
+             + (f" ({fmt_tokens(t.get('prompt_tokens'))} in, {fmt_tokens(t.get('completion_tokens'))} out)"
+                if t.get("prompt_tokens") or t.get("completion_tokens") else ""),
+             fmt_cost(t.get("cost"), nominal)]
+    if t.get("wall_ms") is not None:
+        parts.append(fmt_ms(t.get("wall_ms")))
+    return " · ".join(parts)
+
+
+def timeline_label(view: dict[str, Any]) -> str:
+    return f"Timeline · {plural(len(view.get('steps') or []), 'entry', 'entries')}"
+
+
+def cell_label(view: dict[str, Any]) -> str:
+    return str(view.get("cell_label") or view.get("cell_id") or "")
+
+
+def outcome_warning(view: dict[str, Any]) -> str:
+    """For a run that ended with failed or denied tool calls: say so before its answer, which is the model's own
+    account and may claim what did not happen."""
+    if view.get("status") != "completed_with_errors":
+        return ""
+    t = view.get("totals") or {}
+    failed = int(t.get("failed") or 0)
+    refused = (view.get("effects") or {}).get("refused")  # denied plans too, which never became tool steps
+    denied = len(refused) if isinstance(refused, list) else int(t.get("denied") or 0)
+    what = [x for x in (plural(failed, "tool call failed", "tool calls failed") if failed else "",
+                        plural(denied, "tool call was denied", "tool calls were denied") if denied else "") if x]
+    head = " and ".join(what) if what else "the run recorded errors"
+    return (f"{head[:1].upper()}{head[1:]}: the answer is the model's own account and may describe what did not "
+            "happen; check Effects and Errors")
+
+
+def pending_hint(view: dict[str, Any]) -> str:
+    """The `%agent` line that answers a waiting run (plain text)."""
+    pending = view.get("pending") or {}
+    rid = short_id(view.get("run_id"))
+    if pending.get("kind") == "approval":
+        return (f'%agent approve {rid}  ·  %agent deny {rid} "reason"  ·  %agent refine {rid} "feedback"'
+                + ("  (then %agent resume " + rid + ")" if view.get("status") == "interrupted" else ""))
+    if pending.get("kind") == "human_input":
+        return f'%agent answer {rid} "your answer"'
+    return f"%agent resume {rid}"
+
+
+def answerable(view: dict[str, Any]) -> bool:
+    """A pending decision someone can still give: a superseded run keeps its pending request in the log, but its
+    record must not offer `%agent approve` beside "superseded" (as run_view.js)."""
+    return bool(view.get("pending")) and not view.get("superseded_by") and view.get("status") != "superseded"
+
+
+FILE_CHANGE_TOOLS = ("create_file", "write_file", "delete_file")
+
+
+def undo_hint(view: dict[str, Any]) -> str:
+    """For a run that ended having changed files (completed create/write/delete calls): how to undo it."""
+    if str(view.get("status") or "running") in ("running", "waiting") or not view.get("run_id") or \
+            view.get("undone_by"):  # undone already: its changes are not in the folder to undo
+        return ""
+    paths = {str(s.get("target") or (s.get("arguments") or {}).get("path") or s.get("call_id"))
+             for s in view.get("steps") or []
+             if s.get("kind") == "tool" and s.get("tool") in FILE_CHANGE_TOOLS and s.get("status") == "ok"}
+    if not paths:
+        return ""
+    return f"%agent undo {view['run_id']} undoes this run's {plural(len(paths), 'file change', 'file changes')}"
+
+
+def pending_text(view: dict[str, Any]) -> str:
+    pending = view.get("pending") or {}
+    if pending.get("kind") == "approval":
+        plan = next((p for p in view.get("plans") or [] if p.get("plan_id") == pending.get("plan_id")), None)
+        what = f"plan {short_id(pending.get('plan_id'))}"
+        if plan:
+            what += f" ({_clip(plan_summary(plan), 80)})"
+        return f"waiting for approval of {what}"
+    if pending.get("kind") == "human_input":
+        return f"waiting for an answer to: {_clip(pending.get('question') or '', 200)}"
+    return "waiting"
+
+
+HIGH = "WRITE_HIGH_RISK"
+# the runtime's stand-in purpose when the model wrote nothing ("2 tool call(s): a, b"): not the model's words
+_NO_NOTE = re.compile(r"\d+ tool call\(s\): [\w.:-]+(, [\w.:-]+)*")
+_FILE_VERB = {"delete_file": "delete", "write_file": "overwrite", "create_file": "create"}
+
+
+def _step_target(step: dict[str, Any]) -> str:
+    if step.get("target"):
+        return str(step["target"])
+    args = step.get("arguments")
+    return str(args["path"]) if isinstance(args, dict) and isinstance(args.get("path"), str) else ""
+
+
+def model_note(plan: dict[str, Any]) -> str:
+    """The model's own words about a plan (shown quoted, never as the question); "" if it wrote none."""
+    purpose = str(plan.get("purpose") or "")
+    return "" if _NO_NOTE.fullmatch(purpose) else purpose
+
+
+def step_action(step: dict[str, Any]) -> str:
+    """What a plan step does, in nbagent's words (as labextension/src/run_view/plans.js stepAction): "delete data.txt",
+    "run code"."""
+    verb = _FILE_VERB.get(str(step.get("tool")))
+    if verb:
+        return f"{verb} {_clip(_step_target(step) or 'a file', 60)}"
+    return "run code" if step.get("tool") == "run_python" else f"run {step.get('tool') or 'a tool'}"
+
+
+def plan_summary(plan: dict[str, Any]) -> str:
+    """A plan phrased from its steps, never from the model's purpose. The live view shows it from `view["words"]`;
+    labextension/src/run_view/plans.js words it the same way for views saved before views carried words."""
+    steps = plan.get("steps") or []
+    if not steps:
+        return "no steps"
+    if len(steps) == 1:
+        return step_action(steps[0])
+    shown = ", ".join(step_action(s) for s in steps[:3])
+    return f"{len(steps)} steps: {shown}" + (f", and {len(steps) - 3} more" if len(steps) > 3 else "")
+
+
+def high_risk_effects(plan: dict[str, Any]) -> list[str]:
+    """What makes a plan high risk: each WRITE_HIGH_RISK step's effect, with its risk_reason."""
+    out = []
+    for s in plan.get("steps") or []:
+        if s.get("risk") != HIGH:
+            continue
+        t = _clip(_step_target(s) or "a file", 80)
+        effect = {"delete_file": f"deletes {t}", "write_file": f"replaces the contents of {t}",
+                  "create_file": f"creates {t}"}.get(str(s.get("tool")))
+        if effect is None:
+            effect = ("runs Python code in the kernel, with everything the notebook can reach"
+                      if s.get("tool") == "run_python" else
+                      f"runs {s.get('tool') or 'a tool'}" + (f" on {_clip(str(s['target']), 60)}" if s.get("target")
+                                                              else "") + ", a tool marked high risk")
+        out.append(f"{effect}: {s['risk_reason']}" if s.get("risk_reason") else effect)
+    if not out and plan.get("max_risk") == HIGH:
+        out.append("includes a step marked high risk")
+    return out
+
+
+def step_summary(step: dict[str, Any]) -> str:
+    """One line for a step, plain text."""
+    kind = step.get("kind")
+    if kind == "model":
+        bits = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost"), step.get("cost_nominal")),
+                fmt_ms(step.get("latency_ms"))]
+        if step.get("retries"):
+            bits.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
+        return f"model {step.get('title', '')}: {step.get('detail', '')} · " + " · ".join(b for b in bits if b)
+    if kind == "tool":
+        line = f"{step.get('tool') or step.get('title')}({format_args(arguments_of(step), 40)})"
+        if step.get("risk"):
+            line += f" [{step['risk']}]"
+        line += f" {step.get('status', '')}"
+        if step.get("duration_ms") is not None:
+            line += f" {fmt_ms(step['duration_ms'])}"
+        if step.get("retries"):
+            line += f" ({step['retries']} retr{'y' if step['retries'] == 1 else 'ies'})"
+        if step.get("status") == "failed" and step.get("detail"):
+            line += f": {_clip(step['detail'], 120)}"
+        elif step.get("grant_id"):
+            line += f" · {_clip(step.get('detail') or '', 160)}"
+        if step.get("status") != "failed" and step.get("result_preview"):
+            line += f" → {_clip(step['result_preview'], 100)}"
+        return line
+    if kind == "denied":
+        target = f" {step['target']}" if step.get("target") else ""
+        return f"denied {step.get('tool') or step.get('title')}{target}: {_clip(step.get('detail') or '', 140)}"
+    if kind == "thinking":
+        return f"thinking: {_clip(step.get('detail') or '', 140)}"
+    if kind == "question":
+        line = f"question: {_clip(step.get('detail') or '', 120)}"
+        if step.get("answer") is not None:
+            line += f" → answer: {_clip(step['answer'], 80)}"
+        return line
+    if kind == "child":
+        return f"sub-agent {short_id(step.get('child_run_id'))}: {_clip(step.get('detail') or '', 120)}"
+    if kind == "error":
+        return f"error {step.get('title', '')}: {_clip(step.get('detail') or '', 160)}"
+    return _clip(step.get("detail") or step.get("title") or "", 160)
+
+
+def _plan_decisions(view: dict[str, Any], plan_id: Any) -> list[dict[str, Any]]:
+    return [d for d in view.get("decisions") or [] if d.get("plan_id") == plan_id and plan_id]
+
+
+def _decision_line(d: dict[str, Any]) -> str:
+    verb = DECISION_VERB.get(d.get("kind", ""), d.get("kind", ""))
+    line = f"{verb} by {d.get('by') or 'unknown'}"
+    if d.get("ts"):
+        line += f" at {fmt_ts(d['ts'])}"
+    if d.get("text"):
+        label = {"rejected": "reason", "refined": "feedback", "answered": "answer"}.get(d.get("kind", ""), "note")
+        line += f" — {label}: {d['text']}"
+    for g in d.get("grants") or []:
+        line += f" · {grant_reach(g)}"
+    return line
+
+
+def grant_reach(g: dict[str, Any]) -> str:
+    """"and for the rest of this run: write_file path=report.md ... (grant 01JX…)": a grant a decision gave."""
+    reach = "the rest of this run" if g.get("scope") == "run" else "this session"
+    return f"and for {reach}: {g.get('covers', '')} (grant {g.get('grant_id', '')})"
+
+
+Steps = list[dict[str, Any]]
+
+
+def _step_window(steps: Steps) -> tuple[Steps, Steps, Steps]:
+    """(head, hidden middle, tail) of a long timeline."""
+    if len(steps) <= MAX_STEPS_SHOWN:
+        return steps, [], []
+    return steps[:HEAD_STEPS], steps[HEAD_STEPS:-TAIL_STEPS], steps[-TAIL_STEPS:]
+
+
+def _upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+NOT_ASKED = "not asked: a grant or the autonomy answers it, not this decision"
+
+
+def _looks_like_diff(text: str) -> bool:
+    return text.startswith(("--- ", "diff ", "@@")) or "\n@@ " in text
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in str(text).split("\n"))
+
+
+def words(view: dict[str, Any]) -> dict[str, Any]:
+    """The words and numbers a run shows, worded once, here: the record's renderings call the functions above, and
+    the view state carries their result (`view["words"]`, set by `viewstate.with_words`) for the live view and the
+    lab extension (labextension/src/run_view/), which show these strings as they are. labextension/test/words.test.ts
+    holds the two to saying the same on the same runs."""
+    v = view or {}
+    nominal = bool(v.get("cost_nominal"))
+    return {
+        "totals": totals_line(v.get("totals") or {}, nominal),
+        "tree": tree_line(v.get("tree"), nominal),
+        "timeline": timeline_label(v),
+        "outcome": outcome_warning(v),
+        "pending": pending_text(v) if v.get("pending") else "",
+        "pending_hint": pending_hint(v) if v.get("pending") or v.get("status") in ("waiting", "interrupted") else "",
+        "undo_hint": undo_hint(v),
+        "plans": {str(p.get("plan_id")): plan_summary(p) for p in v.get("plans") or [] if p.get("plan_id")},
+    }
