@@ -157,7 +157,8 @@ def test_stream_never_shows_a_secret_in_a_credential_file(data: Any, before: str
 
 @settings(max_examples=200, deadline=None)
 @given(secret=st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n", min_size=8, max_size=30).filter(
-    lambda s: s.strip() == s and not s.isspace()), before=FILLER, after=FILLER,
+    # (a secret that starts like the marker itself, "REDACTED", is "shown" by every redaction: not a leak)
+    lambda s: s.strip() == s and not s.isspace() and s[:8] not in REDACTED), before=FILLER, after=FILLER,
     cuts=st.lists(st.integers(0, 200), max_size=40))
 def test_stream_never_shows_a_known_secret_even_with_spaces_in_it(secret: str, before: str, after: str,
                                                                   cuts: list[int]) -> None:
