@@ -18,10 +18,11 @@ from ..deciders import Verdict
 from ..runtime import Agent as RuntimeAgent
 from ..state import RunStatus
 from ..store import StoreError
+from .hoststate import HostState
 from .options import UsageError, cell_parser, line_parser, parse, set_override
 
 
-class Commands:
+class Commands(HostState):
     """The `%agent` part of `NotebookHost` (a base class of it; see the module's docstring)."""
 
     async def run_line(self, line: str) -> Any:

@@ -18,7 +18,7 @@ from ..ui.viewstate import run_view
 
 if TYPE_CHECKING:
     from ..runtime import Agent
-    from .host import NotebookHost
+    from .hoststate import HostState
 
 log = logging.getLogger("nbagent.ipython")
 
@@ -29,7 +29,7 @@ class LiveDisplay:
     """`display_id`: an output already in the cell to take over (the "loading the model library…" line), else a
     new one."""
 
-    def __init__(self, agent: Agent, host: NotebookHost, run_id: str | None = None,
+    def __init__(self, agent: Agent, host: HostState, run_id: str | None = None,
                  display_id: str | None = None) -> None:
         from IPython.display import display, update_display
 
