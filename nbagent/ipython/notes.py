@@ -44,7 +44,7 @@ class Shown(NamedTuple):
 
     display_id: str
     cell_id: str | None
-    count: int | None
+    count: int | None  # type: ignore[assignment]  # a field named as tuple.count (which it hides, as intended)
 
 
 def cell_label(cell_id: str | None, count: int | None) -> str:
