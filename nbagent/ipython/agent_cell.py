@@ -21,6 +21,7 @@ from ..policy import Budget
 from ..runtime import Agent as RuntimeAgent
 from ..runtime import RunResult
 from ..state import RunStatus
+from .hoststate import HostState
 from .live import LiveDisplay
 from .notes import ContinuationNote, InterruptNote, show_notes
 from .options import UsageError, cell_parser, parse
@@ -55,7 +56,7 @@ class KernelDecider(InteractiveDecider):
 
 
 
-class CellPath:
+class CellPath(HostState):
     """The `%%agent` part of `NotebookHost` (a base class of it; see the module's docstring)."""
 
     async def run_cell(self, line: str, body: str) -> None:

@@ -18,10 +18,11 @@ from ..deciders import Verdict
 from ..runtime import Agent as RuntimeAgent
 from ..state import RunStatus
 from ..store import StoreError
+from .hoststate import HostState
 from .options import UsageError, cell_parser, line_parser, parse, set_override
 
 
-class Commands:
+class Commands(HostState):
     """The `%agent` part of `NotebookHost` (a base class of it; see the module's docstring)."""
 
     async def run_line(self, line: str) -> Any:
@@ -75,7 +76,8 @@ class Commands:
 
         events = self.store.run_events(self.store.resolve_run(args.run)) if args.run else \
             self.store.query_events()
-        rows = [{"ts": e.ts, "run": e.run_id, "seq": e.seq, "type": e.type, "detail": describe(e)} for e in events]
+        rows: list[dict[str, Any]] = [{"ts": e.ts, "run": e.run_id, "seq": e.seq, "type": e.type, "detail": describe(e)}
+                                      for e in events]
         try:
             import pandas as pd
         except ImportError:
@@ -89,16 +91,14 @@ class Commands:
         could approve the wrong plan, so the user is asked to name one."""
         if run:
             return self.store.resolve_run(run)
-        waiting = [(r, state) for r in self.store.list_runs()
-                   if (state := self.store.run_state(r.id)).pending is not None]
+        waiting = [(r, p) for r in self.store.list_runs() if (p := self.store.run_state(r.id).pending) is not None]
         if not waiting:
             raise UsageError("no run is waiting for a decision; %agent status shows the runs")
         if len(waiting) == 1:
             return waiting[0][0].id
         usage = {"deny": "RUN reason", "refine": "RUN feedback", "answer": "RUN your answer"}.get(command, "RUN")
         lines = [f"{len(waiting)} runs are waiting for a decision; name the one you mean: %agent {command} {usage}"]
-        for r, state in waiting:
-            p = state.pending
+        for r, p in waiting:
             what = f"an answer to {p.question!r}" if p.kind == "human_input" else f"approval of plan {p.plan_id}"
             lines.append(f"  {r.id}  cell {r.cell_id or '-'}  waits for {what}")
         raise UsageError("\n".join(lines))
@@ -216,6 +216,8 @@ class Commands:
                    mcp=opts.get("mcp", cfg.get("mcp")))  # the run's own MCP servers, after a restart too
         if state.model == "nbagent/replay":
             raise UsageError(f"run {run_id} was a replay; re-run its cell to replay again")
+        if state.session_id is None:  # (every run_started names its session: a log without one is not a run's)
+            raise StoreError(f"{self.store.path}: run {run_id} has no session")
         session = self.store.get_session(state.session_id)
         return self.make_agent(cfg, session_name=session.name)
 

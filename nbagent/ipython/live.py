@@ -12,13 +12,13 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from ..events import EventBase
+from ..events import EventBase, RunStarted
 from ..ui.record import bundle
 from ..ui.viewstate import run_view
 
 if TYPE_CHECKING:
     from ..runtime import Agent
-    from .host import NotebookHost
+    from .hoststate import HostState
 
 log = logging.getLogger("nbagent.ipython")
 
@@ -29,7 +29,7 @@ class LiveDisplay:
     """`display_id`: an output already in the cell to take over (the "loading the model library…" line), else a
     new one."""
 
-    def __init__(self, agent: Agent, host: NotebookHost, run_id: str | None = None,
+    def __init__(self, agent: Agent, host: HostState, run_id: str | None = None,
                  display_id: str | None = None) -> None:
         from IPython.display import display, update_display
 
@@ -37,8 +37,13 @@ class LiveDisplay:
         self.host = host
         self.run_id: str | None = run_id  # known for a resumed run; a new one announces itself
         self.display_id = display_id or f"nbagent-{uuid.uuid4().hex}"
-        show = (lambda obj: update_display(obj, display_id=self.display_id)) if display_id else \
-            (lambda obj: display(obj, display_id=self.display_id))
+
+        def show(obj: Any) -> None:
+            if display_id:
+                update_display(obj, display_id=self.display_id)
+            else:
+                display(obj, display_id=self.display_id)
+
         self.final_view: dict[str, Any] | None = None  # the view the static record was made from
         self._scheduled = False
         self.widget: Any = None
@@ -58,7 +63,8 @@ class LiveDisplay:
     def on_bus(self, kind: str, data: Any) -> None:
         if kind == "event":
             event: EventBase = data
-            if self.run_id is None and event.type == "run_started" and event.payload.parent_run_id is None:
+            if self.run_id is None and event.type == "run_started" and isinstance(event.payload, RunStarted) \
+                    and event.payload.parent_run_id is None:
                 self.run_id = event.run_id
             if event.type == "llm_called" and event.run_id == self.run_id and self.widget is not None:
                 self.widget.reset_tokens()  # the reply is now a step of its own: the stream shows the next turn only
@@ -95,11 +101,12 @@ class LiveDisplay:
                 child_state = store.run_state(child)
                 if child_state.pending is not None:
                     p = child_state.pending
-                    view["pending"] = {"kind": p.kind, "request_id": p.request_id, "plan_id": p.plan_id,
-                                       "question": p.question, "run_id": child}
+                    pending: dict[str, Any] = {"kind": p.kind, "request_id": p.request_id, "plan_id": p.plan_id,
+                                               "question": p.question, "run_id": child}
+                    view["pending"] = pending
                     plan = child_state.plans.get(p.plan_id) if p.plan_id else None
                     if plan is not None:  # its card: the approval is phrased from the plan, as for the run's own
-                        view["pending"]["plan"] = {
+                        pending["plan"] = {
                             "purpose": plan.purpose, "max_risk": str(plan.max_risk),
                             "steps": [s.model_dump(mode="json") for s in plan.steps]}
                     break

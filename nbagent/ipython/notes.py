@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..state import RunStatus
+from .hoststate import HostState
 
 if TYPE_CHECKING:
     from ..runtime import Agent as RuntimeAgent
@@ -43,7 +44,7 @@ class Shown(NamedTuple):
 
     display_id: str
     cell_id: str | None
-    count: int | None
+    count: int | None  # type: ignore[assignment]  # a field named as tuple.count (which it hides, as intended)
 
 
 def cell_label(cell_id: str | None, count: int | None) -> str:
@@ -99,7 +100,7 @@ class InterruptNote:
                 "text/html": f'<p class="nbagent-note"><strong>{mark}</strong> {html.escape(self.text)}</p>'}
 
 
-class RecordNotes:
+class RecordNotes(HostState):
     """The part of `NotebookHost` that keeps every output of a run saying where the run is now (a base class of
     it): the line above a run continued in a later cell, the records and "Interrupted…" lines of earlier cells,
     the records an undo or a fork changed. It uses the host's store, cell id and display ids."""

@@ -191,7 +191,7 @@ class OutputCapture:
             pub.publish = publish
         hook = getattr(self.shell, "displayhook", None)
         write = getattr(hook, "write_format_data", None)
-        if write is not None and not getattr(write, "_nbagent_capture", False):
+        if hook is not None and write is not None and not getattr(write, "_nbagent_capture", False):
             def write_format_data(format_dict: Any, md_dict: Any = None) -> Any:
                 self._add("execute_result", format_dict)
                 return write(format_dict, md_dict)

@@ -233,7 +233,7 @@ def notebook_message(refs: list[Ref], nb: Notebook) -> dict[str, Any] | None:
                         "texts are clipped and say so):"]
     for ref in refs:
         if ref.kind == "In":
-            source, note = _clip(str(nb.inputs[ref.count]), MAX_SOURCE)
+            source, note = _clip(str(nb.inputs[ref.count or 0]), MAX_SOURCE)  # (an In ref has a count)
             parts.append(f"`{ref.name}` (the source of cell [{ref.count}]):\n" + _fence(source, "python") + note)
         elif ref.kind == "Err":
             e = nb.last_error or {}
@@ -276,15 +276,15 @@ def _out_parts(n: int, nb: Notebook) -> list[Any]:
     return parts
 
 
-def accepts_images(model: str) -> bool:
+def accepts_images(model: str | None) -> bool:
     """Whether the model takes image parts (`nbagent.llm.accepts_images`: as litellm knows it; the offline models
     are text models, so images reach them as the line describing them)."""
     from ..llm import accepts_images as takes
 
-    return takes(model)
+    return takes(model) if model else False  # (takes("") is False too: no model, no images)
 
 
-def for_model(context: list[dict[str, Any]], model: str) -> tuple[list[dict[str, Any]], list[str]]:
+def for_model(context: list[dict[str, Any]], model: str | None) -> tuple[list[dict[str, Any]], list[str]]:
     """The context with every `ImageRef` made an image part (a model that takes images, up to MAX_IMAGES) or a line
     describing it; and a note for each image that was not sent, to show in the cell."""
     if not any(isinstance(m.get("content"), list) for m in context):

@@ -36,7 +36,7 @@ from .options import UsageError
 
 if TYPE_CHECKING:
     from ..store import Store
-    from .host import NotebookHost
+    from .hoststate import HostState
 
 EVENT = McpServerTrusted.event_type
 
@@ -172,7 +172,7 @@ def show(untrusted: list[Entry], trusts: list[McpServerTrusted], approve: str | 
 # ---------------------------------------------------------------------------------------------------- %agent
 
 
-def _config(host: NotebookHost, mcp: str | None) -> Loaded:
+def _config(host: HostState, mcp: str | None) -> Loaded:
     setting = mcp if mcp is not None else host.settings()["mcp"][0]
     loaded = notebook_config(host.folder, setting or None)
     for problem in loaded.problems:
@@ -180,7 +180,7 @@ def _config(host: NotebookHost, mcp: str | None) -> Loaded:
     return loaded
 
 
-def cmd_trust(host: NotebookHost, args: Any) -> None:
+def cmd_trust(host: HostState, args: Any) -> None:
     """`%agent trust NAME ... | --all [--mcp FILE]`: record a person's trust of these servers' entries."""
     loaded = _config(host, args.mcp)
     pending = {e.name: e for e in needs_trust(loaded)}
@@ -214,7 +214,7 @@ def cmd_trust(host: NotebookHost, args: Any) -> None:
                       f"%%agent cell (or %agent tools); an edit of its entry{runs} is asked about again"))
 
 
-def cmd_mcp(host: NotebookHost, args: Any) -> None:
+def cmd_mcp(host: HostState, args: Any) -> None:
     """`%agent mcp [--mcp FILE]`: each configured server, where it comes from, what it runs, and its trust."""
     loaded = _config(host, args.mcp)
     if not loaded.servers:

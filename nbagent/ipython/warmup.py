@@ -65,7 +65,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from importlib import _bootstrap  # type: ignore[attr-defined]
+from importlib import _bootstrap  # its private names below are CPython's, absent from typeshed's stub
 from typing import Any
 
 log = logging.getLogger("nbagent.ipython")
@@ -218,7 +218,8 @@ def _waited_on(owner: int) -> bool:
     """Whether a thread waits on a module import lock that thread `owner` holds (the cell importing what the
     warm-up is half-way through): then the warm-up must go on, whatever the CPU says (a cell may poll meanwhile)."""
     try:
-        for value in list(_bootstrap._blocking_on.values()):  # thread id -> lock (3.11) or list of locks (3.12+)
+        # thread id -> lock (3.11) or list of locks (3.12+)
+        for value in list(_bootstrap._blocking_on.values()):  # type: ignore[attr-defined]
             for lock in value if isinstance(value, list) else [value]:
                 if getattr(lock, "owner", None) == owner:
                     return True
@@ -319,10 +320,10 @@ def _finish_packages(name: str) -> None:
         if module is None:
             return
         if getattr(getattr(module, "__spec__", None), "_initializing", False):
-            ref = _bootstrap._module_locks.get(package)
+            ref = _bootstrap._module_locks.get(package)  # type: ignore[attr-defined]
             lock = ref() if ref is not None else None
             if _thread is not None and getattr(lock, "owner", None) == _thread.ident:
-                _bootstrap._lock_unlock_module(package)
+                _bootstrap._lock_unlock_module(package)  # type: ignore[attr-defined]
 
 
 def _work(real_model: Callable[[], bool] | None = None) -> None:
@@ -463,7 +464,7 @@ def _before_fork() -> None:
 def _thread_waits_on(owner: int) -> bool:
     """Whether the warm-up thread waits on a module lock that thread `owner` holds."""
     try:
-        value = _bootstrap._blocking_on.get(_thread.ident) if _thread is not None else None
+        value = _bootstrap._blocking_on.get(_thread.ident) if _thread is not None else None  # type: ignore[attr-defined]
         return any(getattr(lock, "owner", None) == owner for lock in (value if isinstance(value, list) else [value]))
     except Exception:
         return False

@@ -102,10 +102,11 @@ def parse(data: Any, source: str, loaded: Loaded | None = None, file: str | None
         file: the file the document was read from (its servers then need a person's trust in a notebook).
     """
     loaded = loaded or Loaded()
-    if not isinstance(data, dict) or not isinstance(data.get("mcpServers", data.get("servers")), dict):
+    servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
         loaded.problems.append(f"MCP config {source}: expected a JSON object with an \"mcpServers\" object")
         return loaded
-    for name, entry in data.get("mcpServers", data.get("servers")).items():
+    for name, entry in servers.items():
         try:
             server = ServerConfig.model_validate(entry)
         except ValidationError as exc:

@@ -12,7 +12,7 @@ import fnmatch
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import re2
 
@@ -101,6 +101,9 @@ class SearchContent:
     """The search tool of `FileTools` (a base class of it; see the module's docstring)."""
 
     guard: ScopeGuard
+    if TYPE_CHECKING:  # FileTools' (files.py)
+        @staticmethod
+        def _sniff(f: IO[bytes], r: Resolved, encoding: str | None) -> str: ...
 
     def search_content(self, pattern: str, path: str = ".", glob: str = "*", regex: bool = False,
                        case_sensitive: bool = False, max_matches: int = 100) -> dict[str, Any]:
@@ -161,7 +164,8 @@ class SearchContent:
                 items = self.guard.fs.scandir(folder)
             except OSError:
                 continue
-            dirs, files = [], []
+            dirs: list[str] = []
+            files: list[str] = []
             for item in items:
                 try:
                     (dirs if item.is_dir(follow_symlinks=False) else files).append(item.name)

@@ -21,6 +21,7 @@ import difflib
 import fnmatch
 import hashlib
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -274,14 +275,14 @@ class FileTools(SearchContent):
                     pos = line_start
                     stop = "full"
                     break
-            total = ""
+            of_total = ""
             if stop == "eof":
-                total = f" of {line - 1:,}"
+                of_total = f" of {line - 1:,}"
             elif not stop:
-                total = self._count_rest(f, line - 1, pos)
+                of_total = self._count_rest(f, line - 1, pos)
         text, used = _decode_part(bytes(kept), enc, r.rel, final=stop in ("", "eof", "full"))
         last = line if stop in ("long_line", "binary") and kept else line - 1
-        out: dict[str, Any] = {"path": r.rel, "encoding": _named(enc), "lines": f"{first:,}-{last:,}{total}",
+        out: dict[str, Any] = {"path": r.rel, "encoding": _named(enc), "lines": f"{first:,}-{last:,}{of_total}",
                                "content": text}
         if stop == "full":
             out["truncated"] = (f"the range holds more than one reply ({cap:,} bytes): lines {first:,}-{last:,} "
@@ -434,15 +435,20 @@ class FileTools(SearchContent):
         return lambda args: [resolve_target(self.guard, op, args.get(arg, "."), arg)]
 
     def tools(self) -> list[Tool]:
-        def authorize(op: Any, arg: str = "path", **kw: Any) -> Any:
-            return lambda args: self.guard.check(args.get(arg, "."), op, **kw)
+        def authorize(op: Any, arg: str = "path", **kw: Any) -> Callable[[dict[str, Any]], None]:
+            def check(args: dict[str, Any]) -> None:
+                self.guard.check(args.get(arg, "."), op, **kw)
+
+            return check
+
+        def authorize_read(a: dict[str, Any]) -> None:  # a part of a file is read without the size limit
+            self.guard.check(a.get("path"), "read",
+                             max_bytes=0 if _partial(a.get("start_line", 1), a.get("end_line"), a.get("start_byte"))
+                             else None)
 
         return [
             Tool(self.list_files, risk=Risk.READ_ONLY, authorize=authorize("list"), resolver=self._targets("list")),
-            Tool(self.read_file, risk=Risk.READ_ONLY, authorize=lambda a: self.guard.check(
-                a.get("path"), "read",
-                max_bytes=0 if _partial(a.get("start_line", 1), a.get("end_line"), a.get("start_byte")) else None),
-                resolver=self._targets("read")),
+            Tool(self.read_file, risk=Risk.READ_ONLY, authorize=authorize_read, resolver=self._targets("read")),
             Tool(self.search_content, risk=Risk.READ_ONLY, authorize=authorize("list"),
                  resolver=self._targets("list")),
             Tool(self.get_file_metadata, risk=Risk.READ_ONLY, authorize=authorize("read", max_bytes=0),

@@ -26,8 +26,8 @@ import sys
 import threading
 import traceback
 import types
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import Iterator, Sized
+from typing import Any, AnyStr
 
 from ..levels import Risk
 from .base import Tool, ToolError
@@ -41,7 +41,7 @@ def _clip(text: str, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit], True)
 
 
-_CONTAINERS: tuple[tuple[type, str], ...] = ((dict, "dict"), (list, "list"), (tuple, "tuple"), (set, "set"),
+_CONTAINERS: tuple[tuple[type[Sized], str], ...] = ((dict, "dict"), (list, "list"), (tuple, "tuple"), (set, "set"),
                                              (frozenset, "frozenset"), (collections.deque, "deque"),
                                              (array.array, "array"))
 
@@ -69,12 +69,14 @@ class _Bounded(reprlib.Repr):
         if isinstance(x, memoryview):
             text = self._memoryview(x, level)
         elif isinstance(x, str | bytes | bytearray):
-            text = self.repr_str(x, level)  # slices first; works as well for bytes (reprlib has no repr_bytes)
+            # slices first; works as well for bytes (reprlib has no repr_bytes; typeshed types it for str only)
+            text = self.repr_str(x, level)  # type: ignore[arg-type]
             self.cut |= len(x) > self.maxstring or text != repr(x)
         else:
-            if isinstance(x, tuple) and isinstance(getattr(type(x), "_fields", None), tuple) and level > 0:
+            names = getattr(type(x), "_fields", None) if isinstance(x, tuple) else None
+            if isinstance(x, tuple) and isinstance(names, tuple) and level > 0:
                 self.cut |= len(x) > self.maxtuple  # a named tuple: Point(x=1, y=2), its fields bounded
-                fields = itertools.islice(zip(type(x)._fields, x, strict=False), self.maxtuple)
+                fields = itertools.islice(zip(names, x, strict=False), self.maxtuple)
                 return f"{type(x).__name__}({', '.join(f'{f}={self.repr1(v, level - 1)}' for f, v in fields)})"
             for kind, name in _CONTAINERS:
                 if isinstance(x, kind):
@@ -98,7 +100,7 @@ class _Bounded(reprlib.Repr):
             return repr(x)
         head = flat[:self.maxstring + 1].tobytes()  # the slice is a view: only these bytes are copied
         self.cut |= flat.nbytes > self.maxstring
-        return f"memoryview({self.repr_str(head, level)})"
+        return f"memoryview({self.repr_str(head, level)})"  # type: ignore[arg-type]  # (bytes: as in repr1)
 
     def repr_dict(self, x: Any, level: int) -> str:  # reprlib sorts every key first: a sample of the first
         return super().repr_dict(dict(itertools.islice(x.items(), self.maxdict + 1)), level)
@@ -114,13 +116,22 @@ def _repr_length(value: str | bytes | bytearray) -> int:
     """len(repr(value)), counted a chunk at a time, never building the whole repr. A chunk is quoted as the whole
     is, except one holding ' and no " in a whole that holds both: the whole escapes each of its ' (as a bytearray's
     repr always does)."""
-    single, double = ("'", '"') if isinstance(value, str) else (b"'", b'"')
-    both = isinstance(value, bytearray) or (single in value and double in value)
-    total = 14 if isinstance(value, bytearray) else 2 if isinstance(value, str) else 3  # bytearray(b''), '', b''
     step = 1 << 16
-    for at in range(0, len(value), step):
-        chunk = value[at:at + step]
-        chunk = bytes(chunk) if isinstance(chunk, bytearray) else chunk
+    if isinstance(value, str):
+        chunks = (value[at:at + step] for at in range(0, len(value), step))
+        return 2 + _chunks_length(chunks, "'", '"', "'" in value and '"' in value)  # ''
+    both = isinstance(value, bytearray) or (b"'" in value and b'"' in value)
+    data = (value[at:at + step] for at in range(0, len(value), step))
+    byte_chunks = (bytes(chunk) if isinstance(chunk, bytearray) else chunk for chunk in data)
+    quotes = 14 if isinstance(value, bytearray) else 3  # bytearray(b''), b''
+    return quotes + _chunks_length(byte_chunks, b"'", b'"', both)
+
+
+def _chunks_length(chunks: Iterator[AnyStr], single: AnyStr, double: AnyStr, both: bool) -> int:
+    """What `_repr_length`'s chunks add to the quotes: each chunk's repr without its own quotes, and an escape for
+    each ' of a chunk that would not escape it when the whole does (`both`: the whole holds ' and ")."""
+    total = 0
+    for chunk in chunks:
         total += len(repr(chunk)) - (2 if isinstance(chunk, str) else 3)
         if both and single in chunk and double not in chunk:
             total += chunk.count(single)
@@ -239,7 +250,7 @@ def _raise_in_thread(thread_id: int, exc: type[BaseException]) -> None:
 
 
 class KernelTools:
-    def __init__(self, namespace: MutableMapping[str, Any], *, run_timeout: float = 60.0) -> None:
+    def __init__(self, namespace: dict[str, Any], *, run_timeout: float = 60.0) -> None:
         self.ns = namespace
         self.run_timeout = run_timeout
 
@@ -287,8 +298,9 @@ class KernelTools:
         except SyntaxError as exc:
             return {"error": f"SyntaxError: {exc.msg} (line {exc.lineno})", "stdout": "", "stderr": ""}
         last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+        if tree.body and isinstance(expr := tree.body[-1], ast.Expr):
+            tree.body.pop()
+            last = ast.Expression(expr.value)
         body = compile(tree, "<agent>", "exec")
         tail = compile(last, "<agent>", "eval") if last is not None else None
         out, err = io.StringIO(), io.StringIO()
@@ -343,7 +355,7 @@ class KernelTools:
         ]
 
 
-def kernel_tools(namespace: MutableMapping[str, Any], *, run_timeout: float = 60.0) -> list[Tool]:
+def kernel_tools(namespace: dict[str, Any], *, run_timeout: float = 60.0) -> list[Tool]:
     """The three kernel tools (list_variables, inspect_variable, run_python) over one namespace.
 
     Args:
