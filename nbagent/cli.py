@@ -284,7 +284,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if not runs:
             print(f"no runs yet in {store.path}")
             continue
-        names = {s["id"]: s["name"] for s in store.sessions.all()}
+        names = store.session_names()
         short = short_ids([r.id for r in runs])
         rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "TOOL CALLS", "TOKENS", "COST", "STARTED"]]
         rows += [_run_row(r, short[r.id], names, cells) for r in runs]

@@ -58,7 +58,7 @@ class Commands(HostState):
         if not runs:
             print("no runs yet")
             return
-        names = {s["id"]: s["name"] for s in self.store.sessions.all()}
+        names = self.store.session_names()
         short = short_ids([r.id for r in runs])
         rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "TOOL CALLS", "TOKENS", "COST", "STARTED"]]
         cells = cell_labels(r.cell_id for r in runs)  # the shortest unique form, as `nbagent runs` shows it

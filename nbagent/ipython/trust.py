@@ -49,15 +49,9 @@ def _redact(text: str) -> str:
 
 def recorded(store: Store) -> list[McpServerTrusted]:
     """Every trust in the notebook's log, oldest first (read from the sessions' own chains: a few events)."""
-    from ..events import parse_event
-
     out: list[McpServerTrusted] = []
-    for row in store.sessions.all():
-        for doc in store.events.docs_for_chain(f"session:{row['id']}"):
-            if doc.get("type") == EVENT:
-                payload = parse_event(doc).payload
-                if isinstance(payload, McpServerTrusted):
-                    out.append(payload)
+    for session_id in store.session_names():
+        out.extend(e.payload for e in store.session_events(session_id) if isinstance(e.payload, McpServerTrusted))
     return out
 
 

@@ -331,6 +331,10 @@ class Store:
                     continue  # a damaged cached row: the event log has the session; look further
             return self.create_session(name, notebook=notebook)
 
+    def session_names(self) -> dict[str, str]:
+        """Every session's id and name (the cached table: a damaged row is left out, the log still has it)."""
+        return {str(d["id"]): str(d["name"]) for d in self.sessions.all() if "id" in d and "name" in d}
+
     def get_session(self, session_id: str) -> SessionRecord:
         doc = self.sessions.get(doc_id=session_id)
         if doc is None:
