@@ -16,13 +16,17 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
-from typing import Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from .events import PlanStep
 from .grants import GrantSpec, GrantTerms
 from .levels import Risk
+
+if TYPE_CHECKING:
+    from .events import EventBase
 
 
 class ApprovalRequest(BaseModel):
@@ -188,7 +192,7 @@ class RecordedDecider(Decider):
         self.standing_grants = list(standing or [])
 
     @classmethod
-    def from_events(cls, events: list, source: str) -> RecordedDecider:  # list[EventBase]
+    def from_events(cls, events: Sequence[EventBase], source: str) -> RecordedDecider:
         """The recorded decisions, each with the calls of its plan and the grants it gave; and the grants given
         elsewhere (the session's) that let recorded calls run, which the replay starts with, for its own run only."""
         by = f"recorded:{source}"
@@ -198,25 +202,27 @@ class RecordedDecider(Decider):
         for e in events:
             gid = getattr(e.payload, "grant_id", None) if e.type in ("tool_call_started",
                                                                      "authorization_denied") else None
-            if gid and getattr(e.payload, "digest", None):
-                answered.setdefault(gid, []).append(e.payload.digest)
-        given: dict[tuple[str, str], list[GrantTerms]] = {}
+            digest = getattr(e.payload, "digest", None)
+            if gid and digest:
+                answered.setdefault(gid, []).append(digest)
+        given: dict[tuple[str | None, str], list[GrantTerms]] = {}
         standing: list[GrantTerms] = []
         runs = {e.run_id for e in events if e.run_id}
         for e in events:
-            if e.type != "grant_given" or e.payload.grant_id not in answered:
+            g: Any = e.payload  # (each payload is read by its event's `type`)
+            if e.type != "grant_given" or g.grant_id not in answered:
                 continue
-            terms = GrantTerms.model_validate(e.payload.model_dump(mode="json")).model_copy(
-                update={"scope": "run", "pinned": True, "digests": answered[e.payload.grant_id]})
-            if e.payload.run_id in runs and e.payload.plan_id:
-                given.setdefault((e.payload.run_id, e.payload.plan_id), []).append(terms)
+            terms = GrantTerms.model_validate(g.model_dump(mode="json")).model_copy(
+                update={"scope": "run", "pinned": True, "digests": answered[g.grant_id]})
+            if g.run_id in runs and g.plan_id:
+                given.setdefault((g.run_id, g.plan_id), []).append(terms)
             else:
                 standing.append(terms)
         plans: dict[tuple[str | None, str], list[PlanStep]] = {}
         questions: dict[tuple[str | None, str], str] = {}
         decisions: list[_Recorded] = []
         for e in events:
-            p = e.payload
+            p: Any = e.payload
             if e.type == "plan_proposed":
                 plans[(e.run_id, p.plan_id)] = list(p.steps)
             elif e.type == "human_input_requested":

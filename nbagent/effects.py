@@ -91,9 +91,9 @@ class Effect(BaseModel):
         if written is None:
             if not self.targets:
                 return None
-            shown = [_clip(f"{t.written} → {t.path}" if t.redirected else t.written) for t in self.targets[:3]]
+            listed = [_clip(f"{t.written} → {t.path}" if t.redirected else t.written) for t in self.targets[:3]]
             more = len(self.targets) - 3
-            return ", ".join(shown) + (f", and {more} more" if more > 0 else "")
+            return ", ".join(listed) + (f", and {more} more" if more > 0 else "")
         shown = written
         for t in self.targets:
             if t.redirected and t.written == written:
@@ -295,7 +295,7 @@ def bound(effect: Effect, call: CallInfo | None = None) -> Iterator[None]:
     variables follow the call into the worker thread a sync tool runs in."""
     from .scope import BOUND
 
-    table = {(t.op, t.written): t.path for t in effect.targets if t.path}
+    table: dict[tuple[str, str], str] = {(t.op, t.written): t.path for t in effect.targets if t.path}
     token = BOUND.set(table)
     call_token = _CALL.set(call)
     try:

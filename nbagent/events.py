@@ -420,10 +420,10 @@ def chain_key(run_id: str | None, session_id: str) -> str:
 
 def _event_model(payload_cls: type[Payload]) -> type[EventBase]:
     name = payload_cls.__name__ + "Event"
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(
         name,
         __base__=EventBase,
-        type=(Literal[payload_cls.event_type], ...),  # type: ignore[valid-type]
+        type=(Literal[payload_cls.event_type], ...),  # type: ignore[arg-type]  # a Literal made at run time
         payload=(payload_cls, ...),
     )
 
@@ -431,7 +431,7 @@ def _event_model(payload_cls: type[Payload]) -> type[EventBase]:
 EVENT_MODELS: dict[str, type[EventBase]] = {t: _event_model(p) for t, p in PAYLOADS.items()}
 
 Event = Annotated[Union[tuple(EVENT_MODELS.values())], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007
-_EVENT_ADAPTER: TypeAdapter[EventBase] = TypeAdapter(Event)
+_EVENT_ADAPTER: TypeAdapter[EventBase] = TypeAdapter(Event)  # type: ignore[arg-type]  # a union made at run time
 
 
 class UnknownEventType(ValueError):
@@ -448,7 +448,7 @@ class UnknownEvent(EventBase):
     verified (the hash covers the raw dict, never this model), and folding skips it (no handler).
     """
 
-    payload: Any = None  # type: ignore[assignment]  # the raw payload, whatever a newer nbagent wrote
+    payload: Any = None  # the raw payload, whatever a newer nbagent wrote
 
 
 def parse_event(record: dict[str, Any]) -> EventBase:

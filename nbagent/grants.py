@@ -54,6 +54,7 @@ from .levels import Risk
 if TYPE_CHECKING:
     from .effects import Effect
     from .events import EventBase
+    from .state import RunState
     from .store import Store
 
 SESSION_HOURS = 8.0  # a session grant's default lifetime: a working day, not forever
@@ -440,7 +441,7 @@ def _listed_at_start(store: Store, grant: Grant, text: str) -> bool:
     return False
 
 
-def _root_of(store: Store, state: Any) -> str | None:
+def _root_of(store: Store, state: RunState) -> str | None:
     """The root of a run's tree (following `parent_run_id`); None when the tree is not whole in the log."""
     seen = {state.run_id}
     while state.parent_run_id is not None:

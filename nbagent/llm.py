@@ -221,7 +221,8 @@ def _response_dict(resp: Any) -> dict[str, Any]:
                      if k in ("role", "content", "tool_calls", "reasoning_content") and v is not None}}
         for c in data.get("choices") or []
     ]
-    return json.loads(json.dumps(keep, default=str))
+    plain: dict[str, Any] = json.loads(json.dumps(keep, default=str))
+    return plain
 
 
 def via_litellm() -> bool:
@@ -231,7 +232,7 @@ def via_litellm() -> bool:
 
 def _is_local(settings: ModelSettings, metadata: dict[str, Any] | None) -> bool:
     """An offline model's call (`nbagent/...` with its registry key) that can skip litellm."""
-    return settings.model.startswith("nbagent/") and bool(metadata) and "nbagent_model" in metadata \
+    return settings.model.startswith("nbagent/") and metadata is not None and "nbagent_model" in metadata \
         and not via_litellm()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .events import EventBase
+from .events import EventBase, GrantGiven
 from .models.replay import RecordedCall
 from .store import Store
 
@@ -56,7 +56,7 @@ def recorded_events(store: Store, run_id: str) -> list[EventBase]:
     backed = {g.grant_id for g in from_events(e for e in everything if e.type in ("grant_given", "grant_revoked")
                                               ).values() if unbacked(store, g) is None}
     return [e for e in everything if e.run_id in members or (
-        e.type == "grant_given" and e.payload.grant_id in backed
+        e.type == "grant_given" and isinstance(e.payload, GrantGiven) and e.payload.grant_id in backed
         and (e.payload.run_id in members or e.payload.grant_id in used))]
 
 

@@ -272,7 +272,7 @@ def _client_class() -> Any:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    class CellIdClient(NotebookClient):  # type: ignore[misc]
+    class CellIdClient(NotebookClient):
         """Sends each cell's id with its execute_request, as JupyterLab does; a cell the agent wrote runs only when
         an approval in the notebook's log covers exactly its code (`agent_cell_clearance`)."""
 
@@ -318,7 +318,7 @@ def _client_class() -> Any:
                 kc.shell_channel.send(msg)
                 return str(msg["header"]["msg_id"])
 
-            kc.execute = execute
+            kc.execute = execute  # type: ignore[method-assign]  # this client only: it sends the cell id
             return kc
 
     return CellIdClient

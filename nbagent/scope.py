@@ -44,7 +44,7 @@ from .links import LinkIndex
 from .tools.base import ToolError
 
 Operation = Literal["read", "list", "write", "create", "delete"]
-ALL_OPERATIONS: frozenset[str] = frozenset({"read", "list", "write", "create", "delete"})
+ALL_OPERATIONS: frozenset[Operation] = frozenset({"read", "list", "write", "create", "delete"})
 
 DEFAULT_EXCLUDES = [
     "*.nbagent/", "*.nbagent",  # the agent's own log
@@ -231,7 +231,7 @@ class ScopeGuard:
             raise ScopeDenied("unresolvable", f"{text!r} cannot be resolved ({exc.strerror})", text) from None
 
     @staticmethod
-    def _matches(spec: pathspec.PathSpec, rel: str, *, is_dir: bool) -> bool:
+    def _matches(spec: pathspec.PathSpec[pathspec.Pattern], rel: str, *, is_dir: bool) -> bool:
         return spec.match_file(rel + "/" if is_dir else rel)
 
     def _not_excluded(self, rel: str, text: str) -> None:
@@ -279,7 +279,7 @@ class ScopeGuard:
         realpath said there was no link on the way, and now there is one) the folder changed meanwhile."""
         try:
             os.stat(real)  # only to name the reason: nothing is read, and the answer grants no access
-            why = 0
+            why: int | None = 0
         except OSError as again:
             why = again.errno
         if why == errno.ELOOP:

@@ -79,7 +79,7 @@ def describe(event: EventBase) -> str:
     if t == "completed":
         return clip(p.summary, 80) if p.summary else "done"
     if t == "interrupted":
-        return p.reason
+        return str(p.reason)
     if t == "child_run_started":
         return f"child run {p.child_run_id}: {clip(p.prompt, 60)}"
     if t == "run_superseded":

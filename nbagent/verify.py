@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .events import PAYLOADS, chain_key, compute_hash, load_record
+from .events import PAYLOADS, EventBase, chain_key, compute_hash, load_record
 from .store import Store
 from .store.errors import NotAFile
 from .store.regular import read_regular
@@ -153,7 +153,7 @@ def _check_grants(store: Store, report: Report, chains: dict[str, list[tuple[int
                                        "grant_given: grant events are immutable, the first is the grant); nbagent "
                                        "ignores this one"))
     given = from_events(events)
-    firsts = {}
+    firsts: dict[str, EventBase] = {}
     for e in events:
         if e.type == "grant_given":
             firsts.setdefault(e.payload.grant_id, e)  # type: ignore[attr-defined]
@@ -203,8 +203,8 @@ def _check_tail(report: Report, store: Store, tail: bytes, number: int,
 
 def _chains_on(record: dict[str, Any], last: dict[str, Any]) -> bool:
     try:
-        return (record["seq"] == last["seq"] + 1 and record.get("prev_hash") == last["hash"]
-                and compute_hash(record) == record["hash"])
+        return bool(record["seq"] == last["seq"] + 1 and record.get("prev_hash") == last["hash"]
+                    and compute_hash(record) == record["hash"])
     except (TypeError, ValueError):
         return False
 

@@ -47,16 +47,15 @@ def _error(spec: dict[str, Any], model: str) -> Exception:
 
     kind = spec.get("type", "server")
     msg = spec.get("message") or f"scripted {kind} error"
-    kw = {"llm_provider": PROVIDER, "model": model}
     if kind == "rate_limit":
-        return litellm.RateLimitError(msg, **kw)
+        return litellm.RateLimitError(msg, llm_provider=PROVIDER, model=model)
     if kind == "timeout":
-        return litellm.Timeout(msg, **kw)
+        return litellm.Timeout(msg, llm_provider=PROVIDER, model=model)
     if kind == "connection":
-        return litellm.APIConnectionError(msg, **kw)
+        return litellm.APIConnectionError(msg, llm_provider=PROVIDER, model=model)
     if kind == "bad_request":
-        return litellm.BadRequestError(msg, **kw)
-    return litellm.InternalServerError(msg, **kw)
+        return litellm.BadRequestError(msg, llm_provider=PROVIDER, model=model)
+    return litellm.InternalServerError(msg, llm_provider=PROVIDER, model=model)
 
 
 def _tool_calls(reply: dict[str, Any]) -> list[dict[str, Any]]:
@@ -282,7 +281,8 @@ def ensure_registered() -> None:
         return
     from ..llm import import_litellm
 
-    litellm = import_litellm()
+    import_litellm()  # sets the environment litellm reads when imported, and checks for `mcp`
+    import litellm
     from litellm import CustomLLM, ModelResponse
 
     class NbagentProvider(CustomLLM):
@@ -294,9 +294,9 @@ def ensure_registered() -> None:
                 raise _error(reply["error"], f"{PROVIDER}/{model}")
             return reply
 
-        async def acompletion(self, model: str, messages: list[Any], api_base: str, custom_prompt_dict: dict,
+        async def acompletion(self, model: str, messages: list[Any], api_base: str, custom_prompt_dict: dict[str, Any],
                               model_response: Any, print_verbose: Any, encoding: Any, api_key: Any,
-                              logging_obj: Any, optional_params: dict, acompletion: Any = None,
+                              logging_obj: Any, optional_params: dict[str, Any], acompletion: Any = None,
                               litellm_params: Any = None, logger_fn: Any = None, headers: Any = None,
                               timeout: Any = None, client: Any = None) -> Any:
             reply = await self._reply(model, messages, optional_params, litellm_params)
@@ -309,11 +309,13 @@ def ensure_registered() -> None:
                 usage=_usage(reply, messages), model=f"{PROVIDER}/{model}",
             )
 
-        async def astreaming(self, model: str, messages: list[Any], api_base: str, custom_prompt_dict: dict,
-                             model_response: Any, print_verbose: Any, encoding: Any, api_key: Any,
-                             logging_obj: Any, optional_params: dict, acompletion: Any = None,
-                             litellm_params: Any = None, logger_fn: Any = None, headers: Any = None,
-                             timeout: Any = None, client: Any = None) -> AsyncIterator[Any]:
+        # litellm annotates astreaming as a coroutine returning an iterator; it iterates what it returns
+        async def astreaming(  # type: ignore[override]
+                self, model: str, messages: list[Any], api_base: str, custom_prompt_dict: dict[str, Any],
+                model_response: Any, print_verbose: Any, encoding: Any, api_key: Any,
+                logging_obj: Any, optional_params: dict[str, Any], acompletion: Any = None,
+                litellm_params: Any = None, logger_fn: Any = None, headers: Any = None,
+                timeout: Any = None, client: Any = None) -> AsyncIterator[Any]:
             reply = await self._reply(model, messages, optional_params, litellm_params)
             for piece in _pieces(reply.get("content") or ""):
                 yield {"text": piece, "is_finished": False, "finish_reason": None, "usage": None, "index": 0,

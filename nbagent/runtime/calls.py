@@ -210,6 +210,7 @@ class CallHandling(AgentBase):
             reason=gate.reason, approval_event_id=gate.approval_event_id, plan_id=gate.plan_id,
             digest=call_digest(call.name, args, effect), risk_reason=risk_reason, grant_id=gate.grant_id,
             effect=effect if effect.targets else None), parent=parent)
+        assert isinstance(started.payload, ToolCallStarted)  # `_record` returns the event of the payload it wrote
         t0 = time.perf_counter()
         retries = 0
         try:

@@ -9,7 +9,8 @@ part can skip that.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -18,12 +19,12 @@ from ..effects import Effect
 from ..events import AuthorizationDenied, EventBase, Payload, Usage
 from ..levels import Risk
 from ..policy import Denial
-from ..state import RunStatus
+from ..state import RunState, RunStatus
 
 if TYPE_CHECKING:
     from ..bus import EventBus
     from ..deciders import Decider
-    from ..llm import Fingerprint, ModelSettings
+    from ..llm import Fingerprint, ModelSettings, ToolCallRequest
     from ..models.base import LocalModel
     from ..policy import Authorizer, AuthPolicy, Budget
     from ..scope import ScopeGuard
@@ -101,6 +102,37 @@ class AgentBase:
     _local: LocalModel | None
     _local_key: str | None
     _legacy_ids: bool
+
+    if TYPE_CHECKING:  # what the parts call of each other (each is defined in the part named)
+        # loop.py
+        async def _drive(self, ctx: RunContext) -> RunResult: ...
+        # calls.py
+        async def _handle_calls(self, ctx: RunContext, state: RunState, open_calls: list[dict[str, Any]]
+                                ) -> None: ...
+        def _allowed_tools(self, run_id: str, state: RunState | None = None) -> dict[str, Tool]: ...
+        def _schemas(self, run_id: str, state: RunState | None = None) -> list[dict[str, Any]]: ...
+        # invoke.py
+        async def _call_tool(self, tool: Tool, args: dict[str, Any]) -> tuple[Any, int]: ...
+        async def _control(self, ctx: RunContext, call: ToolCallRequest, args: dict[str, Any],
+                           parent: str | None) -> None: ...
+        async def _spawn(self, ctx: RunContext, call: ToolCallRequest, parent: str | None, *,
+                         resume: bool) -> None: ...
+        def _child_of_call(self, state: RunState, call_id: str) -> Iterator[str]: ...
+        # decisions.py
+        async def _settle(self, ctx: RunContext, state: RunState) -> bool: ...
+        def _grants(self, ctx: RunContext, state: RunState) -> list[grants_.Grant]: ...
+        # tree.py
+        def _root_of(self, run_id: str) -> str: ...
+        def _tree_sums(self, root: str, state: RunState) -> tuple[int, float, int, int]: ...
+        # history.py
+        def _prefix(self, run_id: str, state: RunState) -> list[dict[str, Any]]: ...
+        # agent.py
+        async def _start(self, prompt: str, *, previous_run_id: str | Literal["auto"] | None = "auto",
+                         fork_of: str | None = None, cell_id: str | None = None,
+                         context: list[dict[str, Any]] | None = None, parent_run_id: str | None = None,
+                         tools: list[str] | None = None, options: dict[str, Any] | None = None, depth: int = 0,
+                         turn: list[int] | None = None) -> RunResult: ...
+        def result(self, run_id: str) -> RunResult: ...
 
     @property
     def model(self) -> str:

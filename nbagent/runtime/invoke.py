@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any
 
 from ..events import (
@@ -118,7 +118,7 @@ class Invocation(AgentBase):
             return
         if result.status == RunStatus.INTERRUPTED:
             raise asyncio.CancelledError()
-        outcome = {"run_id": result.run_id, "status": result.status.value, "answer": result.answer}
+        outcome: dict[str, Any] = {"run_id": result.run_id, "status": result.status.value, "answer": result.answer}
         if result.error or result.errors:
             outcome["errors"] = [result.error] if result.error else result.errors
         if result.status == RunStatus.FAILED:
@@ -130,7 +130,7 @@ class Invocation(AgentBase):
                                                preview=_preview(result.answer or "")), parent=started_id)
 
 
-    def _child_of_call(self, state: RunState, call_id: str) -> Iterable[str]:
+    def _child_of_call(self, state: RunState, call_id: str) -> Iterator[str]:
         for e in self.store.query_events(run_id=state.run_id, types="child_run_started"):
             if e.payload.call_id == call_id:  # type: ignore[attr-defined]
                 yield e.payload.child_run_id  # type: ignore[attr-defined]

@@ -75,7 +75,7 @@ class EventTable(Table):
             self._cached_at = len(self._docs)
             self.clear_cache()
 
-    def _read_table(self) -> dict[str, Mapping[Any, Any]]:  # type: ignore[override]
+    def _read_table(self) -> EventDocs:  # type: ignore[override]  # TinyDB annotates a dict; it reads a Mapping
         self._sync()
         return self._docs
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
-from tinydb.table import Document, Table
 
 from ..ids import now_iso
 from ..levels import Autonomy
 from ..state import RunState, RunStatus
+from .tables import IdTable
 
 
 class SessionRecord(BaseModel):
@@ -61,12 +61,9 @@ def run_row(state: RunState) -> RunRecord:
     )
 
 
-def put_row(table: Table, doc_id: str, row: dict[str, Any]) -> None:
+def put_row(table: IdTable, doc_id: str, row: dict[str, Any]) -> None:
     """Insert or replace one row with one file write (TinyDB's upsert writes twice when inserting)."""
-    if table.contains(doc_id=doc_id):
-        table.update(row, doc_ids=[doc_id])
-    else:
-        table.insert(Document(row, doc_id=doc_id))
+    table.put(doc_id, row)
 
 
 def session_record(first: dict[str, Any] | None) -> SessionRecord | None:

@@ -130,8 +130,8 @@ class Store:
         self._tables_storage: AtomicJSONStorage = self._db.storage  # type: ignore[assignment]
         self._tables_storage.rebuild = self._rebuilt_tables
         self._tables_storage.on_damage = self._log._warn
-        self.sessions = self._db.table("sessions")
-        self.runs = self._db.table("runs")
+        self.sessions = self._db.id_table("sessions")
+        self.runs = self._db.id_table("runs")
         self._states: dict[str, RunState] = {}
         self._heads_seen: tuple[Any, dict[str, tuple[int, str | None]]] | None = None  # (tables.json, checkpoints)
         self.verified: dict[str, tuple[int, str | None]] = {}  # chain -> (events, last hash) checked by grants.vouched
@@ -336,7 +336,7 @@ class Store:
         return {str(d["id"]): str(d["name"]) for d in self.sessions.all() if "id" in d and "name" in d}
 
     def get_session(self, session_id: str) -> SessionRecord:
-        doc = self.sessions.get(doc_id=session_id)
+        doc = self.sessions.row(session_id)
         if doc is None:
             raise StoreError(f"{self.path}: no session {session_id!r}")
         return SessionRecord.model_validate(doc)
@@ -374,8 +374,8 @@ class Store:
         resumes), so that `verify` catches events removed from its end, as the runs table does for runs. A
         session with no row yet gets one from its `session_created` event."""
         head = {"last_seq": written["seq"], "last_hash": written["hash"]}
-        if self.sessions.contains(doc_id=session_id):
-            self.sessions.update(head, doc_ids=[session_id])
+        if self.sessions.has(session_id):
+            self.sessions.update_row(session_id, head)
             return
         rec = session_record(self._log.first(f"session:{session_id}"))
         if rec is not None:
@@ -395,7 +395,7 @@ class Store:
         if first is not None:
             self._run_sessions[run_id] = str(first["session_id"])
             return str(first["session_id"])
-        row = self.runs.get(doc_id=run_id)
+        row = self.runs.row(run_id)
         if row is None:
             raise RunNotFound(run_id, self.path)
         return str(row["session_id"])
@@ -489,7 +489,7 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRecord:
         state = self.run_state(run_id)
-        row = self.runs.get(doc_id=state.run_id)
+        row = self.runs.row(state.run_id) if state.run_id is not None else None
         if row is not None:
             try:
                 cached = RunRecord.model_validate(row)

@@ -26,7 +26,7 @@ from typing import Any
 
 from tinydb import TinyDB
 from tinydb.storages import Storage
-from tinydb.table import Table
+from tinydb.table import Document, Table
 
 from .errors import NotAFile, StoreReadOnly, StoreWriteFailed
 from .regular import read_regular
@@ -138,10 +138,35 @@ class IdTable(Table):
     def _get_next_id(self) -> Any:
         raise TypeError("rows of this table are inserted with their own id: Document(row, doc_id=ULID)")
 
+    # TinyDB annotates document ids as int; this table's are str (`document_id_class`), which TinyDB handles
+    # alike at run time. These are the only places that pass a str id to it.
+
+    def row(self, doc_id: str) -> Document | None:
+        """The row with this id, or None."""
+        return self.get(doc_id=doc_id)  # type: ignore[call-overload, no-any-return]  # str ids: see above
+
+    def has(self, doc_id: str) -> bool:
+        return self.contains(doc_id=doc_id)  # type: ignore[arg-type]  # str ids: see above
+
+    def update_row(self, doc_id: str, fields: dict[str, Any]) -> None:
+        self.update(fields, doc_ids=[doc_id])  # type: ignore[list-item]  # str ids: see above
+
+    def put(self, doc_id: str, row: dict[str, Any]) -> None:
+        """Insert or replace one row with one file write (TinyDB's upsert writes twice when inserting)."""
+        if self.has(doc_id):
+            self.update_row(doc_id, row)
+        else:
+            self.insert(Document(row, doc_id=doc_id))  # type: ignore[arg-type]  # str ids: see above
+
 
 class TablesDB(TinyDB):
     table_class = IdTable
 
+    def id_table(self, name: str) -> IdTable:
+        table = self.table(name)
+        assert isinstance(table, IdTable)  # table_class
+        return table
 
-def open_tables(path: Path, readonly: bool) -> TinyDB:
+
+def open_tables(path: Path, readonly: bool) -> TablesDB:
     return TablesDB(path, storage=AtomicJSONStorage, readonly=readonly)

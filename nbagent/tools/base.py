@@ -303,7 +303,7 @@ def _new_args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> 
         annotation = hints.get(p.name, Any)
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (annotation, Field(default, description=docs.get(p.name)))
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(
         f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
     )
 

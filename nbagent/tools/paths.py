@@ -174,8 +174,8 @@ def schema_paths(schema: Any, value: Any, root: Any = None, where: str = "", dep
         if fmt in _PATH_FORMATS or (fmt in _URI_FORMATS and value[:5].lower() == "file:"):
             found.append((where, value))
     elif isinstance(value, dict):
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        patterns = schema.get("patternProperties") if isinstance(schema.get("patternProperties"), dict) else {}
+        props = _dict_at(schema, "properties")
+        patterns = _dict_at(schema, "patternProperties")
         for k, v in value.items():
             subs = [props[k]] if k in props else [s for p, s in patterns.items() if _search(p, str(k))]
             if not subs and isinstance(schema.get("additionalProperties"), dict):
@@ -183,7 +183,7 @@ def schema_paths(schema: Any, value: Any, root: Any = None, where: str = "", dep
             for sub in subs:
                 found += schema_paths(sub, v, root, f"{where}.{k}".lstrip("."), depth + 1)
     elif isinstance(value, list | tuple):
-        prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
+        prefix = _list_at(schema, "prefixItems")
         items = schema.get("items")
         if isinstance(items, list):  # the older tuple form
             prefix, items = items, schema.get("additionalItems")
@@ -191,6 +191,18 @@ def schema_paths(schema: Any, value: Any, root: Any = None, where: str = "", dep
             sub = prefix[i] if i < len(prefix) else items
             found += schema_paths(sub, v, root, f"{where}[{i}]", depth + 1)
     return found
+
+
+def _dict_at(schema: dict[str, Any], key: str) -> dict[Any, Any]:
+    """`schema[key]` when it is an object, else an empty one (a schema from a server may say anything)."""
+    value = schema.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _list_at(schema: dict[str, Any], key: str) -> list[Any]:
+    """`schema[key]` when it is a list, else an empty one."""
+    value = schema.get(key)
+    return value if isinstance(value, list) else []
 
 
 def _search(pattern: str, key: str) -> bool:

@@ -45,7 +45,7 @@ def effects(events: Iterable[EventBase]) -> dict[str, Any]:
     first: dict[str, tuple[bool, str | None]] = {}  # path -> (there before, its sha256 before)
     last: dict[str, tuple[bool, str | None]] = {}
     plans: dict[str, list[Any]] = {}
-    started: dict[tuple[str, str], Any] = {}
+    started: dict[tuple[str | None, str], Any] = {}  # (run, call id) -> its tool_call_started payload
     refused: list[dict[str, Any]] = []
     other: list[dict[str, Any]] = []
     for e in events:

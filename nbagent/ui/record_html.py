@@ -230,7 +230,7 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
     head = f'{icon} <span class="nbr-kind">{_esc(label)}</span> '
     body = ""
     if kind == "model":
-        facts = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost"), step.get("cost_nominal")),
+        facts = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost"), bool(step.get("cost_nominal"))),
                  fmt_ms(step.get("latency_ms"))]
         if step.get("retries"):
             facts.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")

@@ -74,7 +74,8 @@ def _markdown_it() -> Any:
     from markdown_it import MarkdownIt
 
     md = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
-    md.validateLink = lambda url: True  # links are judged below, so a refused one keeps its text, not its syntax
+    # links are judged below, so a refused one keeps its text, not its syntax (markdown-it-py: set on the instance)
+    md.validateLink = lambda url: True  # type: ignore[method-assign]
 
     def judge_links(state: Any) -> None:
         for block in state.tokens:

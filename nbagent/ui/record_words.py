@@ -304,7 +304,7 @@ def step_summary(step: dict[str, Any]) -> str:
     """One line for a step, plain text."""
     kind = step.get("kind")
     if kind == "model":
-        bits = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost"), step.get("cost_nominal")),
+        bits = [f"{fmt_tokens(step.get('tokens'))} tokens", fmt_cost(step.get("cost"), bool(step.get("cost_nominal"))),
                 fmt_ms(step.get("latency_ms"))]
         if step.get("retries"):
             bits.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
