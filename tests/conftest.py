@@ -35,6 +35,7 @@ KERNEL_NAMES = {"Kernel", "KernelManager", "AsyncKernelManager", "NotebookClient
 SLOW = {
     "test_approval_property", "test_effect_property", "test_firststeps_clone",
     "tests/test_store_processes.py::test_writer_sigkilled_at_random_moments",
+    "tests/test_lint.py::test_mypy_clean",  # ~30 s of CPU for the whole package, cold
 }
 FAST_LIMIT_S = 5.0
 TESTS = Path(__file__).resolve().parent

@@ -82,3 +82,11 @@ def test_the_gate_and_the_store_import_in_one_direction() -> None:
     below = ["nbagent.ids", "nbagent.policy", "nbagent.levels", "nbagent.state", "nbagent.grants", "nbagent.effects",
              "nbagent.events", "nbagent.store"]
     assert [m for m in below if reaches(m, "nbagent.approval") or reaches(m, "nbagent.runtime")] == []
+
+
+def test_mypy_clean(tmp_path: Path) -> None:
+    """The type checker (mypy, strict: pyproject.toml [tool.mypy]) finds nothing in nbagent/: CI runs this."""
+    pytest.importorskip("mypy", reason="mypy is not installed (pip install -e '.[test]')")
+    result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy-cache")],
+                            cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
