@@ -39,7 +39,7 @@ from nbagent.tools.base import tool
 
 EFFECTS: list[tuple[str, dict[str, Any]]] = []
 
-# the oracle's own table (DESIGN.md section 4), not nbagent's
+# the oracle's own table (docs/architecture.md, "The approval table"), not nbagent's
 ASKS = {
     "L0": {"READ_ONLY", "WRITE_LOW_RISK", "WRITE_HIGH_RISK"},
     "L1": {"WRITE_LOW_RISK", "WRITE_HIGH_RISK"},
