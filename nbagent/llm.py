@@ -4,8 +4,9 @@
   `LITELLM_LOCAL_MODEL_COST_MAP` is set first): never at package import or `%load_ext`, and never for the
   offline models (`nbagent/scripted`, `function`, `replay`), which are called directly with the same recorded
   result (see `complete`).
-- litellm 1.106.2 fails every call that passes `tools=` unless the `mcp` package is importable; it is a
-  dependency, and `import_litellm` says so plainly if it is missing.
+- litellm's MCP gateway is skipped on every call (`_skip_mcp_handler`): nbagent's tools are never litellm-proxy
+  MCP tools, and checking for them imports mcp's server, starlette and uvicorn on the first call (~1 s, ~20 MiB).
+- A provider that lacks a parameter gets the call without it (`drop_params` per call, not litellm's global).
 - Retries: transient failures (timeouts, connection errors, HTTP 408/429/5xx) are retried with exponential
   backoff and a cap (retrying.py: tenacity's, as for tool calls); litellm's own retries are turned off so they
   do not multiply. Anything else fails at once. The number of retries is returned with the reply (and recorded in
@@ -19,7 +20,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -45,17 +45,28 @@ class ModelError(Exception):
         self.error_type = error_type
 
 
-def import_litellm() -> ModuleType:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_TELEMETRY", "False")
-    # litellm's logging task walks and copies every message of every request to shorten base64 payloads in
-    # its logs (which nbagent does not use): 6 ms a call at 1,000 steps and growing; 0 turns that walk off.
-    os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-    if importlib.util.find_spec("mcp") is None:
-        raise ModelError("litellm 1.106.2 needs the 'mcp' package for any call with tools: pip install mcp")
-    import logging
+# Read by litellm when it is imported: the price map from its own package, not fetched over the network; no
+# telemetry; and no walk of every message to shorten base64 payloads for logs nbagent does not use (6 ms a call at
+# 1,000 steps and growing). Set for the import only, unless set already: the environment is left as it was.
+_IMPORT_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+               "MAX_BASE64_LENGTH_FOR_LOGGING": "0"}
 
-    import litellm
+
+def import_litellm() -> ModuleType:
+    """litellm, imported on first use (nbagent/ipython/loading.py imports it ahead in a kernel)."""
+    import sys
+
+    if "litellm" in sys.modules and hasattr(sys.modules["litellm"], "acompletion"):
+        return sys.modules["litellm"]
+    added = [k for k in _IMPORT_ENV if k not in os.environ]
+    try:
+        for key in added:
+            os.environ[key] = _IMPORT_ENV[key]
+        import litellm
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+    import logging
 
     if not os.environ.get("NBAGENT_LITELLM_DEBUG"):
         # litellm's own warnings (its logging worker, cost-map notes) are noise in a notebook; our events
@@ -63,7 +74,6 @@ def import_litellm() -> ModuleType:
         logging.getLogger("LiteLLM").setLevel(logging.ERROR)
     litellm.suppress_debug_info = True
     litellm.telemetry = False
-    litellm.drop_params = True  # a provider that lacks a parameter gets the call without it, not an error
     return litellm
 
 
@@ -263,10 +273,13 @@ async def complete(
             ensure_registered()
         kwargs = {
             "model": settings.model, "messages": messages, "timeout": settings.timeout, "num_retries": 0,
-            "max_retries": 0, **settings.params,
+            "max_retries": 0, "drop_params": True, **settings.params,
         }
         if tools:
             kwargs["tools"] = tools
+            # nbagent's tools are never litellm-proxy MCP tools; without this litellm imports its MCP gateway
+            # (mcp's server, starlette, uvicorn, opentelemetry: ~1 s and ~40 MiB) to check on the first call
+            kwargs["_skip_mcp_handler"] = True
         if settings.api_base:
             kwargs["api_base"] = settings.api_base
         if settings.api_key is not None:

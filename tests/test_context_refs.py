@@ -100,8 +100,7 @@ def stub() -> Iterator[StubOpenAI]:
 @pytest.fixture
 def openai_kernel(tmp_path: Path, stub: StubOpenAI) -> Iterator[Kernel]:
     """A kernel whose openai/... models are served by the stub (litellm reads OPENAI_API_BASE)."""
-    k = Kernel(tmp_path, env={"OPENAI_API_KEY": "sk-test-context", "OPENAI_API_BASE": stub.base_url,
-                              "NBAGENT_WARMUP": "0"})
+    k = Kernel(tmp_path, env={"OPENAI_API_KEY": "sk-test-context", "OPENAI_API_BASE": stub.base_url})
     assert k.run("%load_ext nbagent", cell_id="setup").ok
     yield k
     k.close()

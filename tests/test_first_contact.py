@@ -96,8 +96,8 @@ def test_the_no_model_advice_works_and_the_old_name_is_noted_with_the_warm_up(tm
     try:
         assert k.run('%config Agent.model = "openai/gpt-4o-mini"', cell_id="c0").ok
         assert k.run("%load_ext nbagent", cell_id="c1").ok
-        # the warm-up has read the settings (it decides from them whether to import litellm)
-        assert k.run("from nbagent.ipython import warmup\nwarmup.join(120)\nassert not warmup.running()",
+        # nothing was loaded ahead: the old section's model is not read
+        assert k.run("from nbagent.ipython import loading\nassert loading.status()['state'] == 'not started'",
                      cell_id="c2").ok
         cell = k.run("%%agent\nWhich region sold most?", cell_id="c3")
         assert not cell.ok

@@ -22,7 +22,7 @@ def test_a_run_leaves_no_view_and_little_cyclic_garbage_in_the_kernel(tmp_path: 
     (tmp_path / "notes.txt").write_text("some notes\n")
     calls = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]} for _ in range(10)]
     script(tmp_path / "s.json", *calls, {"content": "done"})
-    k = Kernel(tmp_path, env={"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": "", "NBAGENT_WARMUP": "0"})
+    k = Kernel(tmp_path, env={"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": ""})
     try:
         assert k.run("%load_ext nbagent", cell_id="load").ok
         for i in range(3):

@@ -177,7 +177,7 @@ def test_inline_mcp_config_with_headers_is_not_shown_by_agent_config(tmp_path: P
     inline = json.dumps({"mcpServers": {"r": {"url": "http://127.0.0.1:9/mcp", "headers": {"X-Auth": token},
                                               "disabled": True},
                                         "s": {"command": "x", "env": {"SVC_PASSWORD": SECRET}, "disabled": True}}})
-    k = Kernel(tmp_path, env={"NBAGENT_WARMUP": "0", "NBAGENT_MCP": inline})
+    k = Kernel(tmp_path, env={"NBAGENT_MCP": inline})
     try:
         assert k.run("%load_ext nbagent", cell_id="c1").ok
         shown = k.run("%agent config", cell_id="c2")
@@ -429,7 +429,6 @@ def test_p_approve_none_is_not_dropped_by_a_nan_parameter_end_to_end(tmp_path: P
 
     for name in ("NBAGENT_APPROVE", "NBAGENT_MODEL", "NBAGENT_MAX_STEPS", "NBAGENT_BUDGET", "NBAGENT_SCRIPT"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NBAGENT_WARMUP", "0")
     path = papermill_notebook(tmp_path, "%agent config approve=all", "%%agent --script s.json\nwrite out.md")
     try:
         out = execute(path, approve="none", threshold=float("nan"))  # papermill -p approve none -p threshold nan

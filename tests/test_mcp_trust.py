@@ -169,7 +169,7 @@ def test_agent_trust_in_a_kernel_then_the_cell_starts_it_and_inline_json_needs_n
     inline = json.dumps({"mcpServers": {"own": entry("inline", marker="inline.txt")}})
     script(tmp_path, "own.json", {"tool_calls": [{"name": "mcp__own__fine", "arguments": {"text": "x"}}]},
            {"content": "Called my own."})
-    k = Kernel(tmp_path, env={"NBAGENT_WARMUP": "0"})
+    k = Kernel(tmp_path)
     try:
         assert k.run("%load_ext nbagent", cell_id="c1").ok
         first = k.run("%%agent --script plain.json\nhello", cell_id="c2")

@@ -189,15 +189,14 @@ def test_each_reply_and_error_is_the_same_as_through_litellm(monkeypatch: pytest
         assert new == old, label
 
 
-def test_after_the_kernel_warm_up_an_offline_run_records_the_same(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The warm-up imports litellm in the kernel; offline runs after it still take the direct path, and record what
-    the litellm path records."""
-    from nbagent.ipython import warmup
+def test_once_litellm_is_loaded_an_offline_run_records_the_same(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel with a real model configured loads litellm; offline runs after it still take the direct path, and
+    record what the litellm path records."""
+    from nbagent.ipython import loading
 
     old = record(tmp_path / "litellm", True, monkeypatch, busy)
-    warmup._work()  # what the warm-up thread does (here in this thread)
-    assert warmup.offline_ready() and warmup.status()["failed"] == []
+    loading._load()  # what the loading thread does (here in this thread)
     assert record(tmp_path / "direct", False, monkeypatch, busy) == old
 
 

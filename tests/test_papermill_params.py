@@ -28,7 +28,6 @@ WRITE = {"tool_calls": [{"name": "create_file", "arguments": {"path": "out.md", 
 def _no_nbagent_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("NBAGENT_APPROVE", "NBAGENT_MODEL", "NBAGENT_MAX_STEPS", "NBAGENT_BUDGET", "NBAGENT_SCRIPT"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NBAGENT_WARMUP", "0")
 
 
 def notebook(folder: Path, *cells: str, turns: list[dict[str, Any]] | None = None) -> Path:
@@ -115,7 +114,7 @@ def test_a_bad_parameter_value_fails_the_agent_cell_in_one_line(tmp_path: Path) 
 
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    k = Kernel(tmp_path, env={"NBAGENT_WARMUP": "0"})
+    k = Kernel(tmp_path)
     yield k
     k.close()
 

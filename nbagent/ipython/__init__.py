@@ -1,7 +1,7 @@
 """IPython glue: `%load_ext nbagent` registers `%%agent` and `%agent` (see host.py and transform.py).
 
-Loading is cheap: no litellm or widget import happens in the loading cell. Once it has ended, a background
-thread imports what the first run needs while the kernel is idle (warmup.py; `NBAGENT_WARMUP=0` turns it off).
+Loading is cheap: no litellm or widget import happens in the loading cell. When a real provider's model is
+configured, a plain background thread imports litellm at once (loading.py); nothing global is patched.
 """
 
 from __future__ import annotations

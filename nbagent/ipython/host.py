@@ -27,8 +27,9 @@ from ..store import Store, StoreError, store_path_for
 from ..tools.base import Tool
 from .agent_cell import HEADLESS_MESSAGE, CellPath, HeadlessDecisionError, KernelDecider
 from .commands import Commands
+from .loading import LoadFailed
 from .notes import RecordNotes, Shown
-from .options import SETTINGS, NbAgent, UsageError, cell_parser, parse, resolve
+from .options import SETTINGS, NbAgent, UsageError, cell_parser, line_parser, parse, resolve
 from .references import UnknownVariable
 
 __all__ = ["HEADLESS_MESSAGE", "LOADING", "HeadlessDecisionError", "KernelDecider", "NotebookHost", "UsageError",
@@ -52,11 +53,12 @@ def current() -> NotebookHost:
 
 
 async def run_cell(line: str, body: str) -> Any:
-    return await _shown(lambda: current().run_cell(line, body), offline=lambda: current().offline_cell(line))
+    return await _shown(lambda: current().run_cell(line, body),
+                        needs_model=lambda: current().cell_needs_model_library(line))
 
 
 async def run_line(line: str) -> Any:
-    return await _shown(lambda: current().run_line(line))
+    return await _shown(lambda: current().run_line(line), needs_model=lambda: current().line_needs_model_library(line))
 
 
 _EXPECTED = (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError)
@@ -76,13 +78,12 @@ class _Status:
         return {"text/plain": self.text, "text/html": f"<p><em>{html.escape(self.text)}</em></p>"}
 
 
-async def _warmed_up(offline: bool = False) -> str | None:
-    """Wait for the background warm-up (see warmup.py) before this cell imports anything; while it runs, say so.
-    A cell with an offline model waits only for nbagent's own modules (~0.1 s), never for litellm's import.
+async def _loaded(needs_model: bool) -> str | None:
+    """Wait until the model library is loaded (loading.py), for a cell that calls a real provider; say so meanwhile.
     Returns the display id of that status line, for the run view to take over, or None when nothing waited."""
-    from . import warmup
+    from . import loading
 
-    if not warmup.running() or (offline and warmup.offline_ready()):
+    if not needs_model or loading.ready():
         return None
     import uuid
 
@@ -91,8 +92,8 @@ async def _warmed_up(offline: bool = False) -> str | None:
     display_id = f"nbagent-{uuid.uuid4().hex}"
     display(_Status(LOADING), display_id=display_id)
     try:
-        await (warmup.wait_offline() if offline else warmup.wait())
-    except BaseException:  # interrupted (ipykernel cancels the awaiting cell): the cell no longer loads anything
+        await loading.wait()
+    except BaseException:  # interrupted (ipykernel cancels the awaiting cell) or failed: nothing is loading here
         from IPython.display import update_display
 
         update_display({"text/plain": ""}, raw=True, display_id=display_id)
@@ -100,25 +101,24 @@ async def _warmed_up(offline: bool = False) -> str | None:
     return display_id
 
 
-async def _shown(start: Callable[[], Awaitable[Any]], offline: Callable[[], bool] | None = None) -> Any:
+async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], bool] | None = None) -> Any:
     """Run a cell's work. An nbagent error (bad options, an unknown `{name}`, no run waiting...) fails the cell
     with one clear line and no traceback, so Run All and `nbagent run` stop there; whatever the cell shows is
     redacted."""
     try:
-        quick = offline() if offline is not None else False
+        needed = needs_model() if needs_model is not None else False
     except Exception:  # options that do not parse: the cell reports them once it runs
-        quick = False
-    status = await _warmed_up(quick)
+        needed = False
+    try:
+        status = await _loaded(needed)
+    except LoadFailed as exc:
+        raise _one_line(exc) from None
     if _host is not None:
         _host.status_display = status
     try:
         return await start()
     except _EXPECTED as exc:
-        text = redact(str(exc)).rstrip()
-        shown = scrub(exc)
-        name = type(exc).__name__
-        shown._render_traceback_ = lambda: [f"\x1b[0;31m{name}\x1b[0m: {text}"]  # type: ignore[attr-defined]
-        raise shown from None
+        raise _one_line(exc) from None
     except Exception as exc:
         shown = scrub(exc)
         if shown is exc:
@@ -130,6 +130,15 @@ async def _shown(start: Callable[[], Awaitable[Any]], offline: Callable[[], bool
 
             update_display({"text/plain": ""}, raw=True, display_id=_host.status_display)
             _host.status_display = None
+
+
+def _one_line(exc: BaseException) -> BaseException:
+    """`exc` (redacted) shown as one line, `Name: message`, without a traceback."""
+    text = redact(str(exc)).rstrip()
+    shown = scrub(exc)
+    name = type(exc).__name__
+    shown._render_traceback_ = lambda: [f"\x1b[0;31m{name}\x1b[0m: {text}"]  # type: ignore[attr-defined]
+    return shown
 
 
 def redact(text: str) -> str:
@@ -282,27 +291,38 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         return {name: resolve(name, getattr(args, name, None) if args is not None else None, self.overrides,
                               self.config, params) for name in SETTINGS}
 
-    def offline_cell(self, line: str) -> bool:
-        """Whether this `%%agent` line runs an offline model (a script, a replay, `nbagent/...`): then it needs
-        nothing of litellm's and does not wait for the warm-up to import it."""
+    def cell_needs_model_library(self, line: str) -> bool:
+        """Whether this `%%agent` line calls a real provider through litellm: not a script, a replay or an
+        `nbagent/` model, and a model named, configured or found (`detect`), as `make_agent` will choose it."""
         args = parse(cell_parser(), line)
         if args.replay is not None:
-            return True
+            return False
         model, script = (self.settings(args)[k][0] for k in ("model", "script"))
-        return bool(script) or str(model or "").startswith("nbagent/")  # a script plays whatever the model's name
-
-    def real_model_likely(self) -> bool:
-        """Whether a cell without --model would use a real provider: a configured model that is not one of the
-        offline ones, or (none configured, no script) a key or a local Ollama that `detect` would pick. The
-        warm-up loads litellm ahead only then."""
-        model, script = (self.settings()[k][0] for k in ("model", "script"))
+        if script:
+            return False  # a script plays whatever the model's name
         if model:
             return not str(model).startswith("nbagent/")
-        if script:
-            return False
         from ..models.detect import detect
 
         return detect() is not None
+
+    def line_needs_model_library(self, line: str) -> bool:
+        """Whether this `%agent` line goes on with a run (approve, resume...) in a kernel where litellm is loading
+        or would be: it then waits for it behind the loading line rather than importing it in the kernel's thread."""
+        from . import loading
+        from .direct import DRIVES_A_RUN
+
+        try:
+            command = parse(line_parser(), line).command
+        except Exception:
+            return False
+        return command in DRIVES_A_RUN and (loading.started() or self.model_configured())
+
+    def model_configured(self) -> bool:
+        """Whether a real provider's model is configured (`NbAgent.model`, `NBAGENT_MODEL`): `%load_ext` then
+        starts loading litellm at once (loading.py). A key alone does not: the kernel stays light until used."""
+        model, script = (self.settings()[k][0] for k in ("model", "script"))
+        return bool(model) and not script and not str(model).startswith("nbagent/")
 
     def user_tools(self) -> list[Tool]:
         return [v for k, v in self.shell.user_ns.items() if isinstance(v, Tool) and not k.startswith("_")]

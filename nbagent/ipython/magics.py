@@ -40,7 +40,7 @@ class AgentMagics(Magics):
 
 
 def register(ip: Any) -> None:
-    from .host import current, install
+    from .host import install
 
     problem = ipykernel_problem()
     if problem:
@@ -48,11 +48,11 @@ def register(ip: Any) -> None:
     ip.register_magics(AgentMagics)
     if transform not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.insert(0, transform)
-    install(ip)
-    from . import warmup
+    host = install(ip)
+    if host.model_configured():  # a real provider's model is configured: load litellm now, in the background
+        from . import loading
 
-    # imports the first run's modules once this cell has ended, litellm only if a real model is likely (warmup.py)
-    warmup.install(ip, lambda: current().real_model_likely())
+        loading.start()
 
 
 def unregister(ip: Any) -> None:

@@ -204,16 +204,7 @@ def old_section_note(config: Any) -> str | None:
 
     Those values are not used: `Agent` may be another library's class (traitlets gives a section to every class of
     that name), so reading it could take that library's settings for nbagent's. Saying so beats silently ignoring
-    an ipython_config.py written for an older nbagent.
-
-    None on the warm-up's thread (it reads the settings to decide whether to import litellm): what that thread
-    prints goes to a log, not to a cell (warmup._Quiet), and the caller counts a note returned as said."""
-    import threading
-
-    from . import warmup
-
-    if warmup._thread is not None and threading.current_thread() is warmup._thread:
-        return None
+    an ipython_config.py written for an older nbagent."""
     try:
         section = dict.get(config, OLD_SECTION)  # not config[...]: a traitlets Config makes a missing section
     except Exception:
