@@ -119,8 +119,13 @@ async def wait() -> None:
                          "child cannot finish that import: run the agent in the parent process")
     start()
     assert _future is not None
+    waiter = asyncio.wrap_future(_future)
+    while not waiter.done():
+        # wake every 0.1 s: ipykernel 7.4 turns an interrupt into a cancellation from another thread without waking
+        # the cell's event loop, so a cell blocked in one long await would not end until that await did
+        await asyncio.wait({waiter}, timeout=0.1)
     try:
-        await asyncio.wrap_future(_future)
+        waiter.result()
     except Exception as exc:
         raise LoadFailed(failure(exc)) from None
 

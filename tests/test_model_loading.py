@@ -1,0 +1,191 @@
+"""Loading the model library in a real kernel (nbagent/ipython/loading.py): behaviour, never timings.
+
+Every kernel here has a real provider's model configured (`NBAGENT_MODEL=openai/gpt-4o-mini`, served by the stub
+OpenAI server on 127.0.0.1), so `%load_ext nbagent` starts importing litellm in a background thread. To hold that
+thread inside its import deterministically, a module `gate` in the notebook's folder is put first in
+`loading.MODULES`: once imported, it writes to stdout and stderr and warns (as a library's import may), then waits
+until the test (or a cell) creates the file `release`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernel_harness import Kernel
+from stub_openai import Reply, StubOpenAI
+
+GATE = '''
+import os, sys, time, warnings
+while not os.path.exists("go") and not os.path.exists("release"):
+    time.sleep(0.01)
+print("GATE-OUT")
+print("GATE-ERR", file=sys.stderr)
+warnings.warn("GATE-WARN")
+open("printed", "w").close()
+for _ in range(6000):
+    if os.path.exists("release"):
+        break
+    time.sleep(0.01)
+'''
+HOLD = "from nbagent.ipython import loading\nloading.MODULES = ('gate',) + loading.MODULES"
+# what nbagent must leave alone: the same objects and values before, while and after it loads its library. The
+# import finders too, but for one: litellm imports importlib_metadata (the backport), whose import appends its own
+# finder to sys.meta_path, as `import importlib_metadata` in a cell would; nothing else may be added or replaced.
+GLOBALS = ("import sys, builtins, threading\n"
+           "def _globals():\n"
+           "    finders = [f for f in sys.meta_path if type(f).__module__.split('.')[0] != 'importlib_metadata']\n"
+           "    return (id(sys.stdout), id(sys.stderr), id(builtins.__import__), sys.getswitchinterval(),\n"
+           "            sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(),\n"
+           "            [id(f) for f in finders], [id(h) for h in sys.path_hooks], sys.flags)\n")
+STATE = "from nbagent.ipython import loading\nprint(loading.status()['state'])"
+
+
+@pytest.fixture
+def stub() -> Iterator[StubOpenAI]:
+    with StubOpenAI() as server:
+        server.fallback = Reply(content="hello from the stub")
+        yield server
+
+
+def real_kernel(folder: Path, stub: StubOpenAI, model: bool = True) -> Kernel:
+    env = {"OPENAI_API_KEY": "sk-test-loading", "OPENAI_API_BASE": stub.base_url}
+    if model:
+        env["NBAGENT_MODEL"] = "openai/gpt-4o-mini"
+    return Kernel(folder, env=env)
+
+
+def held_kernel(folder: Path, stub: StubOpenAI) -> Kernel:
+    """A kernel whose loading thread is held in `gate` (released by the file `release`)."""
+    (folder / "gate.py").write_text(GATE)
+    k = real_kernel(folder, stub)
+    assert k.run(HOLD, cell_id="hold").ok
+    return k
+
+
+def release(folder: Path, k: Kernel) -> None:
+    (folder / "release").touch()
+    wait = "import time\nfrom nbagent.ipython import loading\nwhile loading.status()['state'] == 'loading':\n" \
+           "    time.sleep(0.02)\nprint(loading.status()['state'])"
+    assert k.run(wait, cell_id="ready", timeout=120).stdout.strip() == "ready"
+
+
+def answered(cell: object) -> bool:
+    return "hello from the stub" in str(getattr(cell, "outputs", ""))
+
+
+def test_cells_run_after_load_ext_and_while_loading_get_their_own_output_only(tmp_path: Path,
+                                                                                stub: StubOpenAI) -> None:
+    k = held_kernel(tmp_path, stub)
+    try:
+        before = k.run(GLOBALS + "_before = _globals()", cell_id="before")
+        assert before.ok, before.stderr
+        load = k.submit("%load_ext nbagent", cell_id="load")
+        # the cell right after: the loading thread prints, writes to stderr and warns while this cell runs
+        right_after = k.run("import os, time\nopen('go', 'w').close()\nwhile not os.path.exists('printed'):\n"
+                            "    time.sleep(0.01)\ntime.sleep(0.2)\nprint('right after')\n"
+                            "print(_globals() == _before)", cell_id="right-after")
+        assert right_after.ok, right_after.stderr
+        assert right_after.stdout == "right after\nTrue\n" and right_after.stderr == ""
+        assert right_after.outputs == []
+        meanwhile = k.run("print('meanwhile', _globals() == _before)\n" + STATE, cell_id="meanwhile")
+        assert meanwhile.stdout == "meanwhile True\nloading\n" and meanwhile.stderr == ""
+        k.pump(0.5)
+        # what the import wrote is in the cell that started loading
+        assert "GATE-OUT" in load.stdout and "GATE-ERR" in load.stderr and "GATE-WARN" in load.stderr
+        release(tmp_path, k)
+        after = k.run("print(_globals() == _before, 'litellm' in sys.modules)", cell_id="after")
+        assert after.stdout == "True True\n", after.stdout + after.stderr
+        first = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
+        assert first.ok and answered(first), first.stderr
+        assert k.run("print(_globals() == _before)", cell_id="end").stdout == "True\n"
+    finally:
+        k.close()
+
+
+def test_an_agent_cell_waits_for_loading_and_an_interrupt_ends_it(tmp_path: Path, stub: StubOpenAI) -> None:
+    k = held_kernel(tmp_path, stub)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        (tmp_path / "go").touch()
+        cell = k.submit("%%agent --new\nsay hello", cell_id="wait")
+        deadline = time.monotonic() + 60
+        while "loading the model library" not in str(cell.outputs) and time.monotonic() < deadline:
+            k.pump(0.1)
+        assert "loading the model library" in str(cell.outputs)
+        k.km.interrupt_kernel()
+        k.wait(cell, timeout=60)
+        assert not cell.ok
+        assert "loading the model library" not in str(cell.outputs)  # the line is cleared when the wait ends
+        assert k.run("print('alive')\n" + STATE, cell_id="alive").stdout == "alive\nloading\n"
+        release(tmp_path, k)
+        again = k.run("%%agent --new\nsay hello", cell_id="again", timeout=120)
+        assert again.ok and answered(again), again.stderr
+    finally:
+        k.close()
+
+
+def test_a_fork_during_loading_works(tmp_path: Path, stub: StubOpenAI) -> None:
+    k = held_kernel(tmp_path, stub)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        (tmp_path / "go").touch()
+        fork = ("import os, json, math, multiprocessing\nfrom nbagent.ipython import loading\n"
+                "assert loading.status()['state'] == 'loading'\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    code = 7 if loading.status()['state'] == 'forked' and json.dumps(math.sqrt(4)) == '2.0' else 1\n"
+                "    os._exit(code)\n"
+                "print('child', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+                "with multiprocessing.get_context('fork').Pool(2) as pool:\n"
+                "    print('pool', pool.map(abs, [-1, -2, -3]))\n")
+        out = k.run(fork, cell_id="fork", timeout=60)
+        assert out.ok, out.stderr
+        assert out.stdout == "child 7\npool [1, 2, 3]\n"
+        release(tmp_path, k)
+        first = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
+        assert first.ok and answered(first), first.stderr
+    finally:
+        k.close()
+
+
+def test_a_missing_package_is_one_line_naming_what_to_install(tmp_path: Path, stub: StubOpenAI) -> None:
+    k = real_kernel(tmp_path, stub)
+    try:
+        assert k.run("from nbagent.ipython import loading\n"
+                     "loading.MODULES = ('nbagent_provider_pkg_not_installed',)", cell_id="c0").ok
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        cell = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
+        assert not cell.ok
+        (error,) = [o["error"] for o in cell.outputs if "error" in o]
+        assert "'nbagent_provider_pkg_not_installed' is missing" in error
+        assert "pip install 'nbagent_provider_pkg_not_installed'" in error
+        traceback = cell.reply["content"]["traceback"] if cell.reply else []
+        assert len(traceback) == 1 and "LoadFailed" in traceback[0]
+        assert k.run("print(1 + 1)", cell_id="next").stdout == "2\n"
+        # an offline cell does not need the library
+        (tmp_path / "s.json").write_text('{"turns": [{"content": "offline answer"}]}')
+        offline = k.run("%%agent --script s.json --new\nsay hello", cell_id="offline", timeout=120)
+        assert offline.ok and "offline answer" in str(offline.outputs), offline.stderr
+    finally:
+        k.close()
+
+
+def test_a_key_alone_loads_nothing_until_a_real_cell_needs_it(tmp_path: Path, stub: StubOpenAI) -> None:
+    k = real_kernel(tmp_path, stub, model=False)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        time.sleep(1)
+        idle = k.run("import sys\nprint('litellm' in sys.modules)\n" + STATE, cell_id="idle")
+        assert idle.stdout == "False\nnot started\n"
+        (tmp_path / "s.json").write_text('{"turns": [{"content": "offline answer"}]}')
+        offline = k.run("%%agent --script s.json --new\nsay hello", cell_id="offline", timeout=120)
+        assert offline.ok and "offline answer" in str(offline.outputs)
+        assert k.run("print('litellm' in sys.modules)", cell_id="still").stdout == "False\n"
+        real = k.run("%%agent --model openai/gpt-4o-mini --new\nsay hello", cell_id="real", timeout=120)
+        assert real.ok and answered(real), real.stderr
+        assert k.run(STATE, cell_id="state").stdout == "ready\n"
+    finally:
+        k.close()
