@@ -218,9 +218,7 @@ class Kernel(HarnessKernel):
         folder.mkdir(parents=True, exist_ok=True)
         self.stderr_path = folder / f"kernel-stderr-{time.monotonic_ns()}.txt"
         self._stderr = self.stderr_path.open("w")
-        # the first run's imports warm up in a background thread after %load_ext (nbagent/ipython/warmup.py); off
-        # here, so the load's own imports and the first run's cost are measured as before, like for like
-        env = {"NBAGENT_WARMUP": "0", **(env or {})}
+        env = dict(env or {})
         try:
             super().__init__(folder, notebook, env, stderr=self._stderr)
         except RuntimeError as exc:

@@ -3,15 +3,16 @@
 Run from the repository root:
 
     python bench/kernel_memory.py            # 3 fresh kernels, each: bare, loaded + one run, 30 more runs
-    python bench/kernel_memory.py --model    # the same with a real provider configured (NBAGENT_MODEL): the
-                                             # warm-up then loads litellm ahead, as a real first cell needs
+    python bench/kernel_memory.py --model    # the same with a real provider configured (NBAGENT_MODEL): litellm
+                                             # is then loaded at %load_ext (nbagent/ipython/loading.py)
     python bench/kernel_memory.py --runs 60 --steady-after 300   # a longer steady state
 
 Each kernel is real (the test suite's driver, `tests/kernel_harness.py`). Its RSS is read by the kernel itself
 from /proc/self/status (VmRSS) at three points: bare (a first cell that imports nothing); after `%load_ext
-nbagent`, the warm-up, and one offline run of 20 read-only steps (the scripted model); after five more such runs
-(100 steps); then after each further run, up to `--runs` runs after the first (600 steps by default). Targets (issue
-16): loaded + one run ≤ 100 MiB above the bare kernel; growth per step, beyond what the log itself holds, about 0.
+nbagent` (and, with --model, litellm's loading), and one offline run of 20 read-only steps (the scripted model);
+after five more such runs (100 steps); then after each further run, up to `--runs` runs after the first (600 steps
+by default). Targets (issue 16): loaded + one run ≤ 100 MiB above the bare kernel; growth per step, beyond what the
+log itself holds, about 0.
 
 Growth over the first 100 steps includes caches filling up (the store keeps recently parsed events, up to 512 KiB
 of their lines; the redactor remembers short strings); the steady state is the least-squares slope of RSS per step
@@ -70,7 +71,8 @@ def one(model: bool, runs: int, steady_after: int) -> dict[str, float]:
         try:
             bare = rss_kib(k, 0)
             assert k.run("%load_ext nbagent", cell_id="load").ok
-            k.run("from nbagent.ipython import warmup\nwarmup.join()", cell_id="join")
+            k.run("import time\nfrom nbagent.ipython import loading\nwhile loading.status()['state'] == 'loading':\n"
+                  "    time.sleep(0.05)", cell_id="join")
             cell = "%%agent --script s.json --approve all --autonomy L3 --new\nread the notes"
             assert k.run(cell, cell_id="run0").ok
             loaded = rss_kib(k, 1)
@@ -96,7 +98,8 @@ def one(model: bool, runs: int, steady_after: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", action="store_true", help="a real provider configured (the warm-up loads litellm)")
+    parser.add_argument("--model", action="store_true",
+                        help="a real provider configured (litellm is loaded at %%load_ext)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--runs", type=int, default=30, help="runs of 20 steps after the first (default 30)")
     parser.add_argument("--steady-after", type=int, default=200, help="steps before the steady state (default 200)")

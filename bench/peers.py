@@ -322,7 +322,7 @@ def spawn(target: str, mode: str, n: int, timeout: float) -> dict[str, Any] | No
     py = interpreter(target)
     if py is None:
         return None
-    env = {**os.environ, "PYTHONHASHSEED": "0", "NBAGENT_WARMUP": "0"}
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
     env.pop("NBAGENT_LOCAL_VIA_LITELLM", None)
     if target == "nbagent-litellm":
         env["NBAGENT_LOCAL_VIA_LITELLM"] = "1"
