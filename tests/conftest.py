@@ -36,6 +36,8 @@ SLOW = {
     "test_approval_property", "test_effect_property", "test_firststeps_clone",
     "tests/test_store_processes.py::test_writer_sigkilled_at_random_moments",
     "tests/test_lint.py::test_mypy_clean",  # ~30 s of CPU for the whole package, cold
+    # a fresh interpreter importing litellm (~3 s) and making its first call
+    "tests/test_llm_http.py::test_a_first_call_with_tools_loads_no_mcp_gateway_and_leaves_the_environment_as_it_was",
 }
 FAST_LIMIT_S = 5.0
 TESTS = Path(__file__).resolve().parent

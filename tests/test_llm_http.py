@@ -472,3 +472,37 @@ def test_api_key_echoed_in_a_provider_error_never_reaches_the_store(stub: StubOp
     leaks = [name for name, data in _store_bytes(agent).items() if API_KEY.encode() in data]
     assert leaks == []
     assert API_KEY not in (result.error or "")
+
+
+FRESH_CALL = """
+import asyncio, os, sys
+sys.path.insert(0, {tests!r})
+from stub_openai import Reply, StubOpenAI
+from nbagent.llm import ModelSettings, complete
+os.environ["MAX_BASE64_LENGTH_FOR_LOGGING"] = "7"  # the person's own value
+before = dict(os.environ)
+tools = [{{"type": "function", "function": {{"name": "f", "description": "d",
+                                            "parameters": {{"type": "object", "properties": {{}}}}}}}}]
+with StubOpenAI() as stub:
+    stub.fallback = Reply(content="hi")
+    settings = ModelSettings(model="openai/gpt-4o-mini", api_base=stub.base_url, api_key="sk-x", max_retries=0)
+    reply = asyncio.run(complete(settings, [{{"role": "user", "content": "go"}}], tools))
+    body = stub.completion_requests[0].body
+import litellm.constants
+print(reply.content, dict(os.environ) == before, litellm.constants.MAX_BASE64_LENGTH_FOR_LOGGING,
+      sorted(m for m in ("mcp.server", "starlette", "uvicorn") if m in sys.modules), "drop_params" in body,
+      litellm.drop_params)
+"""
+
+
+def test_a_first_call_with_tools_loads_no_mcp_gateway_and_leaves_the_environment_as_it_was(tmp_path: Path) -> None:
+    """litellm's MCP gateway (mcp's server, starlette, uvicorn) is never imported for nbagent's tools; the
+    variables litellm reads at import are set only for the import (a person's own value kept), and litellm's
+    global `drop_params` is left alone (nbagent passes it per call, and it is not sent to the provider)."""
+    import subprocess
+    import sys
+
+    code = FRESH_CALL.format(tests=str(Path(__file__).resolve().parent))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["hi", "True", "7", "[]", "False", "False"], out.stdout
