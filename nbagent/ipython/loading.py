@@ -1,8 +1,8 @@
 """Loading the model library (litellm) in a person's kernel: in a plain background thread, changing nothing global.
 
 What it costs: litellm and the openai SDK it calls are ~2.5 s of imports and ~150 MiB, and their first call loads
-~0.4 s more. The offline models (`nbagent/scripted`, `function`, `replay`) never need any of it, so nothing is
-loaded for them, nor for a kernel that only loads nbagent.
+~0.4 s more (imported here too, `FIRST_CALL`). The offline models (`nbagent/scripted`, `function`, `replay`) never
+need any of it, so nothing is loaded for them, nor for a kernel that only loads nbagent.
 
 When it happens:
 - At `%load_ext nbagent`, if a real provider's model is *configured* (`NbAgent.model` or `NBAGENT_MODEL`, not
@@ -41,6 +41,13 @@ __all__ = ["MODULES", "LoadFailed", "ready", "start", "started", "status", "wait
 
 # what is imported, in order; the last is nbagent's model layer, which imports litellm (nbagent/llm.py)
 MODULES: tuple[str, ...] = ("nbagent.llm",)
+# then what litellm's first call imports (its proxy's file-id helpers, the stream builder's types, the openai client
+# and handler): ~0.4 s that a first `%%agent` cell would otherwise spend. Internal names of litellm 1.106.2, so each
+# is best-effort. Not its tokenizer: importing that sets TIKTOKEN_CACHE_DIR in os.environ for good, which litellm
+# then does on the first call that counts tokens, not nbagent ahead of time.
+FIRST_CALL = ("litellm.proxy.openai_files_endpoints.common_utils",
+              "litellm.types.litellm_core_utils.streaming_chunk_builder_utils", "litellm.llms.openai.openai",
+              "litellm.llms.openai_like.dynamic_config", "openai.resources.chat")
 
 
 class LoadFailed(Exception):
@@ -61,6 +68,11 @@ def _load() -> None:
     from ..llm import import_litellm
 
     import_litellm()
+    for name in FIRST_CALL:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # moved in another litellm: the first call imports what it needs itself
+            pass
 
 
 def _run(future: concurrent.futures.Future[None]) -> None:
