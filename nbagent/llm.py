@@ -64,8 +64,9 @@ def import_litellm() -> ModuleType:
             os.environ[key] = _IMPORT_ENV[key]
         import litellm
     finally:
-        for key in added:
-            os.environ.pop(key, None)
+        for key in added:  # unless the person set it meanwhile (another cell, another thread)
+            if os.environ.get(key) == _IMPORT_ENV[key]:
+                del os.environ[key]
     import logging
 
     if not os.environ.get("NBAGENT_LITELLM_DEBUG"):

@@ -307,8 +307,9 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         return detect() is not None
 
     def line_needs_model_library(self, line: str) -> bool:
-        """Whether this `%agent` line goes on with a run (approve, resume...) in a kernel where litellm is loading
-        or would be: it then waits for it behind the loading line rather than importing it in the kernel's thread."""
+        """Whether this `%agent` line goes on with a run (approve, resume...) that calls a real provider, or in a
+        kernel where litellm is loading or would be: it then waits for it behind the loading line rather than
+        importing it in the kernel's thread."""
         from . import loading
         from .direct import DRIVES_A_RUN
 
@@ -316,7 +317,15 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             command = parse(line_parser(), line).command
         except Exception:
             return False
-        return command in DRIVES_A_RUN and (loading.started() or self.model_configured())
+        if command not in DRIVES_A_RUN:
+            return False
+        if loading.started() or self.model_configured():
+            return True
+        from ..state import RunStatus
+
+        # a run it may go on with (one that waits or was interrupted) calls a real provider (e.g. its cell's --model)
+        return any(r.status in (RunStatus.WAITING, RunStatus.INTERRUPTED, RunStatus.RUNNING)
+                   and r.model and not str(r.model).startswith("nbagent/") for r in self.store.list_runs())
 
     def model_configured(self) -> bool:
         """Whether a real provider's model is configured (`NbAgent.model`, `NBAGENT_MODEL`): `%load_ext` then

@@ -24,7 +24,15 @@ lands in that cell, never in the cell running at the time. (Output a C library w
 directly follows ipykernel's own rules.)
 
 A fork while the thread imports: the child has no loading thread and may inherit the locks it held, so a child
-that needs the library gets one line saying so instead of a hang; the parent's loading is untouched.
+that needs the library gets one line saying so instead of a hang; the parent's loading is untouched. A child forked
+once loading is done has the library.
+
+A load that failed (a package missing, a module that raised or exited at import) is one line in the waiting cell,
+and the next cell that needs the library tries again.
+
+Not covered: a cell that swaps `sys.stdout` itself (`%%capture`, `redirect_stdout`) or records warnings
+(`warnings.catch_warnings`) while the thread imports catches what the import prints or warns then, as it would a
+print from any other thread: those are process-wide in Python, and wrapping them is what this design avoids.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import importlib
 import os
 import threading
 import time
@@ -61,8 +70,6 @@ _times: dict[str, float] = {}
 
 
 def _load() -> None:
-    import importlib
-
     for name in MODULES:
         importlib.import_module(name)
     from ..llm import import_litellm
@@ -77,6 +84,7 @@ def _load() -> None:
 
 def _run(future: concurrent.futures.Future[None]) -> None:
     began = time.perf_counter()
+    importlib.invalidate_caches()  # a package installed since a failed try is found
     try:
         _load()
     except BaseException as exc:
@@ -91,7 +99,8 @@ def start() -> bool:
     """Start loading in the background, once per process; False if it had started already."""
     global _future, _pid
     with _lock:
-        if _future is not None and _pid == os.getpid():
+        if _future is not None and not _failed(_future):
+            # loading, loaded, or orphaned in a forked child (wait() says so); a failed load is tried again
             return False
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()  # a waiter's cancellation must never cancel the loading itself
@@ -102,20 +111,29 @@ def start() -> bool:
     return True
 
 
+def _failed(future: concurrent.futures.Future[None]) -> bool:
+    return future.done() and future.exception() is not None
+
+
+def _orphaned() -> bool:
+    """A forked child of a process that was loading: the thread is not in this process, so it never finishes."""
+    return _future is not None and _pid != os.getpid() and not _future.done()
+
+
 def started() -> bool:
     return _future is not None
 
 
 def ready() -> bool:
-    """Whether the library is loaded and a cell can call a model without waiting."""
-    return _future is not None and _pid == os.getpid() and _future.done() and _future.exception() is None
+    """Whether the library is loaded and a cell can call a model without waiting (in a forked child too)."""
+    return _future is not None and _future.done() and _future.exception() is None
 
 
 def status() -> dict[str, Any]:
     """For tests, `%agent doctor`-like checks and the benchmark: the state and how long loading took."""
     if _future is None:
         state = "not started"
-    elif _pid != os.getpid():
+    elif _orphaned():
         state = "forked"
     elif not _future.done():
         state = "loading"
@@ -126,7 +144,7 @@ def status() -> dict[str, Any]:
 
 async def wait() -> None:
     """Start loading if nothing has, and wait for it without blocking the kernel; raise LoadFailed if it failed."""
-    if _future is not None and _pid is not None and _pid != os.getpid():
+    if _orphaned():
         raise LoadFailed("nbagent: this process was forked while the model library was loading, and a forked "
                          "child cannot finish that import: run the agent in the parent process")
     start()
@@ -138,7 +156,9 @@ async def wait() -> None:
         await asyncio.wait({waiter}, timeout=0.1)
     try:
         waiter.result()
-    except Exception as exc:
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # SystemExit too: a module may exit at import (an unsupported Python...)
         raise LoadFailed(failure(exc)) from None
 
 
@@ -162,5 +182,8 @@ def failure(exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         package = exc.name.split(".")[0]
         return (f"nbagent: the model library could not be loaded: the package '{package}' is missing. Install it "
-                f"in this kernel's environment (pip install {_requirement(package)!r}) and restart the kernel.")
-    return f"nbagent: the model library could not be loaded: {type(exc).__name__}: {exc}"
+                f"in this kernel's environment (pip install {_requirement(package)!r}), then run the cell again.")
+    text = " ".join(str(exc).split())  # one line, whatever the message's own lines
+    text = text if len(text) <= 300 else text[:299] + "…"
+    return (f"nbagent: the model library could not be loaded: {type(exc).__name__}: {text}. The next %%agent "
+            "cell tries again.")
