@@ -348,10 +348,12 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         from ..tools.files import file_tools
         from ..tools.kernel import kernel_tools
         from .cells import insert_cell_tool
+        from .run_cell import run_cell_tool
 
         blobs = BlobStore.of_store(store_path_for(self.notebook))  # file changes saved for %agent undo
         builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel_tools(self.shell.user_ns)
-                   + [insert_cell_tool(lambda: (self.current_cell, self.current_run))])
+                   + [insert_cell_tool(lambda: (self.current_cell, self.current_run)),
+                      run_cell_tool(self.shell, lambda: (self.current_cell, self.current_run))])
         names = {t.name for t in builtin}
         tools = builtin + [t for t in self.user_tools() if t.name not in names]
         from ..mcp import notebook_toolset

@@ -1,0 +1,298 @@
+"""`run_cell`: the agent's code runs as a notebook cell would, on the kernel's main thread, through IPython.
+
+`run_python` (tools/kernel.py) runs code in a thread with stdout redirected for the whole process; here the code
+goes through `shell.run_cell_async(store_history=True)`, so execution counts, `In`/`Out`, magics, display hooks and
+rich reprs work as for a person's cell, and nothing process-wide is replaced (no sys.stdout swap, no thread, no
+switch interval). Its outputs are published on IOPub under a new parent message id M (ipykernel's
+`set_thread_parent`, inside a copied contextvars context, so no other output is re-parented); the model gets what
+the cell showed, read through ipykernel's hooks (display publisher hooks on the main thread, stream hooks in the
+IOPub thread), filtered by parent M: a print from another thread has its own parent and is not in it.
+
+Before running, the comm `nbagent.cells` carries the cell to a front end, as `insert_code_cell` does:
+
+    {"after_cell_id": <the %%agent cell>, "source": "# nbagent: run by run R: ...\\n<code>\\n",
+     "metadata": {"nbagent": {run_id, index, call_id, approval_event_id, plan_id, grant_id, source_sha256,
+                              "ran": true}},
+     "ran": true, "msg_id": M, "cell_id": <the new cell's id>, "execution_count": n}
+
+A front end inserts that cell and puts into it every IOPub message whose parent msg_id is M (stream,
+display_data, update_display_data, clear_output, execute_result, error), with `execution_count` n. The tool's
+result (in the log) holds the same outputs as text, for `nbagent run` to write the cell into the executed notebook.
+
+An interrupt (SIGINT) while the code runs stops it like a person's cell: KeyboardInterrupt in synchronous code,
+cancellation while it awaits; the result says `interrupted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import re
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
+
+from ..levels import Risk
+from ..tools.base import Tool
+from .cells import COMM_TARGET, _preview, source_digest
+
+TOOL = "run_cell"
+MAX_TEXT = 20_000  # each text of the result (stdout, stderr, an output, the traceback)
+MAX_OUTPUTS = 20
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def cell_source(code: str, run_id: str | None, explanation: str = "") -> str:
+    """The cell as run and shown: a header naming the run, then the code (cells.py's form, said as run)."""
+    about = " ".join(str(explanation or "").split())
+    return f"# nbagent: run by run {run_id}" + (f": {about}" if about else "") + "\n" + str(code).rstrip() + "\n"
+
+
+def _clip(text: str, limit: int = MAX_TEXT) -> tuple[str, str | None]:
+    return (text, None) if len(text) <= limit else (
+        text[:limit], f"{len(text):,} characters; the first {limit:,} shown")
+
+
+def _as_text(data: dict[str, Any]) -> dict[str, Any]:
+    """One output bundle as the model reads it: text/plain, else HTML made text, and each image described."""
+    from .outputs import IMAGE_TYPES, read_image
+
+    out: dict[str, Any] = {"mimes": sorted(data)}
+    text = data.get("text/plain")
+    if not isinstance(text, str) and isinstance(data.get("text/html"), str):
+        html = data["text/html"]
+        try:
+            from bs4 import BeautifulSoup
+
+            text = BeautifulSoup(html, "html.parser").get_text(" ", strip=True)
+        except Exception:  # no bs4 here: say what there was
+            text = f"HTML output ({len(html):,} chars)"
+    if isinstance(text, str):
+        out["text"], cut = _clip(text)
+        if cut:
+            out["text_truncated"] = cut
+    images = [d.describe(None) for m in IMAGE_TYPES if m in data and (d := read_image(m, data[m])) is not None]
+    if images:
+        out["images"] = images  # described, not sent: the bytes stay in the notebook's output
+    return out
+
+
+class _Capture:
+    """What the cell with parent M shows, collected through ipykernel's hooks, never by redirection."""
+
+    def __init__(self, msg_id: str) -> None:
+        self.msg_id = msg_id
+        self.streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.outputs: list[dict[str, Any]] = []
+        self.dropped = 0
+
+    def _ours(self, msg: dict[str, Any]) -> bool:
+        return bool((msg.get("parent_header") or {}).get("msg_id") == self.msg_id)
+
+    def stream(self, msg: dict[str, Any]) -> dict[str, Any]:  # runs in the IOPub thread, at flush time
+        if self._ours(msg):
+            content = msg.get("content") or {}
+            self.streams.setdefault(content.get("name", "stdout"), []).append(str(content.get("text", "")))
+        return msg
+
+    def display(self, msg: dict[str, Any]) -> dict[str, Any]:  # the main thread, as the cell displays
+        if self._ours(msg):
+            kind = (msg.get("header") or {}).get("msg_type", "display_data")
+            if kind == "clear_output":
+                self.outputs.clear()
+                self.streams = {"stdout": [], "stderr": []}
+            elif len(self.outputs) < MAX_OUTPUTS:
+                self.outputs.append({"output_type": kind, **_as_text((msg.get("content") or {}).get("data") or {})})
+            else:
+                self.dropped += 1
+        return msg
+
+
+def _in_io_thread(stream: Any, fn: Callable[[], Any]) -> None:
+    """Run `fn` in the IOPub thread (where stream hooks are called) and wait for it."""
+    pub = getattr(stream, "pub_thread", None)
+    if pub is None or not getattr(getattr(pub, "thread", None), "is_alive", lambda: False)():
+        fn()
+        return
+    done = threading.Event()
+
+    def step() -> None:
+        try:
+            fn()
+        finally:
+            done.set()
+
+    pub.schedule(step)
+    done.wait(5.0)
+
+
+def _parent(shell: Any, msg_id: str, cell_id: str, source: str) -> dict[str, Any]:
+    """A synthetic execute_request for the cell: the current request's session and user, a new msg id."""
+    now = shell.get_parent() if hasattr(shell, "get_parent") else {}
+    header = dict((now or {}).get("header") or now or {})
+    header.update(msg_id=msg_id, msg_type="execute_request", date=datetime.now(UTC).isoformat())
+    for key, default in (("session", "nbagent"), ("username", "nbagent"), ("version", "5.3")):
+        header.setdefault(key, default)
+    return {"header": header, "msg_id": msg_id, "msg_type": "execute_request", "parent_header": {},
+            "metadata": {"cellId": cell_id, "nbagent": True}, "content": {"code": source, "silent": False}}
+
+
+def _interruptible(task: asyncio.Task[Any], marker: Any, run_code: Any) -> Callable[[int, FrameType | None], None]:
+    """A SIGINT handler for while the cell runs: in its own synchronous code (an IPython `run_code` frame above
+    the interrupted one, below this tool's), KeyboardInterrupt, which IPython shows as the cell's error, as for a
+    person's cell; anywhere else (the loop waits, the code awaits) the cell's task is cancelled."""
+    loop = asyncio.get_running_loop()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        seen_run_code = False
+        f = frame
+        while f is not None:
+            if f.f_code is run_code:
+                seen_run_code = True
+            elif f.f_code is marker:
+                if seen_run_code:
+                    raise KeyboardInterrupt
+                break
+            f = f.f_back
+        task.interrupted = True  # type: ignore[attr-defined]
+        loop.call_soon_threadsafe(task.cancel)
+
+    return handler
+
+
+async def _execute(shell: Any, source: str, parent: dict[str, Any], cell_id: str) -> Any:
+    """Runs inside the copied context: outputs of this task (and only of it) go to parent M."""
+    tokens = shell.set_thread_parent(parent) if hasattr(shell, "set_thread_parent") else ()
+    try:
+        transformed, problem = source, None
+        try:  # as ipykernel does: IPython takes the transformed cell, or the error transforming it
+            transformed = shell.transform_cell(source)
+        except Exception:
+            problem = sys.exc_info()
+        return await shell.run_cell_async(source, store_history=True, silent=False, cell_id=cell_id,
+                                          transformed_cell=transformed, preprocessing_exc_tuple=problem)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            if hasattr(stream, "flush"):
+                stream.flush()
+        if tokens:
+            shell.reset_thread_parent(tokens)
+
+
+async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> dict[str, Any]:
+    """Run `source` as a cell; the result for the model (unredacted; the tool redacts it)."""
+    capture = _Capture(msg_id)
+    streams = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "register_hook")]
+    for s in streams:
+        _in_io_thread(s, lambda s=s: s.register_hook(capture.stream))  # type: ignore[misc]
+    pub: Any = getattr(shell, "display_pub", None)
+    hooked = hasattr(pub, "register_hook")
+    if hooked:
+        pub.register_hook(capture.display)
+    count = shell.execution_count  # IPython counts a cell when it starts: the %%agent cell took the one before
+    parent = _parent(shell, msg_id, cell_id, source)
+    ctx = contextvars.copy_context()
+    task = asyncio.get_running_loop().create_task(_execute(shell, source, parent, cell_id), context=ctx)
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.getsignal(signal.SIGINT) if main else None
+    if main:
+        signal.signal(signal.SIGINT, _interruptible(task, _execute.__code__, type(shell).run_code.__code__))
+    result: Any = None
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        if not getattr(task, "interrupted", False):
+            raise
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
+        if hooked:
+            pub.unregister_hook(capture.display)
+        for s in streams:
+            if hasattr(s, "flush"):
+                s.flush()
+            _in_io_thread(s, lambda s=s: s.unregister_hook(capture.stream))  # type: ignore[misc]
+    out: dict[str, Any] = {"ran": True, "cell_id": cell_id, "msg_id": msg_id, "execution_count": count}
+    for name in ("stdout", "stderr"):
+        out[name], cut = _clip("".join(capture.streams.get(name, [])))
+        if cut:
+            out[f"{name}_truncated"] = cut
+    outputs = list(capture.outputs)
+    value = getattr(result, "result", None)
+    if value is not None:
+        try:
+            data, _ = shell.display_formatter.format(value)
+        except Exception as exc:
+            data = {"text/plain": f"<{type(value).__name__}: repr failed: {type(exc).__name__}>"}
+        outputs.append({"output_type": "execute_result", "execution_count": count, **_as_text(data)})
+    if outputs:
+        out["outputs"] = outputs
+    if capture.dropped:
+        out["outputs_dropped"] = f"{capture.dropped} more outputs not shown"
+    error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+    if result is None or isinstance(error, KeyboardInterrupt | asyncio.CancelledError):
+        out["interrupted"] = True
+        out["error"] = "KeyboardInterrupt: the cell was interrupted (the kernel's interrupt); state it set remains"
+    elif error is not None:
+        out["error"] = f"{type(error).__name__}: {error}"
+    if error is not None:
+        stb = getattr(shell, "_last_traceback", None)
+        text = "\n".join(stb) if isinstance(stb, list) else ""
+        out["traceback"], cut = _clip(_ANSI.sub("", text))
+        if cut:
+            out["traceback_truncated"] = cut
+    return out
+
+
+def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]) -> Tool:
+    """The tool, bound to the shell and to the host's current cell and run (`where() -> (cell_id, run_id)`)."""
+    counter: dict[str, int] = {}
+
+    async def run_cell(code: str, explanation: str = "") -> dict[str, Any]:
+        """Run Python code as a new notebook cell below the request, in the user's session (like a person's cell):
+        returns what it printed, displayed and evaluated to, or its error.
+
+        Args:
+            code: the cell's code; variables it defines stay in the user's session
+            explanation: one line on what the code does (shown in the cell's first line)
+        """
+        from ..effects import current_call
+        from ..secrets import Redactor
+
+        after, run_id = where()
+        call = current_call()
+        if call is not None:
+            run_id = call.run_id
+        index = counter[run_id or ""] = counter.get(run_id or "", 0) + 1
+        source = cell_source(code, run_id, explanation)
+        msg_id, cell_id = uuid.uuid4().hex, uuid.uuid4().hex
+        provenance: dict[str, Any] = {"run_id": run_id, "index": index, "ran": True}
+        if call is not None:
+            provenance.update(call_id=call.call_id, approval_event_id=call.approval_event_id, plan_id=call.plan_id,
+                              grant_id=call.grant_id)
+        provenance["source_sha256"] = source_digest(source)
+        metadata = {"nbagent": provenance}
+        payload = {"after_cell_id": after, "source": source, "metadata": metadata, "ran": True, "msg_id": msg_id,
+                   "cell_id": cell_id, "execution_count": shell.execution_count}
+        delivered = False
+        try:
+            from comm import create_comm
+
+            create_comm(target_name=COMM_TARGET, data=payload).close()
+            delivered = True
+        except Exception:  # no front end: the log still holds the cell and its outputs
+            pass
+        result = await run_in_shell(shell, source, cell_id, msg_id)
+        result.update(after_cell_id=after, source=source, metadata=metadata, sent_to_frontend=delivered)
+        redacted: dict[str, Any] = Redactor().redact(result)
+        return redacted
+
+    return Tool(run_cell, risk=Risk.WRITE_HIGH_RISK, preview=_preview)
+
+
+__all__ = ["TOOL", "cell_source", "run_cell_tool", "run_in_shell"]

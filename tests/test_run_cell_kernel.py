@@ -1,0 +1,172 @@
+"""`run_cell` in real kernels: the agent's code runs as a person's cell would (counts, In/Out, rich outputs), its
+outputs go out under their own parent message, and the model gets what the cell showed, and only that."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernel_harness import Cell, Kernel, script
+
+from nbagent.store import Store
+
+AGENT = "%%agent --script s.json --approve all --autonomy L3 --new\n"
+
+
+class Raw(Kernel):
+    """The harness, also keeping every IOPub message by its parent msg id (the agent's cell has its own)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.by_parent: dict[str, list[dict[str, Any]]] = {}
+        super().__init__(folder)
+
+    def _iopub(self, msg: dict[str, Any]) -> None:
+        self.by_parent.setdefault(msg["parent_header"].get("msg_id", ""), []).append(msg)
+        super()._iopub(msg)
+
+
+@pytest.fixture
+def k(tmp_path: Path) -> Iterator[Raw]:
+    kernel = Raw(tmp_path)
+    assert kernel.run("%load_ext nbagent", cell_id="setup").ok
+    yield kernel
+    kernel.close()
+
+
+def call(code: str, explanation: str = "") -> dict[str, Any]:
+    return {"tool_calls": [{"name": "run_cell", "arguments": {"code": code, "explanation": explanation}}]}
+
+
+def agent(k: Raw, *turns: dict[str, Any], cell_id: str = "c1", timeout: float = 120) -> Cell:
+    script(k.folder / "s.json", *turns, {"content": "done"})
+    cell = k.run(AGENT + "go", cell_id=cell_id, timeout=timeout)
+    assert cell.ok, (cell.stderr, cell.outputs)
+    return cell
+
+
+def results(k: Raw) -> list[dict[str, Any]]:
+    """Every run_cell result the log holds, oldest first."""
+    store = Store(k.folder / "test.nbagent", readonly=True)
+    out = []
+    for run_id in store.run_ids():
+        for e in store.run_events(run_id):
+            if e.type == "tool_call_completed" and e.payload.tool == "run_cell":
+                out.append(e.payload.result)
+    return out
+
+
+RICH = '''
+class Frame:
+    def __repr__(self):
+        return "Frame(rows=3)"
+    def _repr_html_(self):
+        return "<table><tr><td>3 rows</td></tr></table>"
+print("hello from the agent")
+from IPython.display import display
+display(Frame())
+answer = 6 * 7
+answer
+'''
+
+
+def test_print_value_and_rich_output_reach_the_result_under_their_own_parent(k: Raw) -> None:
+    agent(k, call(RICH, "compute the answer"))
+    (r,) = results(k)
+    assert r["ran"] and r["stdout"] == "hello from the agent\n" and r["stderr"] == ""
+    kinds = [(o["output_type"], o.get("text")) for o in r["outputs"]]
+    assert kinds == [("display_data", "Frame(rows=3)"), ("execute_result", "42")]
+    assert "text/html" in r["outputs"][0]["mimes"]
+    assert r["source"].startswith("# nbagent: run by run ") and "compute the answer" in r["source"]
+    assert r["metadata"]["nbagent"]["ran"] and r["metadata"]["nbagent"]["source_sha256"]
+    k.pump(0.5)
+    mine = k.by_parent.get(r["msg_id"], [])
+    types = [m["msg_type"] for m in mine]
+    assert "stream" in types and "display_data" in types and "execute_result" in types, types
+    assert next(m for m in mine if m["msg_type"] == "execute_result")["content"]["execution_count"] == \
+        r["execution_count"]
+    # the front end was told of the cell before it ran, with the parent to route by
+    opened = [m for msgs in k.by_parent.values() for m in msgs if m["msg_type"] == "comm_open"
+              and m["content"].get("target_name") == "nbagent.cells"]
+    assert opened and opened[-1]["content"]["data"]["msg_id"] == r["msg_id"]
+    assert opened[-1]["content"]["data"]["execution_count"] == r["execution_count"]
+
+
+def test_an_exception_reaches_the_result_with_its_traceback(k: Raw) -> None:
+    agent(k, call("def f():\n    return 1 / 0\nprint('before')\nf()"))
+    (r,) = results(k)
+    assert r["stdout"] == "before\n" and r["error"].startswith("ZeroDivisionError")
+    assert "f()" in r["traceback"] and "\x1b[" not in r["traceback"] and "interrupted" not in r
+
+
+def test_counts_in_and_out_advance_like_a_persons_cell(k: Raw) -> None:
+    before = k.run("x = 1", cell_id="p1")
+    n = before.reply["content"]["execution_count"]  # type: ignore[index]
+    agent_cell = agent(k, call("y = 5\ny * 2"), cell_id="c1")
+    (r,) = results(k)
+    assert r["execution_count"] == n + 2  # the %%agent cell took n + 1
+    # (ipykernel replies with the last count used: the %%agent cell's reply names its agent's cell)
+    assert agent_cell.reply["content"]["execution_count"] == n + 2  # type: ignore[index]
+    after = k.run(f"print(repr(In[{n + 2}]), Out[{n + 2}], len(In))", cell_id="p2")
+    assert after.reply["content"]["execution_count"] == n + 3  # type: ignore[index]
+    assert r["source"].rstrip() in eval(after.stdout.rsplit(" ", 2)[0])
+    assert after.stdout.split()[-2:] == ["10", str(n + 4)]  # Out[n+2] is the value; In[n+3] is this cell
+
+
+def test_a_print_from_another_thread_is_not_in_the_result(k: Raw) -> None:
+    k.run("import threading, time\nstop = threading.Event()\n"
+          "def chatter():\n    while not stop.is_set():\n        print('background'); time.sleep(0.01)\n"
+          "t = threading.Thread(target=chatter, daemon=True); t.start()", cell_id="p1")
+    agent(k, call("import time\nfor i in range(3):\n    print('agent', i); time.sleep(0.05)"))
+    k.run("stop.set(); t.join()", cell_id="p2")
+    (r,) = results(k)
+    assert r["stdout"] == "agent 0\nagent 1\nagent 2\n"
+
+
+def test_nothing_process_wide_changes(k: Raw) -> None:
+    probe = ("import sys, builtins, signal\nsnap = lambda: (id(sys.stdout), id(sys.stderr), id(builtins.__import__),"
+             " sys.getswitchinterval(), sys.gettrace(), signal.getsignal(signal.SIGINT))")
+    k.run(probe + "\nfirst = snap()", cell_id="p1")
+    # (the SIGINT handler differs while the cell runs, as it does in a person's cell: see the interrupt test)
+    agent(k, call("inside = snap()\nprint(inside[:5] == first[:5])"))
+    (r,) = results(k)
+    assert r["stdout"] == "True\n"
+    assert k.run("print(snap() == first)", cell_id="p2").stdout == "True\n"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed")
+def test_a_matplotlib_plot_gives_an_image_output(k: Raw) -> None:
+    agent(k, call("import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
+                  "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"))
+    (r,) = results(k)
+    images = [o for o in r.get("outputs", []) if "image/png" in o["mimes"]]
+    assert images and images[0]["images"][0].startswith("a PNG image, "), r
+
+
+def test_the_next_turn_sees_the_result(k: Raw) -> None:
+    agent(k, call("print('seen by the model')\n21 * 2"))
+    store = Store(k.folder / "test.nbagent", readonly=True)
+    (run_id,) = store.run_ids()
+    tool_messages = [m for m in store.run_state(run_id).messages if m.get("role") == "tool"]
+    assert tool_messages and "seen by the model" in tool_messages[0]["content"] and '"42"' in \
+        tool_messages[0]["content"]
+
+
+def test_an_interrupt_stops_the_cell_and_the_result_says_so(k: Raw) -> None:
+    script(k.folder / "s.json", call("import time\nstarted = True\nwhile True:\n    time.sleep(0.01)"),
+           {"content": "stopped"})
+    cell = k.submit(AGENT + "go", cell_id="c1")
+    deadline = time.monotonic() + 60
+    while not any(m["msg_type"] == "comm_open" and m["content"].get("target_name") == "nbagent.cells"
+                  for msgs in k.by_parent.values() for m in msgs):
+        assert time.monotonic() < deadline
+        k.pump(0.1)
+    time.sleep(0.5)
+    k.km.interrupt_kernel()
+    k.wait(cell, timeout=60)
+    (r,) = results(k)
+    assert r["interrupted"] and r["error"].startswith("KeyboardInterrupt"), r
+    assert k.run("print(started)", cell_id="p1").stdout == "True\n"  # the kernel goes on
