@@ -146,7 +146,8 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
         if e.type == "tool_call_started":
             started[(e.run_id, p.call_id)] = p.tool
             if p.tool not in NO_EFFECT and p.tool not in FILE_TOOLS:
-                why = ("its effects in the kernel and on disk are not recorded" if p.tool == "run_python" else
+                code = p.tool in ("run_python", "run_cell")
+                why = ("its effects in the kernel and on disk are not recorded" if code else
                        "an MCP tool: its effects are outside nbagent" if p.tool.startswith("mcp__") else
                        "a user tool or a tool without recorded content: its effects are not recorded")
                 problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=why))

@@ -170,3 +170,13 @@ def test_an_interrupt_stops_the_cell_and_the_result_says_so(k: Raw) -> None:
     (r,) = results(k)
     assert r["interrupted"] and r["error"].startswith("KeyboardInterrupt"), r
     assert k.run("print(started)", cell_id="p1").stdout == "True\n"  # the kernel goes on
+
+
+def test_run_cell_is_offered_and_run_python_still_runs_recordings_that_name_it(k: Raw) -> None:
+    turn = {"tool_calls": [{"name": "run_python", "arguments": {"code": "old = 'still works'"}}]}
+    agent(k, turn)
+    store = Store(k.folder / "test.nbagent", readonly=True)
+    (run_id,) = store.run_ids()
+    offered = next(e for e in store.run_events(run_id) if e.type == "llm_called").payload.request["tools"]
+    assert "run_cell" in offered and "run_python" not in offered
+    assert k.run("print(old)", cell_id="p1").stdout == "still works\n"

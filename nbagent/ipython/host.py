@@ -351,7 +351,10 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         from .run_cell import run_cell_tool
 
         blobs = BlobStore.of_store(store_path_for(self.notebook))  # file changes saved for %agent undo
-        builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel_tools(self.shell.user_ns)
+        kernel = kernel_tools(self.shell.user_ns)
+        for t in kernel:
+            t.offered = t.name != "run_python"  # run_cell is offered; run_python still runs recordings naming it
+        builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel
                    + [insert_cell_tool(lambda: (self.current_cell, self.current_run)),
                       run_cell_tool(self.shell, lambda: (self.current_cell, self.current_run))])
         names = {t.name for t in builtin}

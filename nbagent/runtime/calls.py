@@ -256,7 +256,7 @@ class CallHandling(AgentBase):
         return tools
 
     def _schemas(self, run_id: str, state: RunState | None = None) -> list[dict[str, Any]]:
-        return [t.schema() for t in self._allowed_tools(run_id, state).values()]
+        return [t.schema() for t in self._allowed_tools(run_id, state).values() if t.offered]
 
 
 def _purpose(state: RunState) -> str:

@@ -127,6 +127,9 @@ class Tool:
         # to the notebook's folder or absolute; effects.resolve joins it before the file scope judges the path
         self.base: str | None = None
         self._schema: dict[str, Any] | None = None
+        # offered to the model; a tool kept only so that recordings naming it still run (the kernel's run_python
+        # beside run_cell) is callable by name but not offered
+        self.offered = True
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, risk={self.risk.value})"
