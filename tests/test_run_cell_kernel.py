@@ -93,6 +93,11 @@ def test_print_value_and_rich_output_reach_the_result_under_their_own_parent(k: 
               and m["content"].get("target_name") == "nbagent.cells"]
     assert opened and opened[-1]["content"]["data"]["msg_id"] == r["msg_id"]
     assert opened[-1]["content"]["data"]["execution_count"] == r["execution_count"]
+    # post_run_cell ran as after a person's cell: {Out[n]} has what the cell showed, and nothing after it
+    probe = k.run("from nbagent.ipython.host import current\noutputs = current().outputs\n"
+                  f"print([o.text for o in outputs.cell({r['execution_count']}).outputs])",
+                  cell_id="p1")
+    assert probe.stdout == "['Frame(rows=3)', '42']\n", probe.stdout
 
 
 def test_an_exception_reaches_the_result_with_its_traceback(k: Raw) -> None:
@@ -139,11 +144,15 @@ def test_nothing_process_wide_changes(k: Raw) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed")
 def test_a_matplotlib_plot_gives_an_image_output(k: Raw) -> None:
-    agent(k, call("import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
-                  "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"))
+    # shown by matplotlib's post_execute hook, as after a person's cell: no plt.show(); a magic works too
+    agent(k, call("%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3]);"))
     (r,) = results(k)
     images = [o for o in r.get("outputs", []) if "image/png" in o["mimes"]]
     assert images and images[0]["images"][0].startswith("a PNG image, "), r
+    k.pump(0.5)
+    assert any("image/png" in m["content"].get("data", {}) for m in k.by_parent.get(r["msg_id"], []))
+    later = k.run("print(len(get_ipython().user_ns['plt'].get_fignums()))", cell_id="p1")
+    assert later.stdout == "0\n"  # closed after the cell, as inline figures are
 
 
 def test_the_next_turn_sees_the_result(k: Raw) -> None:

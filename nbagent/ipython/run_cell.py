@@ -174,8 +174,14 @@ async def _execute(shell: Any, source: str, parent: dict[str, Any], cell_id: str
             transformed = shell.transform_cell(source)
         except Exception:
             problem = sys.exc_info()
-        return await shell.run_cell_async(source, store_history=True, silent=False, cell_id=cell_id,
-                                          transformed_cell=transformed, preprocessing_exc_tuple=problem)
+        result = None
+        try:
+            result = await shell.run_cell_async(source, store_history=True, silent=False, cell_id=cell_id,
+                                                transformed_cell=transformed, preprocessing_exc_tuple=problem)
+        finally:  # what ipykernel triggers after a cell (run_cell_async does not): inline figures shown here, under M
+            shell.events.trigger("post_execute")
+            shell.events.trigger("post_run_cell", result)
+        return result
     finally:
         for stream in (sys.stdout, sys.stderr):
             if hasattr(stream, "flush"):
