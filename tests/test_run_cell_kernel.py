@@ -14,15 +14,16 @@ from kernel_harness import Cell, Kernel, script
 
 from nbagent.store import Store
 
+pytestmark = [pytest.mark.kernel, pytest.mark.slow]  # (the fixture builds a Kernel subclass: said here)
 AGENT = "%%agent --script s.json --approve all --autonomy L3 --new\n"
 
 
 class Raw(Kernel):
     """The harness, also keeping every IOPub message by its parent msg id (the agent's cell has its own)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
         self.by_parent: dict[str, list[dict[str, Any]]] = {}
-        super().__init__(folder)
+        super().__init__(folder, env=env)
 
     def _iopub(self, msg: dict[str, Any]) -> None:
         self.by_parent.setdefault(msg["parent_header"].get("msg_id", ""), []).append(msg)
@@ -164,9 +165,10 @@ def test_the_next_turn_sees_the_result(k: Raw) -> None:
         tool_messages[0]["content"]
 
 
-def test_an_interrupt_stops_the_cell_and_the_result_says_so(k: Raw) -> None:
-    script(k.folder / "s.json", call("import time\nstarted = True\nwhile True:\n    time.sleep(0.01)"),
-           {"content": "stopped"})
+@pytest.mark.parametrize("loop", ["while True:\n    time.sleep(0.01)", "await asyncio.sleep(600)"],
+                         ids=["running", "awaiting"])
+def test_an_interrupt_stops_the_cell_and_the_result_says_so(k: Raw, loop: str) -> None:
+    script(k.folder / "s.json", call("import asyncio, time\nstarted = True\n" + loop), {"content": "stopped"})
     cell = k.submit(AGENT + "go", cell_id="c1")
     deadline = time.monotonic() + 60
     while not any(m["msg_type"] == "comm_open" and m["content"].get("target_name") == "nbagent.cells"
@@ -177,7 +179,9 @@ def test_an_interrupt_stops_the_cell_and_the_result_says_so(k: Raw) -> None:
     k.km.interrupt_kernel()
     k.wait(cell, timeout=60)
     (r,) = results(k)
-    assert r["interrupted"] and r["error"].startswith("KeyboardInterrupt"), r
+    assert r["interrupted"] and "the kernel was interrupted" in r["error"], r
+    assert r["error"].startswith("KeyboardInterrupt" if "while" in loop else "CancelledError"), r
+    assert assert_answer(k) == "stopped"  # the run goes on: the model reads that the cell was stopped
     assert k.run("print(started)", cell_id="p1").stdout == "True\n"  # the kernel goes on
 
 
@@ -189,3 +193,23 @@ def test_run_cell_is_offered_and_run_python_still_runs_recordings_that_name_it(k
     offered = next(e for e in store.run_events(run_id) if e.type == "llm_called").payload.request["tools"]
     assert "run_cell" in offered and "run_python" not in offered
     assert k.run("print(old)", cell_id="p1").stdout == "still works\n"
+
+
+def assert_answer(k: Raw) -> str:
+    store = Store(k.folder / "test.nbagent", readonly=True)
+    (run_id,) = store.run_ids()
+    return str(next(e for e in store.run_events(run_id) if e.type == "answer_ready").payload.content)
+
+
+def test_the_result_is_bounded_and_redacted(tmp_path: Path) -> None:
+    secret = "s3cr3t-value-0123456789abcdef"
+    k = Raw(tmp_path, env={"MY_SERVICE_API_KEY": secret})
+    try:
+        assert k.run("%load_ext nbagent", cell_id="setup").ok
+        agent(k, call("import os\nprint(os.environ['MY_SERVICE_API_KEY'])\nprint('x' * 50_000)\n"
+                      "raise ValueError(os.environ['MY_SERVICE_API_KEY'])"))
+        (r,) = results(k)
+        assert secret not in str(r) and r["error"].startswith("ValueError")
+        assert len(r["stdout"]) <= 20_000 and "the first 20,000 shown" in r["stdout_truncated"]
+    finally:
+        k.close()

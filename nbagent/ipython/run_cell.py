@@ -142,7 +142,8 @@ def _parent(shell: Any, msg_id: str, cell_id: str, source: str) -> dict[str, Any
             "metadata": {"cellId": cell_id, "nbagent": True}, "content": {"code": source, "silent": False}}
 
 
-def _interruptible(task: asyncio.Task[Any], marker: Any, run_code: Any) -> Callable[[int, FrameType | None], None]:
+def _interruptible(task: asyncio.Task[Any], marker: Any, run_code: Any,
+                   said: dict[str, bool]) -> Callable[[int, FrameType | None], None]:
     """A SIGINT handler for while the cell runs: in its own synchronous code (an IPython `run_code` frame above
     the interrupted one, below this tool's), KeyboardInterrupt, which IPython shows as the cell's error, as for a
     person's cell; anywhere else (the loop waits, the code awaits) the cell's task is cancelled."""
@@ -159,7 +160,7 @@ def _interruptible(task: asyncio.Task[Any], marker: Any, run_code: Any) -> Calla
                     raise KeyboardInterrupt
                 break
             f = f.f_back
-        task.interrupted = True  # type: ignore[attr-defined]
+        said["interrupted"] = True
         loop.call_soon_threadsafe(task.cancel)
 
     return handler
@@ -206,13 +207,14 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     task = asyncio.get_running_loop().create_task(_execute(shell, source, parent, cell_id), context=ctx)
     main = threading.current_thread() is threading.main_thread()
     old = signal.getsignal(signal.SIGINT) if main else None
+    said: dict[str, bool] = {}  # the handler's word that SIGINT came (a C Task takes no attributes)
     if main:
-        signal.signal(signal.SIGINT, _interruptible(task, _execute.__code__, type(shell).run_code.__code__))
+        signal.signal(signal.SIGINT, _interruptible(task, _execute.__code__, type(shell).run_code.__code__, said))
     result: Any = None
     try:
         result = await task
     except asyncio.CancelledError:
-        if not getattr(task, "interrupted", False):
+        if not said.get("interrupted"):
             raise
     finally:
         if main:
@@ -243,7 +245,10 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
     if result is None or isinstance(error, KeyboardInterrupt | asyncio.CancelledError):
         out["interrupted"] = True
-        out["error"] = "KeyboardInterrupt: the cell was interrupted (the kernel's interrupt); state it set remains"
+        how = ("the kernel was interrupted" if said.get("interrupted") or isinstance(error, KeyboardInterrupt)
+               else "its task was cancelled (the tool's time limit?)")
+        out["error"] = f"{type(error or asyncio.CancelledError()).__name__}: the cell was stopped: {how}; the state " \
+                       "it set before that remains"
     elif error is not None:
         out["error"] = f"{type(error).__name__}: {error}"
     if error is not None:
