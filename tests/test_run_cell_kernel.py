@@ -4,6 +4,7 @@ outputs go out under their own parent message, and the model gets what the cell 
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,5 +212,12 @@ def test_the_result_is_bounded_and_redacted(tmp_path: Path) -> None:
         (r,) = results(k)
         assert secret not in str(r) and r["error"].startswith("ValueError")
         assert len(r["stdout"]) <= 20_000 and "the first 20,000 shown" in r["stdout_truncated"]
+        assert r["stdout_truncated"].startswith("50,0")  # the whole length, said
+        # many big outputs: every text cut shorter, the result still a dict under the runtime's cap
+        agent(k, call("from IPython.display import display\nfor i in range(6):\n    display('y' * 30_000)\n"
+                      "print('z' * 30_000)"), cell_id="c2")
+        big = results(k)[-1]
+        assert isinstance(big, dict) and len(json.dumps(big)) <= 45_000 and len(big["outputs"]) == 6
+        assert all("_truncated" in str(o) for o in big["outputs"]) and big["stdout_truncated"].startswith("30,001")
     finally:
         k.close()

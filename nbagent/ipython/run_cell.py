@@ -44,6 +44,7 @@ from .cells import COMM_TARGET, _preview, source_digest
 TOOL = "run_cell"
 MAX_TEXT = 20_000  # each text of the result (stdout, stderr, an output, the traceback)
 MAX_OUTPUTS = 20
+RESULT_BUDGET = 45_000  # characters of the result's JSON (the runtime cuts a result over 50,000 into a string)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -53,32 +54,49 @@ def cell_source(code: str, run_id: str | None, explanation: str = "") -> str:
     return f"# nbagent: run by run {run_id}" + (f": {about}" if about else "") + "\n" + str(code).rstrip() + "\n"
 
 
-def _clip(text: str, limit: int = MAX_TEXT) -> tuple[str, str | None]:
-    return (text, None) if len(text) <= limit else (
-        text[:limit], f"{len(text):,} characters; the first {limit:,} shown")
+def _note(total: int, shown: int) -> str:
+    return f"{total:,} characters; the first {shown:,} shown"
 
 
-def _as_text(data: dict[str, Any]) -> dict[str, Any]:
-    """One output bundle as the model reads it: text/plain, else HTML made text, and each image described."""
+class _Text:
+    """A text as captured: its first MAX_TEXT characters (never more held) and its whole length."""
+
+    def __init__(self, text: str = "") -> None:
+        self.head, self.total = "", 0
+        self.add(text)
+
+    def add(self, text: str) -> None:
+        if len(self.head) < MAX_TEXT:
+            self.head += text[:MAX_TEXT - len(self.head)]
+        self.total += len(text)
+
+    def put(self, out: dict[str, Any], key: str, limit: int) -> None:
+        """`out[key]`, clipped to `limit`, and `out[key + "_truncated"]` when anything is left out."""
+        out[key] = self.head[:limit]
+        if self.total > len(out[key]):
+            out[f"{key}_truncated"] = _note(self.total, len(out[key]))
+
+
+def _bundle(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """One output bundle as the model reads it: text/plain, else HTML made text, and each image described (its
+    bytes stay in the notebook's output: a text model could not read them, and the log would hold them)."""
     from .outputs import IMAGE_TYPES, read_image
 
-    out: dict[str, Any] = {"mimes": sorted(data)}
+    out: dict[str, Any] = {"output_type": kind, "mimes": sorted(data)}
     text = data.get("text/plain")
     if not isinstance(text, str) and isinstance(data.get("text/html"), str):
         html = data["text/html"]
         try:
             from bs4 import BeautifulSoup
 
-            text = BeautifulSoup(html, "html.parser").get_text(" ", strip=True)
+            text = BeautifulSoup(html[:1_000_000], "html.parser").get_text(" ", strip=True)
         except Exception:  # no bs4 here: say what there was
             text = f"HTML output ({len(html):,} chars)"
     if isinstance(text, str):
-        out["text"], cut = _clip(text)
-        if cut:
-            out["text_truncated"] = cut
+        out["text"] = _Text(text)
     images = [d.describe(None) for m in IMAGE_TYPES if m in data and (d := read_image(m, data[m])) is not None]
     if images:
-        out["images"] = images  # described, not sent: the bytes stay in the notebook's output
+        out["images"] = images
     return out
 
 
@@ -87,7 +105,7 @@ class _Capture:
 
     def __init__(self, msg_id: str) -> None:
         self.msg_id = msg_id
-        self.streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.streams: dict[str, _Text] = {"stdout": _Text(), "stderr": _Text()}
         self.outputs: list[dict[str, Any]] = []
         self.dropped = 0
 
@@ -97,7 +115,7 @@ class _Capture:
     def stream(self, msg: dict[str, Any]) -> dict[str, Any]:  # runs in the IOPub thread, at flush time
         if self._ours(msg):
             content = msg.get("content") or {}
-            self.streams.setdefault(content.get("name", "stdout"), []).append(str(content.get("text", "")))
+            self.streams.setdefault(str(content.get("name", "stdout")), _Text()).add(str(content.get("text", "")))
         return msg
 
     def display(self, msg: dict[str, Any]) -> dict[str, Any]:  # the main thread, as the cell displays
@@ -105,12 +123,41 @@ class _Capture:
             kind = (msg.get("header") or {}).get("msg_type", "display_data")
             if kind == "clear_output":
                 self.outputs.clear()
-                self.streams = {"stdout": [], "stderr": []}
+                self.streams = {"stdout": _Text(), "stderr": _Text()}
             elif len(self.outputs) < MAX_OUTPUTS:
-                self.outputs.append({"output_type": kind, **_as_text((msg.get("content") or {}).get("data") or {})})
+                self.outputs.append(_bundle(kind, (msg.get("content") or {}).get("data") or {}))
             else:
                 self.dropped += 1
         return msg
+
+
+def _assembled(parts: dict[str, Any], limit: int) -> dict[str, Any]:
+    """The result with every text clipped to `limit` characters."""
+    out = {k: v for k, v in parts.items() if k not in ("stdout", "stderr", "traceback", "outputs")}
+    for key in ("stdout", "stderr", "traceback"):
+        if key in parts:
+            parts[key].put(out, key, limit)
+    if parts.get("outputs"):
+        out["outputs"] = []
+        for o in parts["outputs"]:
+            shown = {k: v for k, v in o.items() if k != "text"}
+            if "text" in o:
+                o["text"].put(shown, "text", limit)
+            out["outputs"].append(shown)
+    return out
+
+
+def fitted(parts: dict[str, Any], redact: Callable[[Any], Any]) -> dict[str, Any]:
+    """The result, redacted, within RESULT_BUDGET characters of JSON: over it, every text is cut shorter (the
+    runtime would otherwise cut the whole JSON into a string, losing its structure)."""
+    import json
+
+    out: dict[str, Any] = {}
+    for limit in (MAX_TEXT, 8_000, 3_000, 1_000, 300, 0):
+        out = redact(_assembled(parts, limit))
+        if len(json.dumps(out, ensure_ascii=False, default=str)) <= RESULT_BUDGET:
+            break
+    return out
 
 
 def _in_io_thread(stream: Any, fn: Callable[[], Any]) -> None:
@@ -192,7 +239,7 @@ async def _execute(shell: Any, source: str, parent: dict[str, Any], cell_id: str
 
 
 async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> dict[str, Any]:
-    """Run `source` as a cell; the result for the model (unredacted; the tool redacts it)."""
+    """Run `source` as a cell; what it showed, its texts as captured (`fitted` makes it the model's result)."""
     capture = _Capture(msg_id)
     streams = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "register_hook")]
     for s in streams:
@@ -225,11 +272,9 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
             if hasattr(s, "flush"):
                 s.flush()
             _in_io_thread(s, lambda s=s: s.unregister_hook(capture.stream))  # type: ignore[misc]
-    out: dict[str, Any] = {"ran": True, "cell_id": cell_id, "msg_id": msg_id, "execution_count": count}
-    for name in ("stdout", "stderr"):
-        out[name], cut = _clip("".join(capture.streams.get(name, [])))
-        if cut:
-            out[f"{name}_truncated"] = cut
+    out: dict[str, Any] = {"ran": True, "cell_id": cell_id, "msg_id": msg_id, "execution_count": count,
+                           "stdout": capture.streams.get("stdout", _Text()),
+                           "stderr": capture.streams.get("stderr", _Text())}
     outputs = list(capture.outputs)
     value = getattr(result, "result", None)
     if value is not None:
@@ -237,7 +282,7 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
             data, _ = shell.display_formatter.format(value)
         except Exception as exc:
             data = {"text/plain": f"<{type(value).__name__}: repr failed: {type(exc).__name__}>"}
-        outputs.append({"output_type": "execute_result", "execution_count": count, **_as_text(data)})
+        outputs.append({**_bundle("execute_result", data), "execution_count": count})
     if outputs:
         out["outputs"] = outputs
     if capture.dropped:
@@ -250,13 +295,11 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
         out["error"] = f"{type(error or asyncio.CancelledError()).__name__}: the cell was stopped: {how}; the state " \
                        "it set before that remains"
     elif error is not None:
-        out["error"] = f"{type(error).__name__}: {error}"
+        message = str(error)
+        out["error"] = f"{type(error).__name__}: {message[:2_000]}" + ("…" if len(message) > 2_000 else "")
     if error is not None:
         stb = getattr(shell, "_last_traceback", None)
-        text = "\n".join(stb) if isinstance(stb, list) else ""
-        out["traceback"], cut = _clip(_ANSI.sub("", text))
-        if cut:
-            out["traceback_truncated"] = cut
+        out["traceback"] = _Text(_ANSI.sub("", "\n".join(stb) if isinstance(stb, list) else ""))
     return out
 
 
@@ -300,8 +343,7 @@ def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]
             pass
         result = await run_in_shell(shell, source, cell_id, msg_id)
         result.update(after_cell_id=after, source=source, metadata=metadata, sent_to_frontend=delivered)
-        redacted: dict[str, Any] = Redactor().redact(result)
-        return redacted
+        return fitted(result, Redactor().redact)
 
     return Tool(run_cell, risk=Risk.WRITE_HIGH_RISK, preview=_preview)
 
