@@ -151,6 +151,7 @@ def test_a_matplotlib_plot_gives_an_image_output(k: Raw) -> None:
     (r,) = results(k)
     images = [o for o in r.get("outputs", []) if "image/png" in o["mimes"]]
     assert images and images[0]["images"][0].startswith("a PNG image, "), r
+    assert f"{{Out[{r['execution_count']}]}}" in r["images_note"]
     k.pump(0.5)
     assert any("image/png" in m["content"].get("data", {}) for m in k.by_parent.get(r["msg_id"], []))
     later = k.run("print(len(get_ipython().user_ns['plt'].get_fignums()))", cell_id="p1")
@@ -221,3 +222,10 @@ def test_the_result_is_bounded_and_redacted(tmp_path: Path) -> None:
         assert all("_truncated" in str(o) for o in big["outputs"]) and big["stdout_truncated"].startswith("30,001")
     finally:
         k.close()
+
+
+def test_an_updated_display_is_read_as_updated_and_clear_output_clears(k: Raw) -> None:
+    agent(k, call("from IPython.display import display, clear_output\nprint('gone')\nclear_output()\n"
+                  "h = display('first', display_id=True)\nh.update('second')\nprint('kept')"))
+    (r,) = results(k)
+    assert [o["text"] for o in r["outputs"]] == ["'second'"] and r["stdout"] == "kept\n"

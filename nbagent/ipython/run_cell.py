@@ -124,8 +124,18 @@ class _Capture:
             if kind == "clear_output":
                 self.outputs.clear()
                 self.streams = {"stdout": _Text(), "stderr": _Text()}
+                return msg
+            content = msg.get("content") or {}
+            display_id = (content.get("transient") or {}).get("display_id")
+            bundle = _bundle(kind, content.get("data") or {})
+            if display_id:
+                bundle["display_id"] = display_id
+            if kind == "update_display_data":  # as a front end applies it: the output shown under that id changes
+                for i, o in enumerate(self.outputs):
+                    if o.get("display_id") == display_id:
+                        self.outputs[i] = {**bundle, "output_type": o["output_type"]}
             elif len(self.outputs) < MAX_OUTPUTS:
-                self.outputs.append(_bundle(kind, (msg.get("content") or {}).get("data") or {}))
+                self.outputs.append(bundle)
             else:
                 self.dropped += 1
         return msg
@@ -285,6 +295,9 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
         outputs.append({**_bundle("execute_result", data), "execution_count": count})
     if outputs:
         out["outputs"] = outputs
+    if any("images" in o for o in outputs):
+        out["images_note"] = (f"images are described, not sent; a request naming {{Out[{count}]}} sends them to a "
+                              "model that takes images")
     if capture.dropped:
         out["outputs_dropped"] = f"{capture.dropped} more outputs not shown"
     error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
