@@ -274,8 +274,8 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
         if not said.get("interrupted"):
             raise
     finally:
-        if main:
-            signal.signal(signal.SIGINT, old)
+        if main:  # (None: a handler set outside Python; Python's own is the closest to put back)
+            signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
         if hooked:
             pub.unregister_hook(capture.display)
         for s in streams:
