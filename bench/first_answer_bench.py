@@ -296,8 +296,8 @@ Results = dict[tuple[str, str], list[float]]
 
 def table(names: list[str], results: Results, fails: dict[tuple[str, str], list[str]], variants: list[str]) -> None:
     rows = [("at-once", "at once: load + AI cell sent together", "s"), ("idle", "AI cell after 6 s idle", "s"),
-            ("second", "second AI cell", "s"), ("memory", "kernel RSS after the first answer", "MB"),
-            ("bare", "kernel RSS, bare kernel (reference)", "MB")]
+            ("second", "second AI cell", "s"), ("memory", "kernel RSS after the first answer", "MiB"),
+            ("bare", "kernel RSS, bare kernel (reference)", "MiB")]
     for v in variants:
         rows += [(f"{v}/load", f"{v} cell right after the load cell", "s"),
                  (f"{v}/load/in", f"{v} cell right after the load cell, in kernel", "s"),
@@ -308,7 +308,7 @@ def table(names: list[str], results: Results, fails: dict[tuple[str, str], list[
         if any(results.get((key, n)) or fails.get((key, n)) for n in names):
             cells = []
             for n in names:
-                xs, bad, d = results.get((key, n), []), fails.get((key, n), []), 0 if unit == "MB" else 2
+                xs, bad, d = results.get((key, n), []), fails.get((key, n), []), 0 if unit == "MiB" else 2
                 text = f"{statistics.median(xs):.{d}f} ({min(xs):.{d}f}-{max(xs):.{d}f})" if xs else "—"
                 cells.append(text + (f", {len(bad)} failed" if bad else ""))
             print(f"| {label} | {unit} | " + " | ".join(cells) + " |")
