@@ -81,10 +81,8 @@ def _load() -> None:
 
     import_litellm()
     for name in FIRST_CALL:
-        try:
+        with contextlib.suppress(ImportError):  # moved in another litellm: the first call imports it itself
             importlib.import_module(name)
-        except ImportError:  # moved in another litellm: the first call imports what it needs itself
-            pass
 
 
 def _run(future: concurrent.futures.Future[None]) -> None:
@@ -223,16 +221,16 @@ async def wait() -> None:
 
 def _requirement(package: str) -> str:
     """nbagent's own requirement for `package` (its pinned version), else the bare name."""
-    import re
     from importlib import metadata
 
-    try:
-        for req in metadata.requires("nbagent") or ():
-            name = re.split(r"[\s\[<>=!~;]", req, maxsplit=1)[0]
-            if name.lower().replace("_", "-") == package.lower().replace("_", "-") and "extra ==" not in req:
-                return req.split(";")[0].strip()
-    except metadata.PackageNotFoundError:
-        pass
+    from packaging.requirements import InvalidRequirement, Requirement  # ipykernel's dependency
+    from packaging.utils import canonicalize_name
+
+    with contextlib.suppress(metadata.PackageNotFoundError, InvalidRequirement):
+        for text in metadata.requires("nbagent") or ():
+            req = Requirement(text)
+            if canonicalize_name(req.name) == canonicalize_name(package) and req.marker is None:
+                return str(req)
     return package
 
 
