@@ -19,6 +19,7 @@ from stub_openai import Reply, StubOpenAI
 
 GATE = '''
 import os, sys, time, warnings
+open("entered", "w").close()
 while not os.path.exists("go") and not os.path.exists("release"):
     time.sleep(0.01)
 print("GATE-OUT")
@@ -41,6 +42,8 @@ GLOBALS = ("import sys, builtins, threading\n"
            "            sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(),\n"
            "            [id(f) for f in finders], [id(h) for h in sys.path_hooks], sys.flags)\n")
 STATE = "from nbagent.ipython import loading\nprint(loading.status()['state'])"
+# waits for the library as an %%agent cell does (starting the loading if the kernel was never idle long enough)
+WAIT_READY = "from nbagent.ipython import loading\nawait loading.wait()\nprint(loading.status()['state'])"
 
 
 @pytest.fixture
@@ -65,11 +68,18 @@ def held_kernel(folder: Path, stub: StubOpenAI) -> Kernel:
     return k
 
 
+def entered(folder: Path, k: Kernel) -> None:
+    """Wait until the loading thread has started (it is inside `gate`)."""
+    deadline = time.monotonic() + 60
+    while not (folder / "entered").exists() and time.monotonic() < deadline:
+        k.pump(0.05)
+    assert (folder / "entered").exists(), "loading did not start once the kernel was idle"
+
+
 def release(folder: Path, k: Kernel) -> None:
     (folder / "release").touch()
-    wait = "import time\nfrom nbagent.ipython import loading\nwhile loading.status()['state'] == 'loading':\n" \
-           "    time.sleep(0.02)\nprint(loading.status()['state'])"
-    assert k.run(wait, cell_id="ready", timeout=120).stdout.strip() == "ready"
+    # (what the import prints is in this cell if this cell started it)
+    assert k.run(WAIT_READY, cell_id="ready", timeout=120).stdout.strip().endswith("ready")
 
 
 def answered(cell: object) -> bool:
@@ -83,15 +93,19 @@ def test_cells_run_after_load_ext_and_while_loading_get_their_own_output_only(tm
         before = k.run(GLOBALS + "_before = _globals()", cell_id="before")
         assert before.ok, before.stderr
         load = k.submit("%load_ext nbagent", cell_id="load")
-        # the cell right after: the loading thread prints, writes to stderr and warns while this cell runs
-        right_after = k.run("import os, time\nopen('go', 'w').close()\nwhile not os.path.exists('printed'):\n"
-                            "    time.sleep(0.01)\ntime.sleep(0.2)\nprint('right after')\n"
-                            "print(_globals() == _before)", cell_id="right-after")
+        # the cell right after (as Run All sends it): loading waits until the kernel is idle
+        right_after = k.run("print('right after', _globals() == _before)\n" + STATE, cell_id="right-after")
         assert right_after.ok, right_after.stderr
-        assert right_after.stdout == "right after\nTrue\n" and right_after.stderr == ""
+        assert right_after.stdout == "right after True\nnot started\n" and right_after.stderr == ""
         assert right_after.outputs == []
-        meanwhile = k.run("print('meanwhile', _globals() == _before)\n" + STATE, cell_id="meanwhile")
+        entered(tmp_path, k)
+        # a cell run while loading: the loading thread prints, writes to stderr and warns while this cell runs
+        meanwhile = k.run("import os, time\nopen('go', 'w').close()\nwhile not os.path.exists('printed'):\n"
+                          "    time.sleep(0.01)\ntime.sleep(0.2)\nprint('meanwhile', _globals() == _before)\n"
+                          + STATE, cell_id="meanwhile")
+        assert meanwhile.ok, meanwhile.stderr
         assert meanwhile.stdout == "meanwhile True\nloading\n" and meanwhile.stderr == ""
+        assert meanwhile.outputs == []
         k.pump(0.5)
         # what the import wrote is in the cell that started loading
         assert "GATE-OUT" in load.stdout and "GATE-ERR" in load.stderr and "GATE-WARN" in load.stderr
@@ -131,6 +145,7 @@ def test_a_fork_during_loading_works(tmp_path: Path, stub: StubOpenAI) -> None:
     k = held_kernel(tmp_path, stub)
     try:
         assert k.run("%load_ext nbagent", cell_id="load").ok
+        entered(tmp_path, k)
         (tmp_path / "go").touch()
         fork = ("import os, json, math, multiprocessing\nfrom nbagent.ipython import loading\n"
                 "assert loading.status()['state'] == 'loading'\n"

@@ -330,7 +330,10 @@ class NotebookHost(CellPath, Commands, RecordNotes):
     def model_configured(self) -> bool:
         """Whether a real provider's model is configured (`NbAgent.model`, `NBAGENT_MODEL`): `%load_ext` then
         starts loading litellm at once (loading.py). A key alone does not: the kernel stays light until used."""
-        model, script = (self.settings()[k][0] for k in ("model", "script"))
+        try:
+            model, script = (self.settings()[k][0] for k in ("model", "script"))
+        except Exception:  # a setting that does not parse: the first cell says so; nothing is loaded ahead
+            return False
         return bool(model) and not script and not str(model).startswith("nbagent/")
 
     def user_tools(self) -> list[Tool]:

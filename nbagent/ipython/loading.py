@@ -5,9 +5,11 @@ What it costs: litellm and the openai SDK it calls are ~2.5 s of imports and ~15
 need any of it, so nothing is loaded for them, nor for a kernel that only loads nbagent.
 
 When it happens:
-- At `%load_ext nbagent`, if a real provider's model is *configured* (`NbAgent.model` or `NBAGENT_MODEL`, not
-  one of the offline ones), a daemon thread imports litellm at once, so that a `%%agent` cell run seconds later
-  does not wait. An API key alone loads nothing ahead: a kernel where the agent is never used stays light.
+- After `%load_ext nbagent`, if a real provider's model is *configured* (`NbAgent.model` or `NBAGENT_MODEL`, not
+  one of the offline ones), a daemon thread imports litellm as soon as the kernel is idle (no cell has run for
+  IDLE_S; `start_when_idle`), so that a `%%agent` cell run seconds later does not wait, and the cells Run All sends
+  right after `%load_ext` (imports, computations) do not share the interpreter with it. An API key alone loads
+  nothing ahead: a kernel where the agent is never used stays light.
 - Otherwise the first `%%agent` cell that needs a real provider starts the same thread.
 - A `%%agent` cell that needs litellm before the thread is done awaits it (the kernel keeps handling messages)
   and shows "loading the model library…" meanwhile; an interrupt ends the wait and the cell, and the thread goes
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import importlib
 import os
@@ -46,7 +49,9 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["MODULES", "LoadFailed", "ready", "start", "started", "status", "wait"]
+__all__ = ["IDLE_S", "MODULES", "LoadFailed", "ready", "start", "start_when_idle", "started", "status", "wait"]
+
+IDLE_S = 0.5  # how long the kernel must have been idle before loading starts ahead of need
 
 # what is imported, in order; the last is nbagent's model layer, which imports litellm (nbagent/llm.py)
 MODULES: tuple[str, ...] = ("nbagent.llm",)
@@ -76,10 +81,8 @@ def _load() -> None:
 
     import_litellm()
     for name in FIRST_CALL:
-        try:
+        with contextlib.suppress(ImportError):  # moved in another litellm: the first call imports it itself
             importlib.import_module(name)
-        except ImportError:  # moved in another litellm: the first call imports what it needs itself
-            pass
 
 
 def _run(future: concurrent.futures.Future[None]) -> None:
@@ -95,8 +98,9 @@ def _run(future: concurrent.futures.Future[None]) -> None:
         future.set_result(None)
 
 
-def start() -> bool:
-    """Start loading in the background, once per process; False if it had started already."""
+def start(context: contextvars.Context | None = None) -> bool:
+    """Start loading in the background, once per process; False if it had started already. The thread runs in
+    `context` (default: the caller's), which decides the cell its output goes to."""
     global _future, _pid
     with _lock:
         if _future is not None and not _failed(_future):
@@ -106,9 +110,62 @@ def start() -> bool:
         future.set_running_or_notify_cancel()  # a waiter's cancellation must never cancel the loading itself
         _future, _pid = future, os.getpid()
         _times.clear()
-    context = contextvars.copy_context()  # its output goes to the cell that started it (see the docstring)
+    context = (context or contextvars.copy_context()).copy()  # its output goes to that cell (see the docstring)
     threading.Thread(target=context.run, args=(_run, future), name="nbagent-load-model-library", daemon=True).start()
     return True
+
+
+class _Idle:
+    """Starts loading once no cell has run for IDLE_S, from the kernel's own event loop: IPython's pre/post_run_cell
+    events say when a cell runs, and a timer on the loop (no thread) fires when the kernel has been idle long enough.
+    A cell that needs the library before then starts it itself (wait())."""
+
+    def __init__(self, shell: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.shell, self.loop = shell, loop
+        self.context = contextvars.copy_context()  # the `%load_ext` cell's: what the import prints goes there
+        self.running = 0  # cells running (a cell may run another: get_ipython().run_cell)
+        self.timer: asyncio.TimerHandle | None = None
+        shell.events.register("pre_run_cell", self.cell_started)
+        shell.events.register("post_run_cell", self.cell_ended)
+
+    def cell_started(self, *_: Any) -> None:
+        self.running += 1
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def cell_ended(self, *_: Any) -> None:
+        self.running = max(0, self.running - 1)
+        if self.running == 0 and _future is None:
+            self.timer = self.loop.call_later(IDLE_S, self.idle)
+
+    def idle(self) -> None:
+        self.timer = None
+        if self.running == 0:
+            self.stop()
+            start(self.context)
+
+    def stop(self) -> None:
+        for name, callback in (("pre_run_cell", self.cell_started), ("post_run_cell", self.cell_ended)):
+            with contextlib.suppress(ValueError):
+                self.shell.events.unregister(name, callback)
+
+
+_idle: _Idle | None = None
+
+
+def start_when_idle(shell: Any) -> None:
+    """Start loading once the kernel is idle (see _Idle); at once where there is no running event loop to time it
+    (a terminal IPython) or no cell events. Loaded from a silent request (the lab extension's), it starts once the
+    person's first cell has ended."""
+    global _idle
+    if _future is not None or _idle is not None:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+        _idle = _Idle(shell, loop)  # `%load_ext` runs in a cell: its post_run_cell arms the timer
+    except (RuntimeError, AttributeError):
+        start()
 
 
 def _failed(future: concurrent.futures.Future[None]) -> bool:
@@ -164,16 +221,16 @@ async def wait() -> None:
 
 def _requirement(package: str) -> str:
     """nbagent's own requirement for `package` (its pinned version), else the bare name."""
-    import re
     from importlib import metadata
 
-    try:
-        for req in metadata.requires("nbagent") or ():
-            name = re.split(r"[\s\[<>=!~;]", req, maxsplit=1)[0]
-            if name.lower().replace("_", "-") == package.lower().replace("_", "-") and "extra ==" not in req:
-                return req.split(";")[0].strip()
-    except metadata.PackageNotFoundError:
-        pass
+    from packaging.requirements import InvalidRequirement, Requirement  # ipykernel's dependency
+    from packaging.utils import canonicalize_name
+
+    with contextlib.suppress(metadata.PackageNotFoundError, InvalidRequirement):
+        for text in metadata.requires("nbagent") or ():
+            req = Requirement(text)
+            if canonicalize_name(req.name) == canonicalize_name(package) and req.marker is None:
+                return str(req)
     return package
 
 

@@ -49,10 +49,10 @@ def register(ip: Any) -> None:
     if transform not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.insert(0, transform)
     host = install(ip)
-    if host.model_configured():  # a real provider's model is configured: load litellm now, in the background
+    if host.model_configured():  # a real provider's model is configured: load litellm once the kernel is idle
         from . import loading
 
-        loading.start()
+        loading.start_when_idle(ip)
 
 
 def unregister(ip: Any) -> None:
