@@ -46,6 +46,11 @@ MAX_TEXT = 20_000  # each text of the result (stdout, stderr, an output, the tra
 MAX_OUTPUTS = 20
 RESULT_BUDGET = 45_000  # characters of the result's JSON (the runtime cuts a result over 50,000 into a string)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_REPLY_STATE = {"_last_traceback": None, "_last_traceback_during_displayhook": False}
+
+
+class _DisplayFailed(Exception):
+    """Showing the cell's value raised (IPython showed the traceback; the cell itself did not raise)."""
 
 
 def cell_source(code: str, run_id: str | None, explanation: str = "") -> str:
@@ -259,6 +264,12 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     if hooked:
         pub.register_hook(capture.display)
     count = shell.execution_count  # IPython counts a cell when it starts: the %%agent cell took the one before
+    # ipykernel keeps the last traceback, and whether a display raised, on the shell for the execute_request it
+    # answers: this cell's belong to this cell, so the %%agent cell's are put back after it (else a repr raising
+    # here would fail the %%agent cell's reply)
+    kept = {a: getattr(shell, a) for a in _REPLY_STATE if hasattr(shell, a)}
+    for a in kept:
+        setattr(shell, a, _REPLY_STATE[a])
     parent = _parent(shell, msg_id, cell_id, source)
     ctx = contextvars.copy_context()
     task = asyncio.get_running_loop().create_task(_execute(shell, source, parent, cell_id), context=ctx)
@@ -301,6 +312,11 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     if capture.dropped:
         out["outputs_dropped"] = f"{capture.dropped} more outputs not shown"
     error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+    stb = getattr(shell, "_last_traceback", None)
+    if error is None and getattr(shell, "_last_traceback_during_displayhook", False):
+        error = _DisplayFailed(stb[-1] if isinstance(stb, list) and stb else "showing the value failed")
+    for a, v in kept.items():
+        setattr(shell, a, v)
     if result is None or isinstance(error, KeyboardInterrupt | asyncio.CancelledError):
         out["interrupted"] = True
         how = ("the kernel was interrupted" if said.get("interrupted") or isinstance(error, KeyboardInterrupt)
@@ -311,7 +327,6 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
         message = str(error)
         out["error"] = f"{type(error).__name__}: {message[:2_000]}" + ("…" if len(message) > 2_000 else "")
     if error is not None:
-        stb = getattr(shell, "_last_traceback", None)
         out["traceback"] = _Text(_ANSI.sub("", "\n".join(stb) if isinstance(stb, list) else ""))
     return out
 
