@@ -25,6 +25,8 @@ RAN_TOOLS = ("run_cell", "replace_cell")
 _WHAT_TO_DO = ("run it by hand in JupyterLab if you trust it, or delete its \"nbagent\" metadata to make it your own "
                "cell")
 _WHAT_TO_DO_RAN = "run it by hand in JupyterLab if you trust it, or re-run the %%agent cell that wrote it"
+_WHAT_TO_DO_EDITED = ("run it by hand in JupyterLab if you trust it, delete its \"nbagent\" metadata to make it your "
+                      "own cell, or delete it and re-run the %%agent cell that wrote it to run the agent's code again")
 _NOT_APPROVALS = ("policy:", "recorded:")  # a headless policy short of `all`, a replayed decision
 _EDITED = "edited"  # the refusal that means a person changed the cell's source
 
@@ -73,8 +75,7 @@ def agent_cell_clearance(store: Any, cell: Any) -> str | None:
     if why == _EDITED:
         run_id = meta.get("run_id")
         return (f"nbagent: not run: the agent wrote and ran this cell{where}, and a person changed it since its "
-                f"approval (its source is not the code approved in run {run_id}); to run it, run it by hand in "
-                "JupyterLab, or re-run the %%agent cell that wrote it")
+                f"approval (its source is not the code approved in run {run_id}); {_WHAT_TO_DO_EDITED}")
     return f"nbagent: not run: the agent wrote and ran this cell{where} and {why}; {_WHAT_TO_DO_RAN}"
 
 

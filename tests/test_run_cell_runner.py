@@ -10,6 +10,7 @@ themselves over generated notebooks (a hypothesis property), against logs writte
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from nbagent.deciders import PolicyDecider
@@ -142,12 +143,20 @@ def test_a_cell_a_person_edited_fails_in_one_line_unsent_and_is_kept(first: dict
 
 # ---------------------------------------------------------------------------------------------- the rules, generated
 
-CODES = ["x = 1", "print('two')", "y = [3]"]
+CODES = ["x = 1", "print('two')", "y = [3]", "y = [4]"]
 
 
-def fake_run_cell(where: Any) -> Tool:
-    """A stand-in with run_cell's name, risk and result shape (the contract), so the log needs no kernel."""
+def stand_ins(where: str) -> list[Tool]:
+    """`run_cell` and `replace_cell` with their names, risk and result shapes (the contract), so the log needs no
+    kernel; replace_cell's header is not run_cell's, as another tool's may not be."""
     from nbagent.effects import current_call
+
+    written: dict[str, str] = {}  # call id -> cell id
+
+    def provenance(call: Any, source: str, **more: Any) -> dict[str, Any]:
+        return {"nbagent": {"run_id": call.run_id, "index": 1, "call_id": call.call_id, "ran": True,
+                            "approval_event_id": call.approval_event_id, "plan_id": call.plan_id,
+                            "grant_id": None, "source_sha256": hashlib.sha256(source.encode()).hexdigest(), **more}}
 
     async def run_cell(code: str, explanation: str = "") -> dict[str, Any]:
         """Run code as a cell.
@@ -160,90 +169,166 @@ def fake_run_cell(where: Any) -> Tool:
         assert call is not None
         source = f"# nbagent: run by run {call.run_id}" + (f": {explanation}" if explanation else "") + \
             f"\n{code}\n"
-        meta = {"nbagent": {"run_id": call.run_id, "index": 1, "call_id": call.call_id, "ran": True,
-                            "approval_event_id": call.approval_event_id, "plan_id": call.plan_id}}
-        return {"ran": True, "cell_id": uuid.uuid4().hex, "msg_id": uuid.uuid4().hex, "execution_count": 3,
-                "source": source, "metadata": meta, "after_cell_id": where, "stdout": "out\n"}
+        written[call.call_id] = cell_id = uuid.uuid4().hex
+        return {"ran": True, "cell_id": cell_id, "msg_id": uuid.uuid4().hex, "execution_count": 3,
+                "source": source, "metadata": provenance(call, source), "after_cell_id": where, "stdout": "out\n"}
 
-    return Tool(run_cell, risk=Risk.WRITE_HIGH_RISK)
+    async def replace_cell(cell: str, code: str, explanation: str = "") -> dict[str, Any]:
+        """Replace the code of a cell the agent wrote, and run it.
+
+        Args:
+            cell: a cell id or the call id that wrote it
+            code: the new code
+            explanation: one line
+        """
+        call = current_call()
+        assert call is not None
+        source = f"# nbagent: replaced by run {call.run_id}\n{code}\n"
+        target = list(written.values())[-1] if cell == "last" else written.get(cell, cell)
+        return {"ran": True, "replaced": True, "cell_id": target, "msg_id": uuid.uuid4().hex,
+                "execution_count": 4, "source": source, "metadata": provenance(call, source, version=2),
+                "old_source": "(before)", "after_cell_id": where, "stdout": "replaced\n"}
+
+    return [Tool(run_cell, risk=Risk.WRITE_HIGH_RISK), Tool(replace_cell, risk=Risk.WRITE_HIGH_RISK)]
+
+
+def turns(codes: list[str], replace: bool) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = [{"name": "run_cell", "arguments": {"code": codes[0]}},
+                                   {"name": "insert_code_cell", "arguments": {"code": codes[1]}},
+                                   {"name": "run_cell", "arguments": {"code": codes[2], "explanation": "y"}}]
+    later = [{"tool_calls": [{"name": "replace_cell", "arguments": {"cell": "last", "code": codes[3]}}]}] \
+        if replace else []
+    return [{"tool_calls": calls}, *later, {"content": "done"}]
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Runs of two %%agent cells ("a1" approved by --approve all, "a2" run at L3 with no approval), each writing
-    an inserted cell and two ran cells."""
+    """Runs of three %%agent cells: "a1" approved by --approve all, "a2" run at L3 with no approval, "a3" approved
+    by --approve all and replacing the cell its last run_cell wrote. Each writes an inserted cell and ran cells."""
     folder = tmp_path_factory.mktemp("logs")
     cells: list[dict[str, Any]] = []
     approved: set[str] = set()
-    for agent_cell, decider, autonomy in (("a1", PolicyDecider("all"), "L1"), ("a2", PolicyDecider("none"), "L3")):
-        turns = [{"tool_calls": [{"name": "run_cell", "arguments": {"code": CODES[0]}},
-                                 {"name": "insert_code_cell", "arguments": {"code": CODES[1]}},
-                                 {"name": "run_cell", "arguments": {"code": CODES[2], "explanation": "y"}}]},
-                 {"content": "done"}]
-        agent = Agent(script={"turns": turns}, tools=[fake_run_cell(agent_cell),
-                                                      insert_cell_tool(lambda c=agent_cell: (c, None))],
+    for agent_cell, decider, autonomy in (("a1", PolicyDecider("all"), "L1"), ("a2", PolicyDecider("none"), "L3"),
+                                          ("a3", PolicyDecider("all"), "L1")):
+        script = turns(CODES, replace=agent_cell == "a3")
+        agent = Agent(script={"turns": script}, tools=[*stand_ins(agent_cell),
+                                                       insert_cell_tool(lambda c=agent_cell: (c, None))],
                       autonomy=autonomy, decider=decider, store=folder / "nb.ipynb")
         state = asyncio.run(asyncio.wait_for(agent.run("go", cell_id=agent_cell), 120))
         store = Store(store_path_for(folder / "nb.ipynb"), readonly=True)
         for e in store.run_events(state.run_id):
-            if e.type == "tool_call_completed":
-                cell = {"cell_type": "code", "id": e.payload.result.get("cell_id") or uuid.uuid4().hex[:8],
-                        "source": e.payload.result["source"], "metadata": e.payload.result["metadata"],
-                        "outputs": [], "execution_count": None}
+            if e.type == "tool_call_completed" and isinstance(e.payload.result, dict):
+                r = e.payload.result
+                cell = {"cell_type": "code", "id": r.get("cell_id") or uuid.uuid4().hex[:8], "source": r["source"],
+                        "metadata": r["metadata"], "outputs": [], "execution_count": None}
                 cells.append(cell)
-                if agent_cell == "a1":
+                if agent_cell != "a2":
                     approved.add(cell["source"])
     return {"store": Store(store_path_for(folder / "nb.ipynb"), readonly=True), "cells": cells,
-            "approved": approved}
+            "approved": approved, "path": folder / "nb.ipynb"}
 
 
 def test_the_logs_are_what_the_property_assumes(logs: dict[str, Any]) -> None:
     store = logs["store"]
-    assert len(logs["cells"]) == 6 and len(logs["approved"]) == 3
+    tools = [e.payload.tool for r in store.run_ids() for e in store.run_events(r) if e.type == "tool_call_completed"]
+    assert tools.count("replace_cell") == 1 and len(logs["cells"]) == 10 and len(logs["approved"]) == 7
     for cell in logs["cells"]:
-        assert (agent_cell_clearance(store, cell) is None) == (cell["source"] in logs["approved"])
+        assert (agent_cell_clearance(store, cell) is None) == (cell["source"] in logs["approved"]), cell
+
+
+def probe_client(store_path: Path) -> Any:
+    """The runner's own client class, with the kernel swapped for a list of what would be sent to it (its gate runs
+    first; cooperative inheritance puts `Sent` between it and nbclient)."""
+    from nbclient import NotebookClient
+
+    from nbagent.runner import _client_class
+
+    class Sent(NotebookClient):
+        sent: list[str]
+
+        async def async_execute_cell(self, cell: Any, cell_index: int, execution_count: int | None = None,
+                                     store_history: bool = True) -> Any:
+            self.sent.append(cell.source)
+            return cell
+
+    class Probe(_client_class(), Sent):  # type: ignore[misc]
+        pass
+
+    def make(nb: Any) -> Any:
+        client = Probe(nb)
+        client.sent = []
+        client.store_path = store_path
+        return client
+
+    return make
+
+
+def execute_all(client: Any) -> None:
+    """Every cell through the client, as nbclient would with errors allowed (each refusal is its own cell's)."""
+    from nbclient.exceptions import CellExecutionError
+
+    async def go() -> None:
+        for i, cell in enumerate(client.nb.cells):
+            try:
+                await client.async_execute_cell(cell, i)
+            except CellExecutionError:
+                pass
+
+    asyncio.run(go())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_no_unapproved_agent_code_is_sent_and_no_edit_is_dropped(logs: dict[str, Any], data: st.DataObject) -> None:
     store, pool = logs["store"], logs["cells"]
+    agent_sources = {c["source"].rstrip() for c in pool}
+    approved = {s.rstrip() for s in logs["approved"]}
     person = st.builds(lambda i: {"cell_type": "code", "id": f"p{i}", "source": f"z = {i}", "metadata": {},
-                                  "outputs": []}, st.integers(0, 10**6))
-    agent = st.sampled_from(["a1", "a2"]).map(lambda a: {"cell_type": "code", "id": a, "metadata": {},
-                                                          "source": "%%agent --script s.json\ngo", "outputs": []})
+                                  "outputs": [], "execution_count": None}, st.integers(0, 10**6))
+    agent = st.sampled_from(["a1", "a2", "a3"]).map(
+        lambda a: {"cell_type": "code", "id": a, "metadata": {}, "source": "%%agent --script s.json\ngo",
+                   "outputs": [], "execution_count": None})
 
     def written(cell: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
-        return st.one_of(st.just(cell["source"]), st.just(cell["source"] + "\n# mine"),
-                         st.just(cell["source"].replace("=", "==")), st.just("")).map(
-            lambda s: {**json.loads(json.dumps(cell)), "id": f"{cell['id']}-{uuid.uuid4().hex[:4]}", "source": s})
+        edits = st.one_of(st.just(cell["source"]), st.just(cell["source"] + "\n\n"),
+                          st.just(cell["source"] + "# mine\n"), st.just(cell["source"].replace("=", "==")),
+                          st.just(cell["source"].replace("\n", "\r", 1)), st.just("y = 5"))
+        return st.tuples(edits, st.integers(0, 10**6)).map(
+            lambda t: {**json.loads(json.dumps(cell)), "id": f"w{t[1]}", "source": t[0]})
 
     items = data.draw(st.lists(st.one_of(person, agent, st.sampled_from(pool).flatmap(written)), max_size=10))
-    seen: set[str] = set()
-    unique = [c for c in items if not (c["id"] in seen or seen.add(c["id"]))]  # type: ignore[func-returns-value]
-    nb = nbformat.from_dict({"cells": unique, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
-    everything = [c["source"] for c in unique]
+    unique = list({c["id"]: c for c in items}.values())
+
+    def notebook() -> Any:
+        return nbformat.from_dict({"cells": json.loads(json.dumps(unique)), "metadata": {}, "nbformat": 4,
+                                   "nbformat_minor": 5})
+
+    nb = notebook()
     taken = take_out_ran_cells(nb, store)
-    # what the client sends: a person's cell, or an agent's cell the check clears (never the taken-out ones)
-    sent = [c for c in nb.cells if agent_cell_clearance(store, c) is None]
-    for cell in sent:
-        if "nbagent" in cell.metadata:
-            assert cell.source.rstrip() in {s.rstrip() for s in logs["approved"]}, cell.source
     for _, _, cell in taken:  # only what the agent wrote, exactly
-        assert cell.source.rstrip() in {c["source"].rstrip() for c in pool}
-    # the re-run agent cells wrote nothing this time (or did): either way, every source is still somewhere
-    rewritten = data.draw(st.sets(st.sampled_from(["a1", "a2"])))
-    put_back(nb, taken, set())
-    assert sorted(c.source for c in nb.cells) == sorted(everything)
-    nb2 = nbformat.from_dict({"cells": json.loads(json.dumps(unique)), "metadata": {}, "nbformat": 4,
-                              "nbformat_minor": 5})
-    taken2 = take_out_ran_cells(nb2, store)
-    put_back(nb2, taken2, rewritten)
-    left = [c.source for c in nb2.cells]
-    pool_sources = {c["source"] for c in pool}
-    for source in everything:  # a person's source (anything not exactly the agent's) is never dropped
-        if source not in pool_sources:
-            assert source in left
+        assert cell.source.rstrip() in agent_sources
+    client = probe_client(store_path_for(logs["path"]))(nb)
+    execute_all(client)
+    agent_written = {c["source"] for c in unique if c["metadata"].get("nbagent")}
+    person_written = {c["source"] for c in unique if not c["metadata"].get("nbagent")}
+    event(f"taken out: {bool(taken)}")
+    event(f"agent code sent: {any(s not in person_written for s in client.sent)}")
+    event(f"agent code refused: {len(client.sent) < len(nb.cells)}")
+    for source in client.sent:  # an agent's source reaches the kernel only when it is exactly an approved one
+        assert source in person_written or source.rstrip() in approved, source
+        if source not in person_written:
+            assert source in agent_written
+    # whatever the re-run %%agent cells wrote this time, no source that is not exactly the agent's is dropped,
+    # and nothing at all when they wrote nothing
+    rewritten = data.draw(st.sets(st.sampled_from(["a1", "a2", "a3"])))
+    put_back(nb, taken, rewritten)
+    left = [c.source for c in nb.cells]
+    for source in (c["source"] for c in unique):
+        if source.rstrip() not in agent_sources:
+            assert source in left, source
+    nb = notebook()
+    put_back(nb, take_out_ran_cells(nb, store), set())
+    assert [c.source for c in nb.cells] == [c["source"] for c in unique]  # all back, in their places
 
 
 def test_outputs_from_messages_follow_clear_update_and_streams() -> None:
@@ -259,6 +344,7 @@ def test_outputs_from_messages_follow_clear_update_and_streams() -> None:
     assert outputs_from_messages([*msgs, msg("clear_output", wait=True)]) == outs
     assert outputs_from_messages([*msgs, msg("clear_output", wait=True), msg("stream", name="stdout",
                                                                               text="c")])[0].text == "c"
+    assert outputs_from_messages([*msgs, msg("clear_output", wait=False)]) == []
     seen = Outputs()
     seen.own.add("mine")
     for m in [*msgs, {**msgs[0], "parent_header": {"msg_id": "mine"}}, msg("status", execution_state="idle")]:
@@ -266,14 +352,19 @@ def test_outputs_from_messages_follow_clear_update_and_streams() -> None:
     assert [len(v) for v in seen.by_parent.values()] == [4]
 
 
-def test_a_replace_cell_result_updates_the_cell_it_names(logs: dict[str, Any]) -> None:
+def test_cells_written_from_the_log_alone_and_a_replace_updates_its_cell(logs: dict[str, Any]) -> None:
     store = logs["store"]
-    run_id = store.run_ids()[0]
-    first = next(e.payload.result for e in store.run_events(run_id)
-                 if e.type == "tool_call_completed" and e.payload.tool == "run_cell")
+    a1, _, a3 = store.run_ids()
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("%%agent go", id="a1")]
-    write_agent_cells(nb, store, [run_id], None)
-    assert [c.id for c in nb.cells][:2] == ["a1", first["cell_id"]]
-    assert nb.cells[1].outputs[0].text == "out\n" and nb.cells[1].execution_count == 3  # the log's text
-    assert len([c for c in nb.cells if c.metadata.get("nbagent", {}).get("ran")]) == 2
+    nb.cells = [nbformat.v4.new_code_cell("%%agent go", id="a1"), nbformat.v4.new_code_cell("z = 0", id="p"),
+                nbformat.v4.new_code_cell("%%agent go", id="a3")]
+    assert write_agent_cells(nb, store, [a1, a3], None) == {"a1", "a3"}
+    kinds = [("ran" if c.metadata["nbagent"].get("ran") else "inserted") if "nbagent" in c.metadata else c.source
+             for c in nb.cells]
+    assert kinds == ["%%agent go", "ran", "inserted", "ran", "z = 0", "%%agent go", "ran", "inserted", "ran"]
+    first = next(e.payload.result for e in store.run_events(a1) if e.type == "tool_call_completed")
+    assert nb.cells[1].id == first["cell_id"] and nb.cells[1].execution_count == 3
+    assert [(o.output_type, o.text) for o in nb.cells[1].outputs] == [("stream", "out\n")]  # the log's text
+    replaced = nb.cells[-1]  # a3's last run_cell cell, replaced in place: new source, count, outputs
+    assert replaced.source == f"# nbagent: replaced by run {a3}\n{CODES[3]}\n" and replaced.execution_count == 4
+    assert replaced.metadata["nbagent"]["version"] == 2 and replaced.outputs[0].text == "replaced\n"
