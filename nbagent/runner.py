@@ -11,7 +11,11 @@ nbclient underneath, plus what a plain nbclient run lacks:
 - one record per run: a run continued in a later cell (`%agent approve`, `%agent resume`) has its earlier
   records replaced by the final one, so the notebook never shows a run in two states;
 - a cell the agent wrote (`insert_code_cell`: `metadata.nbagent`) runs only when the notebook's log holds an
-  approval of exactly its code (`agent_cell_clearance`); otherwise it fails with one line, unsent to the kernel.
+  approval of exactly its code (`agent_cell_clearance`); otherwise it fails with one line, unsent to the kernel;
+- a cell the agent ran (`run_cell`, `replace_cell`: `metadata.nbagent.ran`) is taken out before its `%%agent` cell
+  re-runs (which runs that code again and writes it anew) and written back after, with the outputs the kernel sent
+  for it (images kept); one a person changed since its approval stays, and fails with one line, unsent; one whose
+  `%%agent` cell wrote nothing this time is put back as it was (runner_cells.py).
 """
 
 from __future__ import annotations
