@@ -94,21 +94,30 @@ def test_the_cell_the_agent_ran_is_in_the_executed_notebook_with_its_outputs(fir
     assert not any(o.output_type == "error" for o in cell.outputs)
 
 
-def test_a_second_run_with_recorded_approvals_writes_the_cell_anew(first: dict[str, Any],
-                                                                   tmp_path: Path) -> None:
-    path = tmp_path / "again.ipynb"
-    nbformat.write(first["saved"], path)
-    (tmp_path / "s.json").write_text((first["folder"] / "s.json").read_text())
+def copy_of(first: dict[str, Any], folder: Path, name: str, edit: bool) -> tuple[Path, str]:
+    """The saved notebook (its agent cell's code edited by a person, or not), its script and log, in `folder`."""
     import shutil
 
+    nb = nbformat.from_dict(json.loads(json.dumps(first["saved"])))
+    source = nb.cells[2].source.replace("'ran\\n'", "'edited\\n'") if edit else nb.cells[2].source
+    nb.cells[2].source = source
+    path = folder / name
+    nbformat.write(nb, path)
+    (folder / "s.json").write_text((first["folder"] / "s.json").read_text())
     shutil.copytree(store_path_for(first["path"]), store_path_for(path))
+    return path, source
+
+
+def test_a_second_run_with_recorded_approvals_writes_the_cell_anew(first: dict[str, Any],
+                                                                   tmp_path: Path) -> None:
+    path, _ = copy_of(first, tmp_path, "again.ipynb", edit=False)
     result = nbagent_run(path, "recorded")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "side.txt").read_text() == "ran\n"  # the code ran again: once, by the re-run agent cell
     nb = nbformat.read(path, as_version=4)
     assert len(nb.cells) == 4 and nb.cells[3].source == "print('a person wrote this')"
     (cell,) = ran_cells(path)
-    assert cell is nb.cells[2] or cell.id == nb.cells[2].id
+    assert cell.id == nb.cells[2].id
     store = Store(store_path_for(path), readonly=True)
     new = store.run_ids()[-1]
     assert cell.metadata["nbagent"]["run_id"] == new != first["saved"].cells[2].metadata["nbagent"]["run_id"]
@@ -118,16 +127,7 @@ def test_a_second_run_with_recorded_approvals_writes_the_cell_anew(first: dict[s
 
 
 def test_a_cell_a_person_edited_fails_in_one_line_unsent_and_is_kept(first: dict[str, Any], tmp_path: Path) -> None:
-    nb = first["saved"].copy()
-    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
-    edited = nb.cells[2].source.replace("'ran\\n'", "'edited\\n'")
-    nb.cells[2].source = edited
-    path = tmp_path / "edited.ipynb"
-    nbformat.write(nb, path)
-    (tmp_path / "s.json").write_text((first["folder"] / "s.json").read_text())
-    import shutil
-
-    shutil.copytree(store_path_for(first["path"]), store_path_for(path))
+    path, edited = copy_of(first, tmp_path, "edited.ipynb", edit=True)
     result = nbagent_run(path, "none")
     assert result.returncode == 1, result.stdout + result.stderr
     assert not (tmp_path / "side.txt").exists()  # neither the edited cell nor the (denied) re-run wrote it
@@ -139,6 +139,32 @@ def test_a_cell_a_person_edited_fails_in_one_line_unsent_and_is_kept(first: dict
     assert "the agent wrote and ran this cell" in error.evalue and "a person changed it since its approval" in \
         error.evalue and "re-run the %%agent cell" in error.evalue and "\n" not in error.evalue
     assert f"a cell failed: AgentCellNotApproved: {error.evalue}" in result.stderr.splitlines()
+
+
+def test_a_re_run_that_writes_no_cells_puts_the_old_ones_back_unrun(first: dict[str, Any], tmp_path: Path) -> None:
+    """`--approve none` (the default, in place): the re-run's run_cell is denied, so the agent's cell stays as it
+    was saved (its outputs too), and its code is not run by the runner either."""
+    path, _ = copy_of(first, tmp_path, "denied.ipynb", edit=False)
+    result = nbagent_run(path, "none")
+    assert result.returncode == 1 and "a cell failed" not in result.stderr, result.stdout + result.stderr
+    assert not (tmp_path / "side.txt").exists()
+    nb = nbformat.read(path, as_version=4)
+    assert [c.source for c in nb.cells] == [c.source for c in first["saved"].cells]
+    assert nb.cells[2].id == first["saved"].cells[2].id and nb.cells[2].outputs == first["saved"].cells[2].outputs
+    assert nb.cells[3].outputs[0].text == "a person wrote this\n"  # the cells after it ran
+
+
+def test_an_edited_cell_stays_beside_the_one_the_re_run_writes(first: dict[str, Any], tmp_path: Path) -> None:
+    path, source = copy_of(first, tmp_path, "both.ipynb", edit=True)
+    result = nbagent_run(path, "recorded")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (tmp_path / "side.txt").read_text() == "ran\n"  # the agent's code, once; not the edit ('edited')
+    nb = nbformat.read(path, as_version=4)
+    fresh, kept = nb.cells[2], nb.cells[3]
+    assert fresh.source == first["saved"].cells[2].source.replace(
+        first["saved"].cells[2].metadata["nbagent"]["run_id"], fresh.metadata["nbagent"]["run_id"])
+    assert any("image/png" in o.get("data", {}) for o in fresh.outputs)
+    assert kept.source == source and kept.outputs[0].ename == "AgentCellNotApproved"
 
 
 # ---------------------------------------------------------------------------------------------- the rules, generated
