@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import inspect
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -220,9 +221,9 @@ def put_back(nb: Any, taken: list[tuple[str, str, Any]], rewritten: set[str]) ->
     back = 0
     last: dict[str, Any] = {}
     for writer, anchor, cell in taken:
-        if writer in rewritten:
-            continue
         ids = [str(c.get("id")) for c in nb.cells]
+        if writer in rewritten or str(cell.get("id")) in ids:  # written anew (a replace may reuse its id)
+            continue
         after = last.get(anchor, anchor)
         at = ids.index(after) + 1 if after in ids else 0
         nb.cells.insert(at, cell)
@@ -349,6 +350,7 @@ def write_agent_cells(nb: Any, store: Any, run_ids: list[str], outputs: Outputs 
     from .ipython.cells import TOOL
 
     rewritten: set[str] = set()
+    written: set[str] = set()  # ids of the ran cells written here
     for run_id in run_ids:
         agent_cell = store.run_state(run_id).cell_id
         for e in store.run_events(run_id):
@@ -369,8 +371,11 @@ def write_agent_cells(nb: Any, store: Any, run_ids: list[str], outputs: Outputs 
                       else None,
                       "outputs": outputs_from_messages(msgs) if msgs else outputs_from_result(r)}
             target = next((c for c in nb.cells if c.get("id") == r["cell_id"]), None)
-            if r.get("replaced") and target is not None:
-                target.update(fields)
-            else:
-                nb.cells.insert(_place(nb, after, run_id), nbformat.v4.new_code_cell(id=r["cell_id"], **fields))
+            if target is not None and r.get("replaced") and (r["cell_id"] in written or _unchanged(store, target)):
+                target.update(fields)  # the agent's own cell, as it wrote it: replaced in place
+                continue
+            # a new cell; beside a cell of that id a person changed (kept: never overwritten), under an id of its own
+            new_id = r["cell_id"] if target is None else uuid.uuid4().hex
+            nb.cells.insert(_place(nb, after, run_id), nbformat.v4.new_code_cell(id=new_id, **fields))
+            written.add(new_id)
     return rewritten

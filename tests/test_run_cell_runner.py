@@ -319,8 +319,8 @@ def test_no_unapproved_agent_code_is_sent_and_no_edit_is_dropped(logs: dict[str,
         edits = st.one_of(st.just(cell["source"]), st.just(cell["source"] + "\n\n"),
                           st.just(cell["source"] + "# mine\n"), st.just(cell["source"].replace("=", "==")),
                           st.just(cell["source"].replace("\n", "\r", 1)), st.just("y = 5"))
-        return st.tuples(edits, st.integers(0, 10**6)).map(
-            lambda t: {**json.loads(json.dumps(cell)), "id": f"w{t[1]}", "source": t[0]})
+        ids = st.one_of(st.just(cell["id"]), st.integers(0, 10**6).map(lambda i: f"w{i}"))
+        return st.tuples(edits, ids).map(lambda t: {**json.loads(json.dumps(cell)), "id": t[1], "source": t[0]})
 
     items = data.draw(st.lists(st.one_of(person, agent, st.sampled_from(pool).flatmap(written)), max_size=10))
     unique = list({c["id"]: c for c in items}.values())
@@ -347,11 +347,14 @@ def test_no_unapproved_agent_code_is_sent_and_no_edit_is_dropped(logs: dict[str,
     # whatever the re-run %%agent cells wrote this time, no source that is not exactly the agent's is dropped,
     # and nothing at all when they wrote nothing
     rewritten = data.draw(st.sets(st.sampled_from(["a1", "a2", "a3"])))
+    if "a3" in rewritten:  # the cells a3's run wrote (a replace among them), written anew from the log
+        rewritten |= write_agent_cells(nb, store, [store.run_ids()[2]], None)
     put_back(nb, taken, rewritten)
     left = [c.source for c in nb.cells]
     for source in (c["source"] for c in unique):
         if source.rstrip() not in agent_sources:
             assert source in left, source
+    assert len({c.id for c in nb.cells}) == len(nb.cells)
     nb = notebook()
     put_back(nb, take_out_ran_cells(nb, store), set())
     assert [c.source for c in nb.cells] == [c["source"] for c in unique]  # all back, in their places
