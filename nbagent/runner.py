@@ -11,7 +11,11 @@ nbclient underneath, plus what a plain nbclient run lacks:
 - one record per run: a run continued in a later cell (`%agent approve`, `%agent resume`) has its earlier
   records replaced by the final one, so the notebook never shows a run in two states;
 - a cell the agent wrote (`insert_code_cell`: `metadata.nbagent`) runs only when the notebook's log holds an
-  approval of exactly its code (`agent_cell_clearance`); otherwise it fails with one line, unsent to the kernel.
+  approval of exactly its code (`agent_cell_clearance`); otherwise it fails with one line, unsent to the kernel;
+- a cell the agent ran (`run_cell`, `replace_cell`: `metadata.nbagent.ran`) is taken out before its `%%agent` cell
+  re-runs (which runs that code again and writes it anew) and written back after, with the outputs the kernel sent
+  for it (images kept); one a person changed since its approval stays, and fails with one line, unsent; one whose
+  `%%agent` cell wrote nothing this time is put back as it was (runner_cells.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from .runner_cells import (
+    AGENT_CELL_ERROR,
+    Outputs,
+    agent_cell_clearance,
+    open_store,
+    put_back,
+    take_out_ran_cells,
+    write_agent_cells,
+)
 
 ERROR_WIDTH = 300  # characters of a failed run's error in its summary line (an answer gets 110)
 
@@ -109,87 +123,13 @@ class NotebookResult(BaseModel):
 
 # ------------------------------------------------------------------------------------------ cells the agent wrote
 
-AGENT_CELL_ERROR = "AgentCellNotApproved"
-_WHAT_TO_DO = ("run it by hand in JupyterLab if you trust it, or delete its \"nbagent\" metadata to make it your own "
-               "cell")
-_NOT_APPROVALS = ("policy:", "recorded:")  # a headless policy short of `all`, a replayed decision
+__all__ = ["AGENT_CELL_ERROR", "NotebookError", "NotebookResult", "RunSummary", "agent_cell_clearance",
+           "main_run", "read_notebook", "run_notebook"]
 
 
 def _source(cell: Any) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
-
-
-def agent_cell_clearance(store: Any, cell: Any) -> str | None:
-    """Whether `nbagent run` may execute this cell: None when it may (not written by the agent, or an approval in
-    the log covers exactly its code), else the one line saying why not and what a person can do.
-
-    A cell the agent wrote (`metadata.nbagent`, see ipython/cells.py) runs only when its run's log holds the
-    `tool_call_started` of that `insert_code_cell` call with an `approval_event_id` naming a `plan_approved` of that
-    run, given by a person or `--approve all` (not `low`, not a replayed decision), for a plan that listed this call
-    with these arguments at WRITE_HIGH_RISK (the card said the code runs later), and the code recorded there gives
-    exactly the cell's source now. The metadata only says where to look: everything is checked in the log."""
-    meta = (cell.get("metadata") or {}).get("nbagent") if isinstance(cell, dict) else None
-    if meta is None or cell.get("cell_type", "code") != "code":
-        return None
-    why, where = _refusal(store, cell, meta)
-    if why is None:
-        return None
-    return f"nbagent: not run: the agent wrote this cell{where} and {why}; {_WHAT_TO_DO}"
-
-
-def _refusal(store: Any, cell: Any, meta: Any) -> tuple[str | None, str]:
-    from .ipython.cells import TOOL, cell_source
-    from .levels import Risk
-
-    if not isinstance(meta, dict):
-        return "its \"nbagent\" metadata is not what nbagent writes", ""
-    run_id, call_id = meta.get("run_id"), meta.get("call_id")
-    if not isinstance(run_id, str) or not run_id or not isinstance(call_id, str) or not call_id:
-        return ("its metadata names no run and call to check an approval against (an older nbagent wrote it, or "
-                "it was edited)"), ""
-    where = f" (run {run_id}, call {call_id})"
-    if store is None or run_id not in store.run_ids():
-        return f"run {run_id} is not in this notebook's log", where
-    events = store.run_events(run_id)
-    order = {e.id: i for i, e in enumerate(events)}
-    started = next((e for e in events if e.type == "tool_call_started" and e.payload.call_id == call_id), None)
-    if started is None or started.payload.tool != TOOL:
-        return f"the log of run {run_id} holds no {TOOL} call {call_id}", where
-    p = started.payload
-    if not any(e.type == "tool_call_completed" and e.payload.call_id == call_id for e in events):
-        return f"the log holds no completed {TOOL} for call {call_id}", where
-    if p.approval_event_id is None:
-        return (f"no one approved its code: the call ran because \"{p.reason or 'no reason recorded'}\", which is "
-                "not an approval of running it"), where
-    approval = next((e for e in events if e.id == p.approval_event_id), None)
-    if approval is None or approval.type != "plan_approved" or order[approval.id] > order[started.id] or \
-            approval.payload.plan_id != p.plan_id:
-        return f"the approval it names ({p.approval_event_id}) is not a plan_approved of run {run_id}", where
-    by = approval.payload.by or ""
-    if by.startswith(_NOT_APPROVALS) and by != "policy:all":
-        return f"its plan was approved by {by}, not by a person or --approve all", where
-    plan = next((e for e in events if e.type == "plan_proposed" and e.payload.plan_id == p.plan_id
-                 and order[e.id] < order[approval.id]), None)
-    step = next((s for s in plan.payload.steps if s.call_id == call_id), None) if plan is not None else None
-    if step is None or step.tool != TOOL or _canonical(step.arguments) != _canonical(p.arguments):
-        return f"the approved plan {p.plan_id} does not list this call with this code", where
-    if Risk(step.risk) != Risk.WRITE_HIGH_RISK:
-        return f"its plan was approved as {Risk(step.risk).value}: the card did not say the code would run", where
-    code, explanation = p.arguments.get("code"), p.arguments.get("explanation", "")
-    if not isinstance(code, str) or not isinstance(explanation, str) or \
-            _source(cell).rstrip() != cell_source(code, run_id, explanation).rstrip():
-        return f"its source is not the code approved in run {run_id} (it was edited since)", where
-    return None, where
-
-
-def _canonical(value: Any) -> str:
-    from .events import canonical_json
-
-    try:
-        return canonical_json(value)
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -278,13 +218,14 @@ def _client_class() -> Any:
 
         current_cell_id: str | None = None
         store_path: Path | None = None
+        outputs: Outputs | None = None  # the IOPub outputs of cells the agent runs (their own parent msg id)
 
         async def async_execute_cell(self, cell: Any, cell_index: int, execution_count: int | None = None,
                                      store_history: bool = True) -> Any:
             self.current_cell_id = cell.get("id")
             if cell.get("cell_type") == "code" and "nbagent" in (cell.get("metadata") or {}) and \
                     _source(cell).strip():
-                why = agent_cell_clearance(self._store(), cell)
+                why = agent_cell_clearance(open_store(self.store_path), cell)
                 if why is not None:  # never sent to the kernel: failed as any failing cell, in one line
                     from nbformat import v4
 
@@ -294,27 +235,26 @@ def _client_class() -> Any:
                     raise CellExecutionError("", AGENT_CELL_ERROR, why)
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
 
-        def _store(self) -> Any:
-            from .store import Store
-
-            path = self.store_path
-            return Store(path, readonly=True) if path is not None and (path / "meta.json").exists() else None
-
         async def async_start_new_kernel_client(self) -> Any:
             kc = await super().async_start_new_kernel_client()
             plain_execute = kc.execute
+            seen = self.outputs = Outputs()
+            seen.tap(kc.iopub_channel)
 
             def execute(code: str, silent: bool = False, store_history: bool = True,
                         user_expressions: dict[str, Any] | None = None, allow_stdin: bool | None = None,
                         stop_on_error: bool = True) -> str:
                 if self.current_cell_id is None:
-                    return plain_execute(code, silent=silent, store_history=store_history,
+                    sent = plain_execute(code, silent=silent, store_history=store_history,
                                          user_expressions=user_expressions, allow_stdin=allow_stdin,
                                          stop_on_error=stop_on_error)
+                    seen.own.add(str(sent))
+                    return sent
                 content = {"code": code, "silent": silent, "store_history": store_history,
                            "user_expressions": user_expressions or {}, "allow_stdin": False,
                            "stop_on_error": stop_on_error}
                 msg = kc.session.msg("execute_request", content, metadata={"cellId": self.current_cell_id})
+                seen.own.add(str(msg["header"]["msg_id"]))
                 kc.shell_channel.send(msg)
                 return str(msg["header"]["msg_id"])
 
@@ -344,6 +284,8 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
             cell["id"] = uuid.uuid4().hex[:8]
     store_path = store_path_for(nb_path)
     before = set(Store(store_path, readonly=True).run_ids()) if (store_path / "meta.json").exists() else set()
+    # the cells the agent ran, which their %%agent cell runs again and writes anew (a person's edit stays)
+    taken = take_out_ran_cells(nb, open_store(store_path))
     # runs carry this execution's id: another process running the same notebook at the same time makes runs
     # of its own, which this summary must not count (nor their failures hide this one's)
     execution = uuid.uuid4().hex
@@ -383,7 +325,10 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
             import shutil
 
             shutil.rmtree(sockets, ignore_errors=True)
-    _insert_agent_cells(nb, store_path, before, execution)
+    store = open_store(store_path)
+    ours = [r for r in store.run_ids() if r not in before and store.run_state(r).options.get(
+        "execution", execution) == execution] if store is not None else []
+    put_back(nb, taken, write_agent_cells(nb, store, ours, client.outputs) if store is not None else set())
     latest_records(nb)
     from .secrets import Redactor, env_secrets
 
@@ -474,26 +419,3 @@ def main_run(args: Any) -> int:
         print(f"a cell failed: {result.cell_error}", file=sys.stderr)
     print(result.verdict(allow))
     return 0 if result.passed(allow) else 1
-
-
-def _insert_agent_cells(nb: Any, store_path: Path, before: set[str], execution: str) -> None:
-    """Cells the agent inserted during this execution, placed as JupyterLab places them: below the agent's cell."""
-    import nbformat
-
-    from .ipython.cells import inserted_cells
-    from .store import Store
-
-    if not (store_path / "meta.json").exists():
-        return
-    store = Store(store_path, readonly=True)
-    for run_id in store.run_ids():
-        if run_id in before or store.run_state(run_id).options.get("execution", execution) != execution:
-            continue
-        for cell in inserted_cells(store.run_events(run_id)):
-            # as the lab extension does: below the agent's cell, after the cells this run inserted before
-            ids = [c.get("id") for c in nb.cells]
-            at = ids.index(cell["after_cell_id"]) + 1 if cell["after_cell_id"] in ids else len(nb.cells)
-            while at < len(nb.cells) and (nb.cells[at].get("metadata", {}).get("nbagent") or {}).get(
-                    "run_id") == run_id:
-                at += 1
-            nb.cells.insert(at, nbformat.v4.new_code_cell(cell["source"], metadata=cell["metadata"]))
