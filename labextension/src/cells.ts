@@ -13,8 +13,8 @@
  *     cell takes the new source and metadata, its outputs are cleared, and M's messages go into it.
  *   - {action: "remove", cell_ids} and {action: "restore", cell_id, source, metadata} (an undo): the cells go; the
  *     replaced cell gets its old source and metadata back (its outputs, made by the code undone, are cleared).
- *   - {action: "done", msg_id: M} (optional): M's code ended; its cell shows its execution count again. Without
- *     it, that happens when the run's next cell starts or the agent's request goes idle.
+ *   - {action: "done", msg_id: M} (optional, no kernel sends it yet): M's code ended; its cell shows its execution
+ *     count again. Without it, that happens when the run's live view shows the call's step ended (outputs.ts).
  * A cell the person deleted meanwhile is skipped quietly.
  *
  * The notebook objects are used through the few members needed (duck-typed), so the extension needs no
@@ -82,7 +82,7 @@ interface ICommOpen {
 }
 
 interface ISentMessage {
-  header?: { msg_type?: string };
+  header?: { msg_type?: string; msg_id?: string };
   metadata?: { cellId?: unknown };
 }
 
@@ -152,6 +152,11 @@ export function findCell(cells: ICellModelList | null | undefined, cellId: strin
   return null;
 }
 
+function callOf(metadata: unknown): string | null {
+  const id = (metadata as { nbagent?: { call_id?: unknown } } | null | undefined)?.nbagent?.call_id;
+  return typeof id === 'string' && id ? id : null;
+}
+
 function isRequest(data: unknown): data is ICellRequest {
   const d = data as ICellRequest;
   return !!d && typeof d === 'object' && typeof d.source === 'string' && !('action' in d);
@@ -196,13 +201,14 @@ export function applyPayload(target: ITarget, data: unknown, requestId: string |
   const { nb, router } = target;
   if (isRequest(data)) {
     const ran = data.ran === true && typeof data.msg_id === 'string' && typeof data.cell_id === 'string';
+    const callId = callOf(data.metadata);
     if (ran && indexOfCell(nb, data.cell_id!) >= 0) {
-      router.start(data.msg_id!, data.cell_id!, requestId, data.execution_count ?? null); // sent twice: one cell
-      return 'routed';
+      router.start(data.msg_id!, data.cell_id!, requestId, data.execution_count ?? null, callId, data.after_cell_id);
+      return 'routed'; // the payload came twice: one cell
     }
     insertCell(nb, data);
     if (ran) {
-      router.start(data.msg_id!, data.cell_id!, requestId, data.execution_count ?? null);
+      router.start(data.msg_id!, data.cell_id!, requestId, data.execution_count ?? null, callId, data.after_cell_id);
       return 'inserted+routed';
     }
     return 'inserted';
@@ -217,7 +223,7 @@ export function applyPayload(target: ITarget, data: unknown, requestId: string |
         return 'missing';
       }
       if (typeof data.msg_id === 'string' && data.msg_id) {
-        router.start(data.msg_id, cellId, requestId, data.execution_count ?? null);
+        router.start(data.msg_id, cellId, requestId, data.execution_count ?? null, callOf(data.metadata));
       }
       return 'replaced';
     }
@@ -281,11 +287,13 @@ function listen(panel: INotebookLike): void {
     kernel.iopubMessage?.connect((_, msg) => {
       router.handle(msg);
     });
-    // a person runs a cell the agent ran: from now on its outputs are that run's (JupyterLab's own future)
+    // a cell run from this page (a person's run of a cell the agent ran: its outputs are that run's from now on)
     kernel.anyMessage?.connect((_, { msg, direction }) => {
       const cellId = msg?.metadata?.cellId;
-      if (direction === 'send' && msg?.header?.msg_type === 'execute_request' && typeof cellId === 'string') {
-        router.forgetCell(cellId);
+      const msgId = msg?.header?.msg_id;
+      if (direction === 'send' && msg?.header?.msg_type === 'execute_request' && typeof cellId === 'string'
+          && typeof msgId === 'string') {
+        router.requested(msgId, cellId);
       }
     });
   };

@@ -10,6 +10,9 @@
  * update_display_data replaces the outputs shown under its display id, and a display_data whose display id is
  * already shown updates those outputs too (the kernel connection's `_handleDisplayId`).
  *
+ * The cell shows as running (`[*]`) until its code ended: the kernel says so (`done`, cells.ts), the run's live view
+ * shows the tool call's step ended, the run's next cell starts, or the agent's request goes idle.
+ *
  * Like a person's cell (whose future JupyterLab keeps until the cell runs again), a route outlives the code's end:
  * output a thread of the agent's code prints later still lands in the cell. Routes end when the cell is gone,
  * runs again (a person's run, a replace), is restored by an undo, or when more than `limit` newer routes exist.
@@ -74,6 +77,10 @@ interface IRoute {
   cellId: string;
   /** The request the agent's run answers (the %%agent cell's execute request): its idle ends the code's run. */
   requestId: string | null;
+  /** The tool call that ran the code: its step in the run's live view ending ends the code's run. */
+  callId: string | null;
+  /** The %%agent cell (the payload's after_cell_id). */
+  agentCellId: string | null;
   running: boolean;
   /** display id -> indices of the cell's outputs shown under it (OutputArea's `_displayIdMap`) */
   displays: Map<string, number[]>;
@@ -83,6 +90,8 @@ interface IRoute {
 
 export class OutputRouter {
   private routes = new Map<string, IRoute>(); // msg id -> route, oldest first
+  private inputs = new Map<string, number>(); // request msg id -> the execution count its execute_input announced
+  private requests = new Map<string, string>(); // msg id of an execute request this page sent -> its cell's id
 
   /** `find`: the code cell with this id in the notebook now, or null (deleted). */
   constructor(private find: (cellId: string) => ICodeCellLike | null, private limit = 50) {}
@@ -97,7 +106,8 @@ export class OutputRouter {
    * outputs go, it shows as running, and the messages of `msgId` go into it from now on. Earlier routes of the same
    * request stop running (the agent runs one tool at a time: their code ended). False when the cell is not there.
    */
-  start(msgId: string, cellId: string, requestId: string | null, executionCount: number | null): boolean {
+  start(msgId: string, cellId: string, requestId: string | null, executionCount: number | null,
+        callId: string | null = null, agentCellId: string | null = null): boolean {
     this.forgetCell(cellId);
     if (requestId) {
       for (const route of this.routes.values()) {
@@ -114,7 +124,8 @@ export class OutputRouter {
     cell.trusted = true; // as for a person's run: the code was approved and ran in their kernel
     cell.executionCount = typeof executionCount === 'number' ? executionCount : null;
     cell.executionState = 'running'; // after the count: setting a count makes JupyterLab's cell idle
-    this.routes.set(msgId, { msgId, cellId, requestId, running: true, displays: new Map(), clearNext: false });
+    this.routes.set(msgId, { msgId, cellId, requestId, callId, agentCellId, running: true, displays: new Map(),
+                             clearNext: false });
     while (this.routes.size > this.limit) {
       const oldest = this.routes.values().next().value as IRoute;
       this.stop(oldest);
@@ -128,6 +139,18 @@ export class OutputRouter {
     const route = this.routes.get(msgId);
     if (route) {
       this.stop(route);
+    }
+  }
+
+  /**
+   * This page asked the kernel to run the cell `cellId` (an execute request with this msg id): from now on the cell's
+   * outputs are that run's (JupyterLab's own), and if the run is an agent's that runs cells, the count is kept.
+   */
+  requested(msgId: string, cellId: string): void {
+    this.forgetCell(cellId);
+    this.requests.set(msgId, cellId);
+    if (this.requests.size > this.limit) {
+      this.requests.delete(this.requests.keys().next().value as string);
     }
   }
 
@@ -155,17 +178,31 @@ export class OutputRouter {
   handle(msg: IIOPubMessage): boolean {
     const kind = msg.header?.msg_type;
     const parent = parentOf(msg);
+    if (kind === 'execute_input' && parent && typeof msg.content?.execution_count === 'number') {
+      this.inputs.set(parent, msg.content.execution_count);
+      if (this.inputs.size > this.limit) {
+        this.inputs.delete(this.inputs.keys().next().value as string);
+      }
+    }
     if (kind === 'status') {
       const state = msg.content?.execution_state;
       if (state === 'idle' && parent) {
+        const agentCells = new Set<string>();
         for (const route of this.routes.values()) {
           if (route.requestId === parent) {
             this.stop(route);
+            agentCells.add(this.requests.get(parent) ?? route.agentCellId ?? '');
           }
         }
+        agentCells.delete('');
+        this.keepCount(parent, agentCells);
       } else if (state === 'restarting' || state === 'starting' || state === 'dead') {
         this.reset();
       }
+      return false;
+    }
+    if (kind === 'comm_msg') {
+      this.viewChanged(msg);
       return false;
     }
     const displayId = displayIdOf(msg);
@@ -238,6 +275,48 @@ export class OutputRouter {
         }
       }
     }
+  }
+
+  /**
+   * The %%agent cell keeps the count its execute_input announced. ipykernel's execute_reply says
+   * `shell.execution_count - 1` at the end, which the cells the agent ran have moved on: JupyterLab would show the
+   * count of the agent's last cell on the %%agent cell too. It sets the reply's count once the request is done (a
+   * few promise steps after this idle), so this runs after it.
+   */
+  private keepCount(requestId: string, agentCells: Set<string>): void {
+    const count = this.inputs.get(requestId);
+    if (count === undefined || !agentCells.size) {
+      return;
+    }
+    setTimeout(() => {
+      for (const id of agentCells) {
+        const cell = this.find(id);
+        if (cell && !cell.isDisposed && cell.executionCount !== count && cell.executionState !== 'running') {
+          cell.executionCount = count;
+        }
+      }
+    }, 0);
+  }
+
+  /**
+   * A state update of a widget: when it is the run's live view (nbagent/ui/widget.py, its `view` trait, shaped by
+   * viewstate.py) and the step of a running route's tool call is no longer running, that code ended.
+   */
+  private viewChanged(msg: IIOPubMessage): void {
+    const running = [...this.routes.values()].filter(r => r.running && r.callId);
+    const data = msg.content?.data as { state?: { view?: { steps?: unknown } } } | undefined;
+    const steps = data?.state?.view?.steps;
+    if (!running.length || !Array.isArray(steps)) {
+      return;
+    }
+    const ended = new Set<string>();
+    for (const step of steps as { call_id?: unknown; kind?: unknown; status?: unknown }[]) {
+      if (step && step.kind === 'tool' && typeof step.call_id === 'string' && step.status !== 'running'
+          && step.status !== 'waiting') {
+        ended.add(step.call_id);
+      }
+    }
+    running.filter(r => ended.has(r.callId!)).forEach(r => this.stop(r));
   }
 
   private cellOf(route: IRoute): ICodeCellLike | null {

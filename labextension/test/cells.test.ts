@@ -226,6 +226,19 @@ describe('run_cell: the cell the agent ran', () => {
     expect(nb.byId('c1').outputs.items[0].text).toBe('late, from a thread\n');
   });
 
+  it('stops running when the run\'s live view shows the call\'s step ended', () => {
+    const nb = notebook();
+    const t = target(nb);
+    applyPayload(t, ranPayload(3, 'c1', 'M'), AGENT_REQUEST);
+    const view = (status: string) => iopub('comm_msg', AGENT_REQUEST, { comm_id: 'w', data: { method: 'update',
+      state: { view: { steps: [{ kind: 'model', status: 'ok' }, { kind: 'tool', call_id: 'call-3', status }] } } } });
+    t.router.handle(view('running'));
+    t.router.handle(iopub('comm_msg', AGENT_REQUEST, { comm_id: 'x', data: { method: 'update', state: { value: 1 } } }));
+    expect(nb.byId('c1').prompt).toBe('*');
+    t.router.handle(view('failed'));
+    expect(nb.byId('c1').prompt).toBe('3');
+  });
+
   it('drops the messages of a cell the person deleted, without an error', () => {
     const nb = notebook();
     const t = target(nb);
@@ -344,7 +357,7 @@ class Signal<T> {
 }
 
 describe('the plugin', () => {
-  it('routes a kernel\'s IOPub messages into the cell its comm named, and lets go when a person runs it', () => {
+  it('routes a kernel\'s IOPub messages into the cell its comm named, and lets go when a person runs it', async () => {
     const nb = notebook();
     const targets = new Map<string, (comm: unknown, msg: any) => void>();
     const kernel = {
@@ -360,14 +373,20 @@ describe('the plugin', () => {
     const cells = (plugins as any[]).find(p => p.id === 'nbagent-labextension:cells');
     cells.activate(app);
     const open = targets.get(COMM_TARGET)!;
+    const sent = (msgId: string, cellId: string) => kernel.anyMessage.emit({ direction: 'send',
+      msg: { header: { msg_type: 'execute_request', msg_id: msgId }, metadata: { cellId } } });
+    sent(AGENT_REQUEST, 'agent'); // the person runs the %%agent cell
+    kernel.iopubMessage.emit(iopub('execute_input', AGENT_REQUEST, { code: '%%agent', execution_count: 6 }));
     open({}, { content: { data: ranPayload(7, 'c1', 'M') }, parent_header: { msg_id: AGENT_REQUEST } });
     kernel.iopubMessage.emit(stream('M', 'hello\n'));
+    nb.byId('agent').executionCount = 7; // what JupyterLab takes from ipykernel's execute_reply
     kernel.iopubMessage.emit(idle(AGENT_REQUEST));
     const cell = nb.byId('c1');
     expect([cell.outputs.items[0].text, cell.prompt]).toEqual(['hello\n', '7']);
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(nb.byId('agent').prompt).toBe('6'); // the count its execute_input announced, not the agent's cell's
     // the person runs the cell: its outputs are that run's; a late message of M stays out
-    kernel.anyMessage.emit({ direction: 'send', msg: { header: { msg_type: 'execute_request' },
-                                                       metadata: { cellId: 'c1' } } });
+    sent('req-person', 'c1');
     cell.outputs.clear();
     kernel.iopubMessage.emit(stream('M', 'late\n'));
     expect(cell.outputs.items).toEqual([]);
