@@ -38,7 +38,9 @@ from test_browser import (  # noqa: F401  (browser, page are fixtures)
     save,
     shot,
     start_flow,
+    wait_until,
 )
+from test_browser_undo import run_cell as add_and_run
 
 pytest.importorskip("playwright.sync_api")
 
@@ -250,6 +252,20 @@ def test_replace_cell_fixes_the_same_cell(page: Page, lab: Lab) -> None:  # noqa
     assert any("image/png" in o.get("data", {}) for o in fixed["outputs"]), fixed["outputs"]
     meta = provenance_ok(fixed, "nb2_0")
     assert meta.get("replaces_sha256") and meta.get("version"), meta
+
+    # undo the run: the cell it added goes (the panel and its buttons are tests/test_browser_undo.py's)
+    add_and_run(page, f"%agent undo {meta['run_id']}")
+    panel = page.locator(f"{ACTIVE} .nbagent-live.nbv-undo")
+    expect(panel).to_be_visible(timeout=60_000)
+    panel.get_by_role("button", name="Undo", exact=True).click()
+    confirm = panel.get_by_role("button", name=re.compile(r"^Undo \d+ change"))
+    expect(confirm).to_be_visible()
+    shot(page, "run-cell-6-undo-asks")
+    confirm.click()
+    wait_until(lambda: fixed["id"] not in cell_ids(page), 30, "the agent's cell removed by the undo")
+    shot(page, "run-cell-7-undone")
+    after = cell_ids(page)
+    assert after[:3] == [c["id"] for c in cells if c["id"] != fixed["id"]]  # only the agent's cell went
 
 
 WAIT_FOR = "import os, time\nwhile not os.path.exists({name!r}):\n    time.sleep(0.05)\nprint({said!r})"
