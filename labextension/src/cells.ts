@@ -1,16 +1,28 @@
 /**
- * nbagent-labextension:cells — puts the code cells an agent proposes (`insert_code_cell`) into the notebook.
+ * nbagent-labextension:cells — puts the code cells an agent writes into the notebook.
  *
- * The kernel opens a comm on the target `nbagent.cells` with {after_cell_id, source, metadata}; this plugin
- * registers that target on every notebook's kernel connection and inserts a code cell (not executed) below the
- * agent's cell, after any cell the same run inserted before, so several cells keep their order. The same
- * placement is what `nbagent run` does in a headless run.
+ * The kernel opens a comm on the target `nbagent.cells`; this plugin registers that target on every notebook's
+ * kernel connection. Its data is one of:
+ *   - {after_cell_id, source, metadata}: a proposed cell (`insert_code_cell`), inserted (not executed) below the
+ *     agent's cell, after any cell the same run inserted before, so several cells keep their order. The same
+ *     placement is what `nbagent run` does in a headless run.
+ *   - the same with {ran: true, msg_id: M, cell_id, execution_count} (`run_cell`, sent before the code runs): the
+ *     cell is inserted there with that id and execution count, shows as running, and every IOPub message of the
+ *     kernel whose parent msg_id is M goes into its outputs (outputs.ts).
+ *   - {action: "replace", cell_id, source, metadata, ran: true, msg_id: M, execution_count} (`replace_cell`): that
+ *     cell takes the new source and metadata, its outputs are cleared, and M's messages go into it.
+ *   - {action: "remove", cell_ids} and {action: "restore", cell_id, source, metadata} (an undo): the cells go; the
+ *     replaced cell gets its old source and metadata back (its outputs, made by the code undone, are cleared).
+ *   - {action: "done", msg_id: M} (optional, no kernel sends it yet): M's code ended; its cell shows its execution
+ *     count again. Without it, that happens when the run's live view shows the call's step ended (outputs.ts).
+ * A cell the person deleted meanwhile is skipped quietly.
  *
  * The notebook objects are used through the few members needed (duck-typed), so the extension needs no
  * dependency on @jupyterlab/notebook: JupyterLab provides the objects at run time.
  */
 
 import { IApp, ISignal, onNotebooks } from './app';
+import { ICodeCellLike, IIOPubMessage, OutputRouter, parentOf } from './outputs';
 import { UNDO_EVENT } from './view';
 import records from './records';
 
@@ -20,22 +32,58 @@ export interface ICellRequest {
   after_cell_id: string | null;
   source: string;
   metadata: { nbagent?: { run_id?: string | null; index?: number } } & Record<string, unknown>;
+  ran?: boolean;
+  msg_id?: string;
+  cell_id?: string;
+  execution_count?: number | null;
+}
+
+export interface ICellAction {
+  action: 'replace' | 'remove' | 'restore' | 'done';
+  cell_id?: string;
+  cell_ids?: string[];
+  source?: string;
+  metadata?: Record<string, unknown>;
+  msg_id?: string;
+  execution_count?: number | null;
 }
 
 interface ISharedCell {
-  id: string;
+  id?: string;
+  getId?(): string;
   getMetadata(key?: string): unknown;
+  setSource?(source: string): void;
+  setMetadata?(metadata: Record<string, unknown>): void;
+  transact?(fn: () => void): void;
 }
 
 export interface ISharedNotebook {
   cells: ISharedCell[];
   insertCell(index: number, cell: Record<string, unknown>): unknown;
+  deleteCell?(index: number): void;
+  transact?(fn: () => void): void;
 }
 
+export interface ICellModelList {
+  length: number;
+  get(index: number): ICodeCellLike & { sharedModel?: ISharedCell };
+}
 
 interface IKernel {
-  registerCommTarget(name: string, cb: (comm: unknown, msg: { content: { data: unknown } }) => void): void;
+  registerCommTarget(name: string, cb: (comm: unknown, msg: ICommOpen) => void): void;
   requestExecute?(content: { code: string; silent?: boolean; store_history?: boolean }): unknown;
+  iopubMessage?: ISignal<IIOPubMessage>;
+  anyMessage?: ISignal<{ msg: ISentMessage; direction: string }>;
+}
+
+interface ICommOpen {
+  content: { data: unknown };
+  parent_header?: unknown;
+}
+
+interface ISentMessage {
+  header?: { msg_type?: string; msg_id?: string };
+  metadata?: { cellId?: unknown };
 }
 
 interface INotebookLike {
@@ -46,12 +94,11 @@ interface INotebookLike {
     ready?: Promise<void>;
   };
   content?: {
-    model?: { sharedModel?: ISharedNotebook } | null;
+    model?: { sharedModel?: ISharedNotebook; cells?: ICellModelList } | null;
     widgets?: readonly { node: HTMLElement }[];
     activeCellIndex?: number;
   };
 }
-
 
 /** Where a proposed cell goes: below the agent's cell, after the cells its run already inserted. */
 export function insertionIndex(nb: ISharedNotebook, request: ICellRequest): number {
@@ -76,13 +123,143 @@ export function insertionIndex(nb: ISharedNotebook, request: ICellRequest): numb
 
 export function insertCell(nb: ISharedNotebook, request: ICellRequest): number {
   const index = insertionIndex(nb, request);
-  nb.insertCell(index, { cell_type: 'code', source: request.source, metadata: request.metadata ?? {} });
+  const cell: Record<string, unknown> = { cell_type: 'code', source: request.source, metadata: request.metadata ?? {} };
+  if (request.ran && typeof request.cell_id === 'string' && request.cell_id) {
+    cell.id = request.cell_id; // the kernel named it: its outputs and later replace/undo find it by this id
+    cell.execution_count = typeof request.execution_count === 'number' ? request.execution_count : null;
+    cell.outputs = [];
+  }
+  nb.insertCell(index, cell);
   return index;
+}
+
+function idOf(cell: ISharedCell): string | undefined {
+  return cell.id ?? cell.getId?.();
+}
+
+export function indexOfCell(nb: ISharedNotebook, cellId: string): number {
+  return nb.cells.findIndex(cell => idOf(cell) === cellId);
+}
+
+/** The code cell model with this id in the notebook now (null: none, e.g. the person deleted it). */
+export function findCell(cells: ICellModelList | null | undefined, cellId: string): ICodeCellLike | null {
+  for (let i = 0; cells && i < cells.length; i++) {
+    const cell = cells.get(i);
+    if (cell?.id === cellId) {
+      return cell.type === undefined || cell.type === 'code' ? cell : null;
+    }
+  }
+  return null;
+}
+
+function callOf(metadata: unknown): string | null {
+  const id = (metadata as { nbagent?: { call_id?: unknown } } | null | undefined)?.nbagent?.call_id;
+  return typeof id === 'string' && id ? id : null;
 }
 
 function isRequest(data: unknown): data is ICellRequest {
   const d = data as ICellRequest;
-  return !!d && typeof d === 'object' && typeof d.source === 'string';
+  return !!d && typeof d === 'object' && typeof d.source === 'string' && !('action' in d);
+}
+
+function isAction(data: unknown): data is ICellAction {
+  const d = data as ICellAction;
+  return !!d && typeof d === 'object' && typeof d.action === 'string';
+}
+
+/** The notebook a payload acts on: its shared model, its cell models, and the router of its kernel's outputs. */
+export interface ITarget {
+  nb: ISharedNotebook;
+  cells: () => ICellModelList | null | undefined;
+  router: OutputRouter;
+}
+
+function setCell(target: ITarget, cellId: string, source: string, metadata: Record<string, unknown>): boolean {
+  const at = indexOfCell(target.nb, cellId);
+  const shared = at >= 0 ? target.nb.cells[at] : undefined;
+  if (!shared?.setSource || !shared.setMetadata) {
+    return false;
+  }
+  const set = (): void => {
+    shared.setSource!(source);
+    shared.setMetadata!(metadata);
+  };
+  if (shared.transact) {
+    shared.transact(set);
+  } else {
+    set();
+  }
+  return true;
+}
+
+/**
+ * One payload of the comm `nbagent.cells` (see the top of this file). `requestId` is the msg id of the request the
+ * comm came in answer to (the %%agent cell's execution): its idle ends the running state of the cells it ran.
+ * Returns what was done, for tests; never throws for cells that are not there.
+ */
+export function applyPayload(target: ITarget, data: unknown, requestId: string | null = null): string {
+  const { nb, router } = target;
+  if (isRequest(data)) {
+    const ran = data.ran === true && typeof data.msg_id === 'string' && typeof data.cell_id === 'string';
+    const callId = callOf(data.metadata);
+    if (ran && indexOfCell(nb, data.cell_id!) >= 0) {
+      router.start(data.msg_id!, data.cell_id!, requestId, data.execution_count ?? null, callId, data.after_cell_id);
+      return 'routed'; // the payload came twice: one cell
+    }
+    insertCell(nb, data);
+    if (ran) {
+      router.start(data.msg_id!, data.cell_id!, requestId, data.execution_count ?? null, callId, data.after_cell_id);
+      return 'inserted+routed';
+    }
+    return 'inserted';
+  }
+  if (!isAction(data)) {
+    return 'ignored';
+  }
+  const cellId = typeof data.cell_id === 'string' ? data.cell_id : '';
+  switch (data.action) {
+    case 'replace': {
+      if (!cellId || typeof data.source !== 'string' || !setCell(target, cellId, data.source, data.metadata ?? {})) {
+        return 'missing';
+      }
+      if (typeof data.msg_id === 'string' && data.msg_id) {
+        router.start(data.msg_id, cellId, requestId, data.execution_count ?? null, callOf(data.metadata));
+      }
+      return 'replaced';
+    }
+    case 'remove': {
+      const ids = Array.isArray(data.cell_ids) ? data.cell_ids.filter(id => typeof id === 'string') : [];
+      ids.forEach(id => router.forgetCell(id));
+      const gone = ids.map(id => indexOfCell(nb, id)).filter(i => i >= 0).sort((a, b) => b - a);
+      const remove = (): void => gone.forEach(i => nb.deleteCell?.(i));
+      if (nb.transact) {
+        nb.transact(remove);
+      } else {
+        remove();
+      }
+      return `removed ${gone.length}`;
+    }
+    case 'restore': {
+      router.forgetCell(cellId);
+      if (!cellId || typeof data.source !== 'string' || !setCell(target, cellId, data.source, data.metadata ?? {})) {
+        return 'missing';
+      }
+      const cell = findCell(target.cells(), cellId);
+      if (cell?.outputs) {
+        cell.outputs.clear(); // made by the code the undo took back
+        cell.executionCount = null;
+        cell.executionState = 'idle';
+      }
+      return 'restored';
+    }
+    case 'done':
+      if (typeof data.msg_id === 'string') {
+        router.finish(data.msg_id);
+      }
+      return 'done';
+    default:
+      return 'ignored';
+  }
 }
 
 const watched = new WeakSet<object>();
@@ -94,15 +271,29 @@ function listen(panel: INotebookLike): void {
     return;
   }
   watched.add(panel as object);
+  const cells = (): ICellModelList | null | undefined => panel.content?.model?.cells;
   const register = (kernel: IKernel | null | undefined): void => {
     if (!kernel || registered.has(kernel as object)) {
       return;
     }
     registered.add(kernel as object);
+    const router = new OutputRouter(id => findCell(cells(), id));
     kernel.registerCommTarget(COMM_TARGET, (_comm, msg) => {
       const nb = panel.content?.model?.sharedModel;
-      if (nb && isRequest(msg.content.data)) {
-        insertCell(nb, msg.content.data);
+      if (nb) {
+        applyPayload({ nb, cells, router }, msg.content.data, parentOf(msg));
+      }
+    });
+    kernel.iopubMessage?.connect((_, msg) => {
+      router.handle(msg);
+    });
+    // a cell run from this page (a person's run of a cell the agent ran: its outputs are that run's from now on)
+    kernel.anyMessage?.connect((_, { msg, direction }) => {
+      const cellId = msg?.metadata?.cellId;
+      const msgId = msg?.header?.msg_id;
+      if (direction === 'send' && msg?.header?.msg_type === 'execute_request' && typeof cellId === 'string'
+          && typeof msgId === 'string') {
+        router.requested(msgId, cellId);
       }
     });
   };
