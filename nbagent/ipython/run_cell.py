@@ -316,8 +316,9 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     return out
 
 
-def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]) -> Tool:
-    """The tool, bound to the shell and to the host's current cell and run (`where() -> (cell_id, run_id)`)."""
+def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]], registry: Any = None) -> Tool:
+    """The tool, bound to the shell and to the host's current cell and run (`where() -> (cell_id, run_id)`); each
+    cell it writes is recorded in `registry` (agent_cells.Registry), for list_cells, replace_cell and undo."""
     counter: dict[str, int] = {}
 
     async def run_cell(code: str, explanation: str = "") -> dict[str, Any]:
@@ -354,8 +355,16 @@ def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]
             delivered = True
         except Exception:  # no front end: the log still holds the cell and its outputs
             pass
-        result = await run_in_shell(shell, source, cell_id, msg_id)
+        if registry is not None:
+            registry.running(cell_id, True)
+        try:
+            result = await run_in_shell(shell, source, cell_id, msg_id)
+        finally:
+            if registry is not None:
+                registry.running(cell_id, False)
         result.update(after_cell_id=after, source=source, metadata=metadata, sent_to_frontend=delivered)
+        if registry is not None:
+            registry.wrote(result)
         return fitted(result, Redactor().redact)
 
     return Tool(run_cell, risk=Risk.WRITE_HIGH_RISK, preview=_preview)
