@@ -188,8 +188,9 @@ def unified_diff(old: str, new: str, cell_id: str) -> str:
     return text if len(text) <= MAX_DIFF else text[:MAX_DIFF] + f"\n… [diff cut: {len(text):,} characters]\n"
 
 
-def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[str | None, str | None]]) -> Tool:
-    from .run_cell import cell_source, fitted, run_in_shell
+def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[str | None, str | None]],
+                      put_image: Callable[[bytes], str] | None = None) -> Tool:
+    from .run_cell import cell_source, fitted, keep_images, run_in_shell
 
     def _new_source(code: Any, explanation: Any, run_id: str | None) -> str:
         return cell_source(str(code), run_id, str(explanation or ""))
@@ -258,6 +259,7 @@ def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[
         result.update(after_cell_id=held.after_cell_id, source=source, metadata=metadata, sent_to_frontend=delivered,
                       replaced=True, old_source=old, old_metadata=held.metadata,
                       diff=unified_diff(old, source, held.cell_id))
+        keep_images(result, put_image)
         registry.wrote(result, tool="replace_cell")
         return fitted(result, Redactor().redact)
 
@@ -266,4 +268,38 @@ def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[
     return t
 
 
-__all__ = ["AgentCell", "Registry", "list_cells_tool", "replace_cell_tool", "summary", "unified_diff"]
+__all__ = ["AgentCell", "Registry", "list_cells_tool", "replace_cell_tool", "summary", "undo_cells", "unified_diff"]
+
+
+def undo_cells(registry: Registry, cells: list[Any]) -> list[str]:
+    """Do an undo's cell part (undo_cells.CellUndo list) in the front end, through the comm `nbagent.cells`, and in
+    the registry; a cell the person edited and ran since is left as it is. Returns a line for each cell."""
+    from ..undo_cells import KERNEL_NOTE, payloads
+
+    lines: list[str] = []
+    todo = []
+    for c in cells:
+        held = registry.cells.get(c.cell_id)
+        if held is not None and held.edited:
+            lines.append(f"cell {c.cell_id} was edited and run by the person since: left as it is")
+            continue
+        todo.append(c)
+        if c.action == "remove":
+            registry.cells.pop(c.cell_id, None)
+        elif held is not None and c.source is not None:
+            held.source, held.metadata = c.source, dict(c.metadata or {})
+            held.version = int((held.metadata.get("nbagent") or {}).get("version") or 1)
+        lines.append(c.line())
+    sent = True
+    for payload in payloads(todo):
+        try:
+            from comm import create_comm
+
+            create_comm(target_name=COMM_TARGET, data=payload).close()
+        except Exception:
+            sent = False
+    if todo and not sent:
+        lines.append("no front end took the cells' changes: remove or restore them in the notebook by hand")
+    if lines:
+        lines.append(f"note: {KERNEL_NOTE}")
+    return lines

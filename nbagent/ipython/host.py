@@ -365,9 +365,9 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             t.offered = t.name != "run_python"  # run_cell is offered; run_python still runs recordings naming it
         where = lambda: (self.current_cell, self.current_run)  # noqa: E731
         builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel
-                   + [insert_cell_tool(where), run_cell_tool(self.shell, where, self.agent_cells),
+                   + [insert_cell_tool(where), run_cell_tool(self.shell, where, self.agent_cells, blobs.put),
                       list_cells_tool(self.shell, self.agent_cells),
-                      replace_cell_tool(self.shell, self.agent_cells, where)])
+                      replace_cell_tool(self.shell, self.agent_cells, where, blobs.put)])
         names = {t.name for t in builtin}
         tools = builtin + [t for t in self.user_tools() if t.name not in names]
         from ..mcp import notebook_toolset
