@@ -119,6 +119,13 @@ def test_replace_cell_replaces_the_agents_cell_in_place_and_runs_it(k: Raw) -> N
     (plan_step,) = [s for p in events(k, "plan_proposed") for s in p.steps if s.tool == "replace_cell"]
     assert plan_step.preview and "+value = 1 / 2" in plan_step.preview and plan_step.risk == "WRITE_HIGH_RISK"
     assert plan_step.effect.cell == f"agent cell {ran['cell_id']}"
+    # list_cells tells the cell as it is now from its earlier version
+    agent(k, turn("list_cells"), cell_id="c3", flags=AGENT.replace(" --new", ""))
+    rows = completed(k, "list_cells")[-1]["cells"]
+    before = next(r for r in rows if r["execution_count"] == ran["execution_count"])
+    now = next(r for r in rows if r["execution_count"] == rep["execution_count"])
+    assert before["written_by"].endswith("; replaced since") and before["cell_id"] == ran["cell_id"]
+    assert now["written_by"] == f"agent (run {prov['run_id']}, call nb2_0)" and now["version"] == 2
     # the cell id spelling works too, and the cell's version goes on
     agent(k, turn("replace_cell", cell=ran["cell_id"], code="value = 3"), cell_id="c2",
           flags=AGENT.replace(" --new", ""))
@@ -139,8 +146,12 @@ def test_a_cell_the_person_edited_and_ran_is_theirs(k: Raw) -> None:
     agent(k, turn("run_cell", "call_a", code="a = 1"))
     (ran,) = completed(k, "run_cell")
     k.run("a = 'edited by the person'", cell_id=ran["cell_id"])  # the front end runs the edited cell, same id
-    agent(k, turn("replace_cell", cell="nb1_0", code="a = 2"), cell_id="c2", flags=AGENT.replace(" --new", ""))
+    agent(k, turn("replace_cell", cell="nb1_0", code="a = 2"), turn("list_cells"), cell_id="c2",
+          flags=AGENT.replace(" --new", ""))
     assert "edited and run by the person" in failed(k, "replace_cell")[0]
+    rows = completed(k, "list_cells")[0]["cells"]
+    theirs = [r for r in rows if r.get("cell_id") == ran["cell_id"]]
+    assert [r["written_by"].rsplit("; ", 1)[-1] for r in theirs] == ["the person edited and ran it since", "person"]
     assert k.run("print(a)", cell_id="p2").stdout == "edited by the person\n"
 
 

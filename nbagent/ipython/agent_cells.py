@@ -84,6 +84,7 @@ class Registry:
         # of several runs; the current run's is meant, else the newest
         self.by_call: dict[str, list[tuple[str | None, str]]] = {}
         self.cell_of_count: dict[int, str] = {}
+        self.agent_counts: dict[int, str] = {}  # every execution count an agent's cell ran as: "agent (run R, call C)"
         self._ours: set[str] = set()  # cell ids being run by the agent right now (their post_run_cell is ours)
 
     def wrote(self, result: dict[str, Any], *, tool: str = "run_cell") -> AgentCell:
@@ -103,6 +104,7 @@ class Registry:
             self.by_call.setdefault(entry.call_id, []).append((entry.run_id, cell_id))
         if isinstance(entry.execution_count, int):
             self.cell_of_count[entry.execution_count] = cell_id
+            self.agent_counts[entry.execution_count] = f"agent (run {entry.run_id}, call {entry.call_id})"
         return entry
 
     def running(self, cell_id: str, yes: bool) -> None:
@@ -155,7 +157,13 @@ def list_cells_tool(shell: Any, registry: Registry) -> Tool:
             row: dict[str, Any] = {"execution_count": n, "written_by": "person"}
             if n in registry.cell_of_count:
                 row["cell_id"] = registry.cell_of_count[n]
-            if source.lstrip().startswith(("%%agent", "%agent")):
+            if n in registry.agent_counts:  # the agent's code as it ran then: replaced since, or undone
+                held = registry.cells.get(row.get("cell_id", ""))
+                row["written_by"] = registry.agent_counts[n] + (
+                    "; its cell was removed by an undo" if held is None else
+                    "; the person edited and ran it since" if held.edited and held.execution_count == n else
+                    "; replaced since")
+            elif source.lstrip().startswith(("%%agent", "%agent")):
                 row["written_by"] = "person (a request to the agent)"
             row["source"] = _clip(source, MAX_SOURCE_SHOWN)
             rows.append(row)
