@@ -30,7 +30,7 @@ from .replay import run_tree
 from .scope import Scope, ScopeGuard
 from .store import RunNotFound, Store
 from .tools.base import ToolError
-from .undo_cells import CELL_TOOLS, CELL_UNDO_TOOL, KERNEL_NOTE, CellUndo, cell_changes
+from .undo_cells import CELL_TOOLS, CELL_UNDO_TOOL, KERNEL_NOTE, CellUndo, cell_changes, cell_conflicts
 from .verify import verify_store
 
 UNDO_MODEL = "nbagent/undo"
@@ -111,7 +111,8 @@ class UndoReport(BaseModel):
         """The report as lines for a terminal or a cell."""
         lines: list[str] = []
         if self.conflicts:
-            lines.append(f"undo refused: {len(self.conflicts)} file(s) changed since the run(s); nothing was changed "
+            what = "file(s) or cell(s)" if any(c.path.startswith("cell ") for c in self.conflicts) else "file(s)"
+            lines.append(f"undo refused: {len(self.conflicts)} {what} changed since the run(s); nothing was changed "
                          "(--force restores them anyway):")
             for c in self.conflicts:
                 lines.append(f"  conflict: {c.path}: {c.reason}")
@@ -359,7 +360,8 @@ def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | 
     if busy:
         raise UndoError(f"run {busy[0]} is still running in another process; undo it once it has ended")
     changes, problems = collect(store, set(runs))
-    cells, cell_problems = cell_changes([e for e in store.query_events() if e.run_id in set(runs)])
+    every = list(store.query_events())
+    cells, cell_problems = cell_changes([e for e in every if e.run_id in set(runs)])
     problems += [NotUndoable(run_id=r, call_id=c, tool=t, why=w) for r, c, t, w in cell_problems]
     report = UndoReport(runs=runs, restores=plan(changes), not_undoable=problems, cells=cells)
     what = f"run {run_id}" + (" and every later run" if to else "")
@@ -369,6 +371,9 @@ def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | 
             if problems else ""))
     standing = standing_undo(store, run_id)
     report.undone_by = standing if standing is not None and standing not in runs else None
+    if not force and not report.undone_by:
+        for cell_id, why in cell_conflicts(every, set(runs), cells).items():
+            report.conflicts.append(Conflict(path=f"cell {cell_id}", reason=why))
     blobs = BlobStore.of_store(store.path)
     fs = _Folder(root)
     contents: dict[str, bytes | None] = {}

@@ -66,6 +66,26 @@ def cell_changes(events: list[Any]) -> tuple[list[CellUndo], list[tuple[str, str
     return [plan[c] for c in reversed(order)], problems
 
 
+def cell_conflicts(events: list[Any], run_ids: set[str], cells: list[CellUndo]) -> dict[str, str]:
+    """Each cell a run outside `run_ids` replaced after the runs undone wrote it (log order): undoing it would throw
+    that run's code away, so it is a conflict, as a file changed since is (cell id -> why)."""
+    wanted = {c.cell_id for c in cells}
+    touched: set[str] = set()
+    out: dict[str, str] = {}
+    for e in events:
+        p: Any = e.payload
+        if e.type != "tool_call_completed" or p.tool not in CELL_TOOLS or not isinstance(p.result, dict):
+            continue
+        cell_id = p.result.get("cell_id")
+        if cell_id not in wanted:
+            continue
+        if e.run_id in run_ids:
+            touched.add(cell_id)
+        elif cell_id in touched:
+            out[cell_id] = f"replaced by run {e.run_id} since (call {p.call_id})"
+    return out
+
+
 def payloads(cells: list[CellUndo]) -> list[dict[str, Any]]:
     """The comm messages that do the undo in a front end: one remove of every removed cell, then each restore."""
     removed = [c.cell_id for c in cells if c.action == "remove"]
@@ -75,4 +95,4 @@ def payloads(cells: list[CellUndo]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["CELL_TOOLS", "CELL_UNDO_TOOL", "KERNEL_NOTE", "CellUndo", "cell_changes", "payloads"]
+__all__ = ["CELL_TOOLS", "CELL_UNDO_TOOL", "KERNEL_NOTE", "CellUndo", "cell_changes", "cell_conflicts", "payloads"]

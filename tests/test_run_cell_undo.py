@@ -107,3 +107,16 @@ def test_a_cell_the_person_edited_is_left_alone(k: Raw) -> None:
     out = k.run(f"%agent undo {run}", cell_id="u1")
     assert "edited and run by the person since: left as it is" in out.stdout
     assert not [p for p in k.opened if p.get("action") == "remove"]
+
+
+def test_a_cell_a_later_run_replaced_is_a_conflict(k: Raw) -> None:
+    first = agent(k, turn("run_cell", code="v = 1"), cell_id="c1", new=True)
+    (v,) = results(k, first, "run_cell")
+    agent(k, turn("replace_cell", cell=v["cell_id"], code="v = 2"), cell_id="c2")
+    store = Store(k.folder / "test.nbagent")
+    refused = undo(store, first, folder=k.folder)
+    assert not refused.ok and refused.undo_run_id is None
+    assert refused.conflicts[0].path == f"cell {v['cell_id']}" and "replaced by run" in refused.conflicts[0].reason
+    assert "1 file(s) or cell(s) changed since" in refused.text()
+    both = undo(store, first, to=True, folder=k.folder)  # that run too: the cell goes, once
+    assert both.ok and [(c.cell_id, c.action, c.calls) for c in both.cells] == [(v["cell_id"], "remove", 2)]
