@@ -118,7 +118,7 @@ def test_replace_cell_replaces_the_agents_cell_in_place_and_runs_it(k: Raw) -> N
     # the card showed the diff
     (plan_step,) = [s for p in events(k, "plan_proposed") for s in p.steps if s.tool == "replace_cell"]
     assert plan_step.preview and "+value = 1 / 2" in plan_step.preview and plan_step.risk == "WRITE_HIGH_RISK"
-    assert plan_step.effect.cell == f"agent cell {ran['cell_id']}"
+    assert plan_step.effect.cell == "the cell this run's call nb1_0 wrote"  # (the same in a replay of the run)
     # list_cells tells the cell as it is now from its earlier version
     agent(k, turn("list_cells"), cell_id="c3", flags=AGENT.replace(" --new", ""))
     rows = completed(k, "list_cells")[-1]["cells"]

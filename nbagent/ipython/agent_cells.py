@@ -50,6 +50,8 @@ class AgentCell:
     version: int = 1
     calls: list[str] = field(default_factory=list)  # every call that wrote it (run_cell, then replace_cell's)
     edited: bool = False  # a person ran other code under this id since: it is theirs now
+    first_run: str | None = None  # the run and call that wrote it first (run_cell)
+    first_call: str | None = None
 
 
 def summary(result: dict[str, Any]) -> str:
@@ -98,7 +100,9 @@ class Registry:
                           run_id=prov.get("run_id"), call_id=prov.get("call_id"),
                           after_cell_id=result.get("after_cell_id") if held is None else held.after_cell_id,
                           tool=tool, version=int(prov.get("version") or 1),
-                          calls=(held.calls if held is not None else []) + [str(prov.get("call_id") or "")])
+                          calls=(held.calls if held is not None else []) + [str(prov.get("call_id") or "")],
+                          first_run=held.first_run if held is not None else prov.get("run_id"),
+                          first_call=held.first_call if held is not None else prov.get("call_id"))
         self.cells[cell_id] = entry
         if entry.call_id:
             self.by_call.setdefault(entry.call_id, []).append((entry.run_id, cell_id))
@@ -133,9 +137,15 @@ class Registry:
         return self.cells.get(ours[-1]) if ours else None
 
     def resolve(self, spelling: Any, run_id: str | None = None) -> str:
-        """What a decision on replace_cell(cell=spelling) binds to: the cell id it names, or that it names none."""
+        """What a decision on replace_cell(cell=spelling) binds to: the cell it names, or that it names none. A cell
+        this run wrote is named by the call that first wrote it ("this run's call nb1_0": one cell, and the same one
+        when a replay runs the run again, where the cell gets a new id); any other by its id."""
         found = self.find(spelling, run_id) if isinstance(spelling, str) else None
-        return f"agent cell {found.cell_id}" if found is not None else f"no agent cell ({_clip(str(spelling), 80)})"
+        if found is None:
+            return f"no agent cell ({_clip(str(spelling), 80)})"
+        if run_id is not None and found.first_run == run_id and found.first_call:
+            return f"the cell this run's call {found.first_call} wrote"
+        return f"agent cell {found.cell_id}"
 
 
 def list_cells_tool(shell: Any, registry: Registry) -> Tool:
