@@ -66,6 +66,9 @@ class Effect(BaseModel):
 
     targets: list[Target] = Field(default_factory=list)
     runs_later: str | None = None
+    # a notebook cell the call writes, resolved (`replace_cell`: the id of the cell that the id or call id the model
+    # wrote names), so a decision binds to that cell, not to how the model spelled it; no path: grants need --arg
+    cell: str | None = None
 
     @property
     def redirected(self) -> bool:
@@ -81,8 +84,8 @@ class Effect(BaseModel):
         return [t.path or _plain(t.written) for t in self.targets]
 
     def key(self) -> list[list[str]]:
-        """What a digest binds: each target's operation and resolved path."""
-        return [[t.op, t.path or "?" + t.written] for t in self.targets]
+        """What a digest binds: each target's operation and resolved path (and the cell it writes)."""
+        return [[t.op, t.path or "?" + t.written] for t in self.targets] + ([["cell", self.cell]] if self.cell else [])
 
     def shown(self, written: str | None) -> str | None:
         """The target as the card shows it: `out/latest.md → data.csv` when a link leads elsewhere. A tool whose
@@ -144,7 +147,8 @@ def digest_matches(recorded: str | None, tool: str, arguments: Any, effect: Effe
         return False
     if recorded == call_digest(tool, arguments, effect):
         return True
-    return not effect.redirected and recorded == call_digest(tool, arguments)
+    # (never for a call that writes a cell: no digest of its arguments alone was ever recorded for one)
+    return not effect.redirected and effect.cell is None and recorded == call_digest(tool, arguments)
 
 
 # ------------------------------------------------------------------------------------------------ resolving
@@ -193,7 +197,8 @@ def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
     if why is None and unknown and any(t.op in WRITING and t.path for t in targets):
         why = ("the folder has too many entries to find every link that leads to this file, so whether something "
                "runs it later cannot be told (links.py)")
-    return Effect(targets=targets, runs_later=why)
+    cell: Callable[[dict[str, Any]], str | None] | None = getattr(tool, "cell_of", None)
+    return Effect(targets=targets, runs_later=why, cell=cell(arguments) if cell is not None else None)
 
 
 def _file_like(value: str) -> bool:

@@ -30,6 +30,7 @@ from .replay import run_tree
 from .scope import Scope, ScopeGuard
 from .store import RunNotFound, Store
 from .tools.base import ToolError
+from .undo_cells import CELL_TOOLS, CELL_UNDO_TOOL, KERNEL_NOTE, CellUndo, cell_changes, cell_conflicts
 from .verify import verify_store
 
 UNDO_MODEL = "nbagent/undo"
@@ -96,6 +97,8 @@ class UndoReport(BaseModel):
     restores: list[Restore] = Field(default_factory=list)
     conflicts: list[Conflict] = Field(default_factory=list)
     not_undoable: list[NotUndoable] = Field(default_factory=list)
+    # the notebook cells run_cell/replace_cell wrote: removed or restored by the kernel (undo_cells.py)
+    cells: list[CellUndo] = Field(default_factory=list)
     failed: list[str] = Field(default_factory=list)
     undo_run_id: str | None = None
     undone_by: str | None = None  # an earlier undo run that already put the run back (and still stands)
@@ -108,7 +111,8 @@ class UndoReport(BaseModel):
         """The report as lines for a terminal or a cell."""
         lines: list[str] = []
         if self.conflicts:
-            lines.append(f"undo refused: {len(self.conflicts)} file(s) changed since the run(s); nothing was changed "
+            what = "file(s) or cell(s)" if any(c.path.startswith("cell ") for c in self.conflicts) else "file(s)"
+            lines.append(f"undo refused: {len(self.conflicts)} {what} changed since the run(s); nothing was changed "
                          "(--force restores them anyway):")
             for c in self.conflicts:
                 lines.append(f"  conflict: {c.path}: {c.reason}")
@@ -120,6 +124,9 @@ class UndoReport(BaseModel):
             lines.append(f"undo run {self.undo_run_id}: {len(self.restores)} file(s) restored "
                          f"(runs {', '.join(self.runs)})")
             lines.extend(f"  {r.action}d {r.path}" for r in self.restores)
+        if self.cells and not self.conflicts and not self.failed:
+            lines.extend(f"  {c.line()}" for c in self.cells)
+            lines.append(f"  note: {KERNEL_NOTE}")
         for n in self.not_undoable:
             lines.append(f"  not undoable: {n.tool} (run {n.run_id}, call {n.call_id}): {n.why}")
         return "\n".join(lines)
@@ -145,8 +152,15 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
         p: Any = e.payload
         if e.type == "tool_call_started":
             started[(e.run_id, p.call_id)] = p.tool
-            if p.tool not in NO_EFFECT and p.tool not in FILE_TOOLS:
-                code = p.tool in ("run_python", "run_cell")
+            if p.tool in CELL_TOOLS:
+                problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=(
+                    "its cell is " + ("removed" if p.tool == "run_cell" else "given back its code") + "; "
+                    + KERNEL_NOTE + ", nor what its code did on disk")))
+            elif p.tool == CELL_UNDO_TOOL:
+                problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=(
+                    "a cell an undo removed or restored is not brought back: ask the agent to run it again")))
+            elif p.tool not in NO_EFFECT and p.tool not in FILE_TOOLS:
+                code = p.tool == "run_python"
                 why = ("its effects in the kernel and on disk are not recorded" if code else
                        "an MCP tool: its effects are outside nbagent" if p.tool.startswith("mcp__") else
                        "a user tool or a tool without recorded content: its effects are not recorded")
@@ -346,14 +360,20 @@ def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | 
     if busy:
         raise UndoError(f"run {busy[0]} is still running in another process; undo it once it has ended")
     changes, problems = collect(store, set(runs))
-    report = UndoReport(runs=runs, restores=plan(changes), not_undoable=problems)
+    every = list(store.query_events())
+    cells, cell_problems = cell_changes([e for e in every if e.run_id in set(runs)])
+    problems += [NotUndoable(run_id=r, call_id=c, tool=t, why=w) for r, c, t, w in cell_problems]
+    report = UndoReport(runs=runs, restores=plan(changes), not_undoable=problems, cells=cells)
     what = f"run {run_id}" + (" and every later run" if to else "")
-    if not report.restores:
-        raise UndoError(f"{what}: no file changes to undo" + (
+    if not report.restores and not report.cells:
+        raise UndoError(f"{what}: no file changes to undo, nor cells" + (
             f" ({len(problems)} call(s) not undoable: {', '.join(sorted({p.tool for p in problems}))})"
             if problems else ""))
     standing = standing_undo(store, run_id)
     report.undone_by = standing if standing is not None and standing not in runs else None
+    if not force and not report.undone_by:
+        for cell_id, why in cell_conflicts(every, set(runs), cells).items():
+            report.conflicts.append(Conflict(path=f"cell {cell_id}", reason=why))
     blobs = BlobStore.of_store(store.path)
     fs = _Folder(root)
     contents: dict[str, bytes | None] = {}
@@ -415,6 +435,14 @@ def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None],
         try:
             for i, r in enumerate(report.restores):
                 done.append((r.path, step(f"undo{i + 1}", r.path, r.to_sha256, contents[r.path], reason)))
+            for i, c in enumerate(report.cells):  # the kernel removes or restores them in the notebook
+                started = store.append(ToolCallStarted(
+                    call_id=f"cell{i + 1}", tool=CELL_UNDO_TOOL, arguments={"cell_id": c.cell_id, "action": c.action},
+                    risk=Risk.WRITE_HIGH_RISK, target=c.cell_id, reason=reason), run_id=run.id)
+                store.append(ToolCallCompleted(
+                    call_id=f"cell{i + 1}", tool=CELL_UNDO_TOOL, duration_ms=0.0, preview=c.line(),
+                    result={"cell_id": c.cell_id, "action": c.action, "note": KERNEL_NOTE}),
+                    run_id=run.id, parent_event_id=started.id)
         except (ToolError, OSError) as exc:
             report.failed.append(f"{report.restores[len(done)].path}: {exc}")
             for j, (path, before) in reversed(list(enumerate(done))):
@@ -428,7 +456,8 @@ def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None],
         if report.failed:
             store.append(CompletedWithErrors(errors=report.failed), run_id=run.id)
         else:
-            store.append(Completed(summary=f"{len(report.restores)} file(s) restored"), run_id=run.id)
+            store.append(Completed(summary=f"{len(report.restores)} file(s) restored" + (
+                f", {len(report.cells)} cell(s) removed or restored" if report.cells else "")), run_id=run.id)
     finally:
         store.release_lease(run.id)
     report.undo_run_id = run.id

@@ -294,11 +294,21 @@ class Commands(HostState):
             raise UsageError(f"%agent undo: {exc}") from None
         print(report.text())
         if report.ok:
+            self._undo_cells(report)
             self._refresh_records(list(report.runs))  # their records say "undone by", as after the panel's undo
         if not report.ok:
             raise UsageError("%agent undo: refused; nothing was changed (add --force to restore anyway)"
                              if report.conflicts else
                              "%agent undo: a restore failed (listed above); the undo put back what it had restored")
+
+    def _undo_cells(self, report: Any) -> None:
+        """The cells an undo removes or restores (run_cell, replace_cell), done in the front end (agent_cells.py)."""
+        if not report.ok or not report.cells:
+            return
+        from .agent_cells import undo_cells
+
+        for line in undo_cells(self.agent_cells, report.cells):
+            print(f"  {line}")
 
     async def _undo_panel(self, args: Any, run_undo: Callable[[], Any]) -> bool:
         """With a person at a front end, `%agent undo` shows what will change and undoes only when they confirm
@@ -322,7 +332,11 @@ class Commands(HostState):
         # the panel replaces itself, through this id, by its outcome as HTML and text once the undo ran
         panel = UndoView(offer, run_undo, display_id=display_id)
         panel.on_rendered = self.frontend_rendered
-        panel.on_done = lambda report: self._refresh_records(list(report.runs))
+        def done(report: Any) -> None:
+            self._undo_cells(report)
+            self._refresh_records(list(report.runs))
+
+        panel.on_done = done
         display(panel, display_id=display_id)
         if self.frontend_seen or self.no_wait or await self.someone_can_answer():
             return True  # (no_wait: the panel changes nothing until clicked, so showing it unseen is safe)

@@ -195,6 +195,9 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
         self.current_cell: str | None = None  # the cell and run being driven (for insert_code_cell)
         self.current_run: str | None = None
+        from .agent_cells import Registry
+
+        self.agent_cells = Registry()  # the cells run_cell and replace_cell wrote in this kernel (agent_cells.py)
         from .outputs import install as capture_outputs
         from .parameters import Parameters
 
@@ -206,6 +209,8 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         if events is not None:
             events.register("post_run_cell", self._after_cell)
             events.register("post_run_cell", self._parameters_cell)
+            # (IPython has counted the cell when pre_run_cell fires: it takes the count before)
+            events.register("pre_run_cell", lambda info: self.agent_cells.before_cell(info, shell.execution_count - 1))
 
     def _parameters_cell(self, result: Any) -> None:
         """A papermill parameters cell (parameters.py), taken only when no cell id came with it: papermill sends
@@ -350,6 +355,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         from ..scope import Scope
         from ..tools.files import file_tools
         from ..tools.kernel import kernel_tools
+        from .agent_cells import list_cells_tool, replace_cell_tool
         from .cells import insert_cell_tool
         from .run_cell import run_cell_tool
 
@@ -357,9 +363,11 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         kernel = kernel_tools(self.shell.user_ns)
         for t in kernel:
             t.offered = t.name != "run_python"  # run_cell is offered; run_python still runs recordings naming it
+        where = lambda: (self.current_cell, self.current_run)  # noqa: E731
         builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel
-                   + [insert_cell_tool(lambda: (self.current_cell, self.current_run)),
-                      run_cell_tool(self.shell, lambda: (self.current_cell, self.current_run))])
+                   + [insert_cell_tool(where), run_cell_tool(self.shell, where, self.agent_cells, blobs.put),
+                      list_cells_tool(self.shell, self.agent_cells),
+                      replace_cell_tool(self.shell, self.agent_cells, where, blobs.put)])
         names = {t.name for t in builtin}
         tools = builtin + [t for t in self.user_tools() if t.name not in names]
         from ..mcp import notebook_toolset

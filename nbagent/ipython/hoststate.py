@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..store import Store
     from ..tools.base import Tool
     from .agent_cell import KernelDecider
+    from .agent_cells import Registry
     from .live import LiveDisplay
     from .notes import Shown
     from .outputs import OutputCapture
@@ -45,6 +46,7 @@ class HostState:
         current_run: str | None
         outputs: OutputCapture
         parameters: Parameters
+        agent_cells: Registry
 
         # host.py
         @property

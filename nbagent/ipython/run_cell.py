@@ -46,11 +46,6 @@ MAX_TEXT = 20_000  # each text of the result (stdout, stderr, an output, the tra
 MAX_OUTPUTS = 20
 RESULT_BUDGET = 45_000  # characters of the result's JSON (the runtime cuts a result over 50,000 into a string)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_REPLY_STATE = {"_last_traceback": None, "_last_traceback_during_displayhook": False}
-
-
-class _DisplayFailed(Exception):
-    """Showing the cell's value raised (IPython showed the traceback; the cell itself did not raise)."""
 
 
 def cell_source(code: str, run_id: str | None, explanation: str = "") -> str:
@@ -99,10 +94,40 @@ def _bundle(kind: str, data: dict[str, Any]) -> dict[str, Any]:
             text = f"HTML output ({len(html):,} chars)"
     if isinstance(text, str):
         out["text"] = _Text(text)
-    images = [d.describe(None) for m in IMAGE_TYPES if m in data and (d := read_image(m, data[m])) is not None]
-    if images:
-        out["images"] = images
+    read = [d for m in IMAGE_TYPES if m in data and (d := read_image(m, data[m])) is not None]
+    if read:
+        out["images"] = [d.describe(None) + (f" (not sent: {d.why_not})" if d.why_not else "") for d in read]
+        out["_raw"] = read[:1]  # the image a model that takes images is sent (one per output: its first type)
     return out
+
+
+MAX_SENT = 4  # images of one cell sent to a model that takes images (the rest are described)
+
+
+def keep_images(result: dict[str, Any], put: Callable[[bytes], str] | None) -> None:
+    """Take the images' bytes out of the result (the log keeps no image bytes): each readable image, up to MAX_SENT,
+    stored with `put` (the store's blobs) and named in `images_for_model`, which the runtime sends to a model that
+    takes images as image parts after the tool's result (runtime/cell_images.py); other models read the
+    descriptions."""
+    sent: list[dict[str, Any]] = []
+    left = 0
+    for o in result.get("outputs") or []:
+        for image in o.pop("_raw", []):
+            if image.data is None:
+                continue
+            if put is None or len(sent) >= MAX_SENT:
+                left += 1
+                continue
+            try:
+                sha = put(image.data)
+            except Exception:  # a store that cannot take it: the image stays described
+                left += 1
+                continue
+            sent.append({"sha256": sha, "mime": image.mime, "about": image.describe(result.get("execution_count"))})
+    if sent:
+        result["images_for_model"] = sent
+    if left:
+        result["images_not_sent"] = f"{left} more image(s) described, not sent"
 
 
 class _Capture:
@@ -135,6 +160,8 @@ class _Capture:
             bundle = _bundle(kind, content.get("data") or {})
             if display_id:
                 bundle["display_id"] = display_id
+            if kind == "execute_result":
+                bundle["execution_count"] = content.get("execution_count")
             if kind == "update_display_data":  # as a front end applies it: the output shown under that id changes
                 for i, o in enumerate(self.outputs):
                     if o.get("display_id") == display_id:
@@ -263,13 +290,17 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     hooked = hasattr(pub, "register_hook")
     if hooked:
         pub.register_hook(capture.display)
+    # the cell's value as ipykernel's displayhook sends it (formatted once, under M: a repr that raises shows its
+    # traceback in the cell, as for a person's); an older ipykernel without the hook: formatted again below
+    hook: Any = getattr(shell, "displayhook", None)
+    valued = hasattr(hook, "register_hook")
+    if valued:
+        hook.register_hook(capture.display)
     count = shell.execution_count  # IPython counts a cell when it starts: the %%agent cell took the one before
-    # ipykernel keeps the last traceback, and whether a display raised, on the shell for the execute_request it
-    # answers: this cell's belong to this cell, so the %%agent cell's are put back after it (else a repr raising
-    # here would fail the %%agent cell's reply)
-    kept = {a: getattr(shell, a) for a in _REPLY_STATE if hasattr(shell, a)}
-    for a in kept:
-        setattr(shell, a, _REPLY_STATE[a])
+    # ipykernel fails the request whose displayhook showed a traceback (a repr that raised): the agent's cell's
+    # belongs to the agent's cell (its result says it), not to the %%agent cell around it
+    flagged = getattr(shell, "_last_traceback_during_displayhook", None)
+    traceback_before = getattr(shell, "_last_traceback", None)  # the %%agent cell's, put back after
     parent = _parent(shell, msg_id, cell_id, source)
     ctx = contextvars.copy_context()
     task = asyncio.get_running_loop().create_task(_execute(shell, source, parent, cell_id), context=ctx)
@@ -289,16 +320,22 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
             signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
         if hooked:
             pub.unregister_hook(capture.display)
+        if valued:
+            hook.unregister_hook(capture.display)
         for s in streams:
             if hasattr(s, "flush"):
                 s.flush()
             _in_io_thread(s, lambda s=s: s.unregister_hook(capture.stream))  # type: ignore[misc]
+    display_failed = False
+    if flagged is not None:
+        display_failed = bool(getattr(shell, "_last_traceback_during_displayhook", False)) and not flagged
+        shell._last_traceback_during_displayhook = flagged
     out: dict[str, Any] = {"ran": True, "cell_id": cell_id, "msg_id": msg_id, "execution_count": count,
                            "stdout": capture.streams.get("stdout", _Text()),
                            "stderr": capture.streams.get("stderr", _Text())}
     outputs = list(capture.outputs)
     value = getattr(result, "result", None)
-    if value is not None:
+    if value is not None and not valued:
         try:
             data, _ = shell.display_formatter.format(value)
         except Exception as exc:
@@ -307,16 +344,16 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     if outputs:
         out["outputs"] = outputs
     if any("images" in o for o in outputs):
-        out["images_note"] = (f"images are described, not sent; a request naming {{Out[{count}]}} sends them to a "
-                              "model that takes images")
+        out["images_note"] = ("a model that takes images is sent them after this result; others read these "
+                              f"descriptions (a request naming {{Out[{count}]}} sends them too)")
+    if display_failed:
+        out["display_error"] = "showing the cell's value raised (a _repr_*_ method): its traceback is in the cell"
     if capture.dropped:
         out["outputs_dropped"] = f"{capture.dropped} more outputs not shown"
     error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
     stb = getattr(shell, "_last_traceback", None)
-    if error is None and getattr(shell, "_last_traceback_during_displayhook", False):
-        error = _DisplayFailed(stb[-1] if isinstance(stb, list) and stb else "showing the value failed")
-    for a, v in kept.items():
-        setattr(shell, a, v)
+    if hasattr(shell, "_last_traceback"):
+        shell._last_traceback = traceback_before
     if result is None or isinstance(error, KeyboardInterrupt | asyncio.CancelledError):
         out["interrupted"] = True
         how = ("the kernel was interrupted" if said.get("interrupted") or isinstance(error, KeyboardInterrupt)
@@ -331,8 +368,10 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     return out
 
 
-def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]) -> Tool:
-    """The tool, bound to the shell and to the host's current cell and run (`where() -> (cell_id, run_id)`)."""
+def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]], registry: Any = None,
+                  put_image: Callable[[bytes], str] | None = None) -> Tool:
+    """The tool, bound to the shell and to the host's current cell and run (`where() -> (cell_id, run_id)`); each
+    cell it writes is recorded in `registry` (agent_cells.Registry), for list_cells, replace_cell and undo."""
     counter: dict[str, int] = {}
 
     async def run_cell(code: str, explanation: str = "") -> dict[str, Any]:
@@ -369,11 +408,20 @@ def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]
             delivered = True
         except Exception:  # no front end: the log still holds the cell and its outputs
             pass
-        result = await run_in_shell(shell, source, cell_id, msg_id)
+        if registry is not None:
+            registry.running(cell_id, True)
+        try:
+            result = await run_in_shell(shell, source, cell_id, msg_id)
+        finally:
+            if registry is not None:
+                registry.running(cell_id, False)
         result.update(after_cell_id=after, source=source, metadata=metadata, sent_to_frontend=delivered)
+        keep_images(result, put_image)
+        if registry is not None:
+            registry.wrote(result)
         return fitted(result, Redactor().redact)
 
     return Tool(run_cell, risk=Risk.WRITE_HIGH_RISK, preview=_preview)
 
 
-__all__ = ["TOOL", "cell_source", "run_cell_tool", "run_in_shell"]
+__all__ = ["MAX_SENT", "TOOL", "cell_source", "keep_images", "run_cell_tool", "run_in_shell"]

@@ -11,6 +11,10 @@ Each model call takes the next turn, counted across the run and the child runs i
 run resumed in another process continues where it stopped. Running out of turns is a clear error. A turn may
 also be `{"error": {"type": "rate_limit"}}` (or server, timeout, connection, bad_request) to rehearse failures,
 and `"usage": {"prompt_tokens": .., "completion_tokens": ..}` to set token counts (estimated otherwise).
+
+`"images": true` beside `turns` makes it a model that takes images (cells' figures reach it as image parts); it
+counts the image parts of each request, and `{images_received}` in a turn's content says that count (so a script
+shows what it was sent).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class ScriptedTurn(BaseModel):
 class Script(BaseModel):
     model_config = ConfigDict(extra="forbid")
     turns: list[ScriptedTurn]
+    # the model takes images, as a vision model does: the runtime sends it the images cells showed (image parts)
+    images: bool = False
 
     @classmethod
     def load(cls, source: str | Path | dict[str, Any] | Script) -> Script:
@@ -73,6 +79,11 @@ class ScriptedModel(LocalModel):
     def __init__(self, script: str | Path | dict[str, Any] | Script, *, label: str | None = None) -> None:
         self.script = Script.load(script)
         self.label = label or (str(script) if isinstance(script, str | Path) else "inline script")
+        self.received_images: list[int] = []  # image parts in each request it answered
+
+    @property
+    def accepts_images(self) -> bool:
+        return self.script.images
 
     async def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], turn: int) -> dict[str, Any]:
         turns = self.script.turns
@@ -82,10 +93,14 @@ class ScriptedModel(LocalModel):
                 f"model call {turn + 1}. Add a turn (e.g. {{\"content\": \"final answer\"}}) to the script"
             )
         t = turns[turn]
+        seen = sum(1 for m in messages if isinstance(m.get("content"), list)
+                   for p in m["content"] if isinstance(p, dict) and p.get("type") == "image_url")
+        self.received_images.append(seen)
         if t.error is not None:
             return {"error": t.error}
         calls = [
             {"id": c.id or f"call_{turn}_{i}", "name": c.name, "arguments": c.arguments}
             for i, c in enumerate(t.tool_calls)
         ]
-        return {"content": t.content, "tool_calls": calls, "usage": t.usage}
+        content = t.content.replace("{images_received}", str(seen)) if t.content is not None else None
+        return {"content": content, "tool_calls": calls, "usage": t.usage}

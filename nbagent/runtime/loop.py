@@ -33,6 +33,7 @@ from ..ids import assign_call_ids
 from ..llm import (
     Fingerprint,
     ModelError,
+    accepts_images,
     complete,
 )
 from ..policy import hour_ago_iso
@@ -87,6 +88,17 @@ class RunLoop(AgentBase):
                                        traceback=traceback.format_exc(limit=8)))
         return self.result(run_id)
 
+    def _cell_images(self, own: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The run's messages with the images its cells showed, for a model that takes images (cell_images.py)."""
+        takes = (bool(getattr(self._local, "accepts_images", False)) if self._local is not None
+                 else accepts_images(self.model))
+        if not takes:
+            return own, []
+        from ..blobs import BlobStore
+        from .cell_images import with_images
+
+        return with_images(own, BlobStore.of_store(self.store.path).get)
+
     async def _model_turn(self, ctx: RunContext, state: RunState) -> None:
         run_id = ctx.run_id
         calls_last_hour = self.store.count_events("llm_called", since=hour_ago_iso()) \
@@ -103,7 +115,8 @@ class RunLoop(AgentBase):
             ctx.prefix = self._prefix(run_id, state)
             ctx.fingerprint = Fingerprint(tools, ctx.prefix)
         own = state.messages
-        messages = ctx.prefix + own
+        sent_own, images_sent = self._cell_images(own)
+        messages = ctx.prefix + sent_own
         fingerprint = ctx.fingerprint.of(own)
         metadata: dict[str, Any] = {}
         if self._local_key is not None:
@@ -133,6 +146,8 @@ class RunLoop(AgentBase):
         }
         if self.settings.api_base:
             request["api_base"] = self.settings.api_base
+        if images_sent:
+            request["images_sent"] = images_sent
         called = self._record(run_id, LlmCalled(
             model=self.model, request=request, response=reply.response, usage=reply.usage, cost=reply.cost,
             latency_ms=round(reply.latency_ms, 3), retry_count=reply.retry_count, fingerprint=fingerprint,

@@ -265,7 +265,22 @@ def step_action(step: dict[str, Any]) -> str:
     verb = _FILE_VERB.get(str(step.get("tool")))
     if verb:
         return f"{verb} {_clip(_step_target(step) or 'a file', 60)}"
+    cell = _CELL_ACTION.get(str(step.get("tool")))
+    if cell:
+        return cell.format(_clip(_step_target(step) or "a cell", 40))
     return "run code" if step.get("tool") == "run_python" else f"run {step.get('tool') or 'a tool'}"
+
+
+# the agent's notebook cells (run_cell, replace_cell, insert_code_cell): what a step does, and what a high-risk one
+# does said on the card ({} is the cell the call names)
+_CELL_ACTION = {"run_cell": "run a cell", "replace_cell": "replace cell {} and run it",
+                "insert_code_cell": "insert a cell"}
+_CELL_EFFECT = {"run_cell": "runs a new cell in the kernel, with everything the notebook can reach",
+                "replace_cell": "replaces the code of cell {} (diff below) and runs it in the kernel, with everything "
+                                "the notebook can reach",
+                "insert_code_cell": "inserts a cell of code that Run All (and `nbagent run`, once approved) runs"}
+_CELL_DONE = {"run_cell": "ran a cell", "replace_cell": "replaced cell {} (diff)",
+              "insert_code_cell": "inserted a cell"}
 
 
 def plan_summary(plan: dict[str, Any]) -> str:
@@ -289,6 +304,8 @@ def high_risk_effects(plan: dict[str, Any]) -> list[str]:
         t = _clip(_step_target(s) or "a file", 80)
         effect = {"delete_file": f"deletes {t}", "write_file": f"replaces the contents of {t}",
                   "create_file": f"creates {t}"}.get(str(s.get("tool")))
+        if effect is None and str(s.get("tool")) in _CELL_EFFECT:
+            effect = _CELL_EFFECT[str(s.get("tool"))].format(_clip(_step_target(s) or "a cell", 40))
         if effect is None:
             effect = ("runs Python code in the kernel, with everything the notebook can reach"
                       if s.get("tool") == "run_python" else
@@ -311,6 +328,9 @@ def step_summary(step: dict[str, Any]) -> str:
         return f"model {step.get('title', '')}: {step.get('detail', '')} · " + " · ".join(b for b in bits if b)
     if kind == "tool":
         line = f"{step.get('tool') or step.get('title')}({format_args(arguments_of(step), 40)})"
+        done = _CELL_DONE.get(str(step.get("tool")))
+        if done and step.get("status") == "ok":
+            line = done.format(_clip(_step_target(step) or "a cell", 40)) + ": " + line
         if step.get("risk"):
             line += f" [{step['risk']}]"
         line += f" {step.get('status', '')}"
