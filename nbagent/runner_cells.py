@@ -117,6 +117,9 @@ def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str |
     completed = _completed(events, call_id)
     if completed is None:
         return f"the log holds no completed {p.tool} for call {call_id}", where
+    recorded = completed.result.get("source") if isinstance(completed.result, dict) else None
+    if ran and (recorded is None or _source(cell).rstrip() != str(recorded).rstrip()):
+        return _EDITED, where  # said first: the person's change is what matters to them, whoever approved the call
     if p.approval_event_id is None:
         return (f"no one approved its code: the call ran because \"{p.reason or 'no reason recorded'}\", which is "
                 "not an approval of running it"), where
@@ -136,10 +139,7 @@ def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str |
         return f"its plan was approved as {Risk(step.risk).value}: the card did not say the code would run", where
     code, explanation = p.arguments.get("code"), p.arguments.get("explanation", "")
     if ran:
-        recorded = completed.result.get("source") if isinstance(completed.result, dict) else None
-        if not _runs_exactly(recorded, code) or _source(cell).rstrip() != str(recorded).rstrip():
-            return _EDITED, where
-        return None, where
+        return (None if _runs_exactly(recorded, code) else _EDITED), where
     if not isinstance(code, str) or not isinstance(explanation, str) or \
             _source(cell).rstrip() != cell_source(code, run_id, explanation).rstrip():
         return f"its source is not the code approved in run {run_id} (it was edited since)", where

@@ -111,4 +111,5 @@ def test_the_agent_fixes_its_cell_and_the_notebook_says_what_ran(tmp_path: Path)
     mine = [c for c in saved.cells if "Revenue, by region (mine)" in c.source]
     assert len(mine) == 1
     (err,) = [o for o in mine[0].outputs if o.output_type == "error"]
-    assert "not run: the agent wrote this cell" in err.evalue and "\n" not in err.evalue
+    assert "not run: the agent wrote and ran this cell" in err.evalue and "a person changed it" in err.evalue
+    assert "\n" not in err.evalue
