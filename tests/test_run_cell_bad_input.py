@@ -79,3 +79,18 @@ def test_megabytes_of_prints_are_bounded(k: Kernel) -> None:
     assert e.type == "tool_call_completed" and len(json.dumps(r)) <= 50_000
     assert r["stdout_truncated"].startswith("4,000,0")  # the whole length is said
     alive(k)
+
+
+@pytest.mark.parametrize("code", ["print('started')\nwhile True:\n    pass",
+                                  "import asyncio\nprint('started')\nawait asyncio.sleep(3600)"],
+                         ids=["synchronous", "awaiting"])
+def test_code_that_never_ends_is_stopped_by_the_time_limit_and_the_run_records_it(k: Kernel, code: str) -> None:
+    assert k.run("%agent config tool_timeout=3", cell_id="cfg").ok
+    (e,) = agent(k, code)
+    assert e.type == "tool_call_completed"
+    r = e.payload.result
+    assert r["interrupted"] and "time limit passed (3 s" in r["error"] and r["stdout"] == "started\n"
+    alive(k)
+    # the handler the kernel had is back: a person's interrupt still reaches their own cell
+    probe = k.run("import signal\nprint(signal.getsignal(signal.SIGINT).__module__)", cell_id="sig")
+    assert "nbagent" not in probe.stdout

@@ -143,6 +143,7 @@ class CellPath(HostState):
             model=None if script is not None else model,
             script=script, replay=replay, tools=tools, autonomy=cfg.get("autonomy") or "L1",
             decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
+            tool_timeout=float(cfg.get("tool_timeout") or 0) or None,
             code_paths=code,  # runs_later.py: a write of one is WRITE_HIGH_RISK, no grant covers it
         )
 

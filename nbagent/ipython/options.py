@@ -147,15 +147,17 @@ class NbAgent(Configurable):
     approve = Unicode("", help="headless approval policy: all, none, low, recorded").tag(config=True)
     max_steps = Int(50, help="tool steps per run").tag(config=True)
     budget = Float(0.0, help="model cost per run, in dollars (0: no limit)").tag(config=True)
+    tool_timeout = Float(300.0, help="seconds a tool call may take, a cell the agent runs included (0: no limit)"
+                         ).tag(config=True)
     script = Unicode("", help="script of the offline scripted model").tag(config=True)
     session = Unicode("default", help="the conversation cells continue").tag(config=True)
     mcp = Unicode("", help="MCP servers: a config file (mcpServers JSON) or the JSON itself").tag(config=True)
 
 
-SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "script", "session", "mcp")
-_DEFAULTS = {"model": "", "autonomy": "L1", "approve": "", "max_steps": 50, "budget": 0.0, "script": "",
-             "session": "default", "mcp": ""}
-_CASTS = {"max_steps": int, "budget": float}
+SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "tool_timeout", "script", "session", "mcp")
+_DEFAULTS = {"model": "", "autonomy": "L1", "approve": "", "max_steps": 50, "budget": 0.0, "tool_timeout": 300.0,
+             "script": "", "session": "default", "mcp": ""}
+_CASTS = {"max_steps": int, "budget": float, "tool_timeout": float}
 
 
 def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: NbAgent,

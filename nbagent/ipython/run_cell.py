@@ -31,6 +31,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -38,7 +39,7 @@ from types import FrameType
 from typing import Any
 
 from ..levels import Risk
-from ..tools.base import Tool
+from ..tools.base import Tool, time_limit
 from .cells import COMM_TARGET, _preview, source_digest
 
 TOOL = "run_cell"
@@ -239,6 +240,7 @@ def _interruptible(task: asyncio.Task[Any], marker: Any, run_code: Any,
     loop = asyncio.get_running_loop()
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        said["signalled"] = True
         seen_run_code = False
         f = frame
         while f is not None:
@@ -280,6 +282,36 @@ async def _execute(shell: Any, source: str, parent: dict[str, Any], cell_id: str
             shell.reset_thread_parent(tokens)
 
 
+class _Watchdog:
+    """Stops the cell when the run's time limit for a tool call is near, as the person's ■ does: a SIGINT to the
+    main thread, handled by `_interruptible` (KeyboardInterrupt in synchronous code, which no `asyncio.wait_for`
+    can stop since it blocks the loop; cancellation while it awaits). It fires a little before the runtime's own
+    limit, so the cell's result says what happened rather than the call failing as timed out."""
+
+    def __init__(self, limit: float, said: dict[str, bool]) -> None:
+        self.said, self.lock, self.armed = said, threading.Lock(), True
+        self.timer = threading.Timer(max(limit * 0.9, limit - 1.0), self._fire)
+        self.timer.daemon = True
+
+    def start(self) -> None:
+        self.timer.start()
+
+    def _fire(self) -> None:
+        with self.lock:
+            if self.armed:
+                self.said["timed_out"] = True
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.armed = False
+        self.timer.cancel()
+        for _ in range(1000):  # a SIGINT sent just as the cell ended: let our handler take it (it does at once)
+            if not self.said.get("timed_out") or self.said.get("signalled"):
+                break
+            time.sleep(0.001)
+
+
 async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> dict[str, Any]:
     """Run `source` as a cell; what it showed, its texts as captured (`fitted` makes it the model's result)."""
     capture = _Capture(msg_id)
@@ -309,13 +341,19 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     said: dict[str, bool] = {}  # the handler's word that SIGINT came (a C Task takes no attributes)
     if main:
         signal.signal(signal.SIGINT, _interruptible(task, _execute.__code__, type(shell).run_code.__code__, said))
+    limit = time_limit()
+    watchdog = _Watchdog(limit, said) if main and limit else None
     result: Any = None
     try:
+        if watchdog is not None:
+            watchdog.start()
         result = await task
     except asyncio.CancelledError:
         if not said.get("interrupted"):
             raise
     finally:
+        if watchdog is not None:
+            watchdog.stop()  # no SIGINT from it after this, and one it sent has been handled
         if main:  # (None: a handler set outside Python; Python's own is the closest to put back)
             signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
         if hooked:
@@ -356,8 +394,9 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
         shell._last_traceback = traceback_before
     if result is None or isinstance(error, KeyboardInterrupt | asyncio.CancelledError):
         out["interrupted"] = True
-        how = ("the kernel was interrupted" if said.get("interrupted") or isinstance(error, KeyboardInterrupt)
-               else "its task was cancelled (the tool's time limit?)")
+        how = (f"its time limit passed ({limit:g} s, the run's tool_timeout)" if said.get("timed_out")
+               else "the kernel was interrupted" if said.get("interrupted") or isinstance(error, KeyboardInterrupt)
+               else "its task was cancelled")
         out["error"] = f"{type(error or asyncio.CancelledError()).__name__}: the cell was stopped: {how}; the state " \
                        "it set before that remains"
     elif error is not None:

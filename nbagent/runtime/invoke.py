@@ -26,7 +26,7 @@ from ..llm import (
 )
 from ..retrying import with_retries
 from ..state import RunState, RunStatus
-from ..tools.base import Tool, ToolError
+from ..tools.base import TIME_LIMIT, Tool, ToolError
 from ..tools.control import CONTROL_TOOLS
 from .context import CONTROL_RISK, MAX_RESULT_CHARS, AgentBase, RunContext, _ms
 
@@ -44,8 +44,12 @@ class Invocation(AgentBase):
                                   base=self.settings.retry_base, cap=self.settings.retry_cap, transient=transient)
 
     async def _attempt(self, tool: Tool, args: dict[str, Any]) -> Any:
-        coro = tool.call(args)
-        return await (asyncio.wait_for(coro, self.tool_timeout) if self.tool_timeout else coro)
+        token = TIME_LIMIT.set(self.tool_timeout)  # copied into the task wait_for makes, and a sync tool's thread
+        try:
+            coro = tool.call(args)
+            return await (asyncio.wait_for(coro, self.tool_timeout) if self.tool_timeout else coro)
+        finally:
+            TIME_LIMIT.reset(token)
 
     async def _control(self, ctx: RunContext, call: ToolCallRequest, args: dict[str, Any], parent: str | None) -> None:
         run_id = ctx.run_id

@@ -15,6 +15,7 @@ scope.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import functools
 import inspect
@@ -81,6 +82,16 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
             params[current] += " " + line.strip()
     text = "\n".join(description).strip().split("\n\n")[0]
     return " ".join(text.split()), params
+
+
+TIME_LIMIT: contextvars.ContextVar[float | None] = contextvars.ContextVar("nbagent_tool_time_limit", default=None)
+
+
+def time_limit() -> float | None:
+    """Seconds the running tool call may take (the run's `tool_timeout`), None for no limit. The runtime stops an
+    awaiting tool itself (`asyncio.wait_for`); a tool whose work can block the event loop (run_cell's synchronous
+    code) must stop itself, since nothing on the blocked loop can."""
+    return TIME_LIMIT.get()
 
 
 class Tool:
@@ -356,6 +367,6 @@ def as_tools(items: Iterable[ToolLike]) -> dict[str, Tool]:
     return out
 
 
-__all__ = ["NOT_A_PATH", "PATH_NAME", "WEAK_PATH_NAME", "Tool", "ToolArgumentError", "ToolError", "ToolLike",
-           "as_tools", "local_path", "named_paths", "parse_docstring", "path_key", "path_shaped", "schema_paths",
-           "tool", "typed_paths", "valued_paths"]
+__all__ = ["NOT_A_PATH", "PATH_NAME", "TIME_LIMIT", "WEAK_PATH_NAME", "Tool", "ToolArgumentError", "ToolError",
+           "ToolLike", "as_tools", "local_path", "named_paths", "parse_docstring", "path_key", "path_shaped",
+           "schema_paths", "time_limit", "tool", "typed_paths", "valued_paths"]
