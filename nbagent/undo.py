@@ -154,8 +154,7 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
             started[(e.run_id, p.call_id)] = p.tool
             if p.tool in CELL_TOOLS:
                 problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=(
-                    "its cell is " + ("removed" if p.tool == "run_cell" else "given back its code") + "; "
-                    + KERNEL_NOTE + ", nor what its code did on disk")))
+                    "its cell is undone (listed above); " + KERNEL_NOTE + ", nor files its code wrote")))
             elif p.tool == CELL_UNDO_TOOL:
                 problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=(
                     "a cell an undo removed or restored is not brought back: ask the agent to run it again")))

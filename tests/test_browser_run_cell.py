@@ -172,7 +172,7 @@ def test_a_failing_cell_then_a_plot_in_cells_below_the_agent(page: Page, lab: La
              explanation="revenue by region"),
         call("run_cell", "The column is `revenue`, lower case. I'll plot it.", code=PLOT,
              explanation="plot revenue by region"),
-        {"content": "**North** has the most revenue (160); the plot is in the cell above."}])
+        {"content": "**North** has the most revenue (160); the plot is in the cell below this record."}])
     start_flow(page, lab, notebook)
     label = approve(page, 1)
     assert "run_cell" in label.lower().replace(" ", "_") or "run" in label.lower(), label
@@ -227,7 +227,7 @@ def test_replace_cell_fixes_the_same_cell(page: Page, lab: Lab) -> None:  # noqa
              explanation="revenue by region"),
         call("replace_cell", "The column is `revenue`, lower case. I'll fix the cell and plot it.",
              cell="nb1_0", code=PLOT, explanation="plot revenue by region"),
-        {"content": "**North** has the most revenue (160); the plot is in the cell above."}])
+        {"content": "**North** has the most revenue (160); the plot is in the cell below this record."}])
     start_flow(page, lab, notebook)
     approve(page, 1)
     first = cell(page, 2)

@@ -41,9 +41,12 @@ def outcome(offer: dict[str, Any], result: dict[str, Any] | None) -> tuple[str, 
     state = result.get("state")
     if state == "done":
         restored = result.get("restored") or []
-        lines, body = _changes(restored)
+        cells = result.get("cells") or []
+        lines, body = _changes(restored + cells)
         uid = result.get("undo_run_id") or ""
-        return ("ok", f"✓ undone: {plural(len(restored), 'file', 'files')} put back (undo run {uid})", lines, body,
+        said = [plural(len(restored), "file", "files") + " put back"] if restored or not cells else []
+        said += [plural(len(cells), "cell", "cells") + " removed or restored"] if cells else []
+        return ("ok", f"✓ undone: {', '.join(said)} (undo run {uid})", lines, body,
                 f"The undo is a recorded run: %agent undo {uid} undoes it.")
     if state == "refused" or (state is None and offer.get("state") == "conflicts"):
         conflicts = result.get("conflicts") if state else offer.get("conflicts")

@@ -328,6 +328,15 @@ class RunView(_Clickable):
 # ---------------------------------------------------------------------------------------------- the Undo panel
 
 UNDO_ACTION = {"remove": "removed", "restore": "restored", "recreate": "restored (the run deleted it)"}
+CELL_ACTION = {"remove": "cell removed (the agent added it)", "restore": "cell's code restored (from before the agent "
+               "replaced it)"}
+
+
+def _cell_changes(report: Any, conflicts: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The agent's cells the undo removes or restores, listed beside the files (counted as changes too)."""
+    return [{"path": f"cell {c.cell_id}", "action": CELL_ACTION[c.action],
+             "conflict": (conflicts or {}).get(f"cell {c.cell_id}"), "overwrites_edit": False}
+            for c in getattr(report, "cells", [])]
 
 
 def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False,
@@ -345,7 +354,7 @@ def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False
     conflicts = {c.path: c.reason for c in report.conflicts}
     edited = [r.path for r in report.restores if force and r.current_sha256 != r.expect_sha256]
     state = "undone" if report.undone_by else "conflicts" if conflicts else "ready"
-    n = len(report.restores)
+    n = len(report.restores) + len(getattr(report, "cells", []))
     button = None
     if state == "ready":
         button = f"Undo {n} change{'s' if n != 1 else ''}" + (
@@ -357,7 +366,8 @@ def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False
     return {"run_id": run_id, "to": to, "force": force, "runs": report.runs, "state": state, "button": button,
             "why_not": why_not, "undone_by": report.undone_by,
             "changes": [{"path": r.path, "action": UNDO_ACTION[r.action], "conflict": conflicts.get(r.path),
-                         "overwrites_edit": r.path in edited} for r in report.restores],
+                         "overwrites_edit": r.path in edited} for r in report.restores]
+            + _cell_changes(report, conflicts),
             "conflicts": [c.model_dump(mode="json") for c in report.conflicts],
             "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in report.not_undoable]}
 
@@ -369,6 +379,7 @@ def undo_result(report: Any, store: Any = None) -> dict[str, Any]:
     state = "refused" if report.conflicts else "failed" if report.failed else "done"
     out = {"state": state, "text": report.text(), "undo_run_id": report.undo_run_id,
            "restored": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in report.restores],
+           "cells": [{"path": c["path"], "action": c["action"]} for c in _cell_changes(report)],
            "conflicts": [c.model_dump(mode="json") for c in report.conflicts], "runs": list(report.runs)}
     if store is not None and state == "done":
         from .record import bundle
