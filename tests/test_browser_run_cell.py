@@ -217,6 +217,24 @@ def test_a_failing_cell_then_a_plot_in_cells_below_the_agent(page: Page, lab: La
     assert one["run_id"] == two["run_id"] and (one["index"], two["index"]) == (1, 2)
     assert failed["id"] != plotted["id"] and [c["id"] for c in cells] == cell_ids(page)
 
+    # a person fixes the agent's failing cell by hand and runs it (Shift+Enter): it runs, as their choice
+    first.locator(".jp-InputArea-editor .cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.type("print('total', __import__('pandas').read_csv('data/sales.csv')['revenue'].sum())")
+    page.keyboard.press("Shift+Enter")
+    expect(first.locator(".jp-OutputArea")).to_contain_text("total 395", timeout=60_000)
+    expect(first.locator(".jp-OutputArea")).not_to_contain_text("KeyError")
+    expect(first.locator(".jp-InputPrompt")).to_have_text("[5]:")
+    first.scroll_into_view_if_needed()
+    shot(page, "run-cell-9-edited-and-run-by-hand")
+    save(page, notebook)
+
+    def persons_code_saved() -> bool:
+        mine = json.loads(notebook.read_text())["cells"][2]
+        return "".join(mine["source"]).startswith("print('total'") and mine["execution_count"] == 5
+
+    wait_until(persons_code_saved, 20, "the saved notebook holds the person's code in the agent's cell, run")
+
 
 def test_replace_cell_fixes_the_same_cell(page: Page, lab: Lab) -> None:  # noqa: F811
     """run_cell with a wrong column, then replace_cell (by the first call's id): the same cell gets the plot."""
