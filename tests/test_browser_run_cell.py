@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -284,6 +286,18 @@ def test_replace_cell_fixes_the_same_cell(page: Page, lab: Lab) -> None:  # noqa
     shot(page, "run-cell-7-undone")
     after = cell_ids(page)
     assert after[:3] == [c["id"] for c in cells if c["id"] != fixed["id"]]  # only the agent's cell went
+
+    # the notebook JupyterLab saved, run headless under its recorded approvals: the %%agent cell runs again, and the
+    # agent's cell is written anew below it, fixed, with its plot and provenance
+    out = notebook.with_name("headless.ipynb")
+    done = subprocess.run([str(Path(sys.executable).with_name("nbagent")), "run", str(notebook), "-o", str(out),
+                           "--approve", "recorded"], capture_output=True, text=True, cwd=notebook.parent,
+                          timeout=300, check=False)  # (a guard against a hang, not a timing assertion)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = [c for c in json.loads(out.read_text())["cells"] if (c["metadata"].get("nbagent") or {}).get("ran")]
+    assert len(ran) == 1 and "['revenue']" in "".join(ran[0]["source"]), [c["source"] for c in ran]
+    assert any("image/png" in o.get("data", {}) for o in ran[0]["outputs"]), ran[0]["outputs"]
+    assert ran[0]["metadata"]["nbagent"]["version"] and ran[0]["metadata"]["nbagent"]["approval_event_id"]
 
 
 WAIT_FOR = "import os, time\nwhile not os.path.exists({name!r}):\n    time.sleep(0.05)\nprint({said!r})"
