@@ -204,6 +204,23 @@ def is_run_view(state: dict[str, Any]) -> bool:
     return "view" in state and "decided" in state
 
 
+class RecordingKernel(Kernel):
+    """The harness, also keeping every IOPub message by its parent msg id (the agent's cells have their own)."""
+
+    def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
+        self.by_parent: dict[str, list[dict[str, Any]]] = {}
+        super().__init__(folder, env=env)
+
+    def _iopub(self, msg: dict[str, Any]) -> None:
+        self.by_parent.setdefault(msg["parent_header"].get("msg_id", ""), []).append(msg)
+        super()._iopub(msg)
+
+    def comms(self) -> list[dict[str, Any]]:
+        """The data of every `nbagent.cells` comm the kernel opened, oldest first."""
+        return [m["content"]["data"] for msgs in self.by_parent.values() for m in msgs
+                if m["msg_type"] == "comm_open" and m["content"].get("target_name") == "nbagent.cells"]
+
+
 def script(path: Path, *turns: Any) -> Path:
     path.write_text(json.dumps({"turns": list(turns)}))
     return path

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_harness import Kernel, script
+from kernel_harness import RecordingKernel, script
 
 from nbagent.store import Store
 
@@ -16,23 +16,9 @@ pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 AGENT = "%%agent --script s.json --approve all --autonomy L3 --new\n"
 
 
-class Raw(Kernel):
-    def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
-        self.by_parent: dict[str, list[dict[str, Any]]] = {}
-        super().__init__(folder, env=env)
-
-    def _iopub(self, msg: dict[str, Any]) -> None:
-        self.by_parent.setdefault(msg["parent_header"].get("msg_id", ""), []).append(msg)
-        super()._iopub(msg)
-
-    def comms(self) -> list[dict[str, Any]]:
-        return [m["content"]["data"] for msgs in self.by_parent.values() for m in msgs
-                if m["msg_type"] == "comm_open" and m["content"].get("target_name") == "nbagent.cells"]
-
-
 @pytest.fixture
-def k(tmp_path: Path) -> Iterator[Raw]:
-    kernel = Raw(tmp_path)
+def k(tmp_path: Path) -> Iterator[RecordingKernel]:
+    kernel = RecordingKernel(tmp_path)
     assert kernel.run("%load_ext nbagent", cell_id="setup").ok
     yield kernel
     kernel.close()
@@ -45,13 +31,13 @@ def turn(name: str, call_id: str | None = None, **arguments: Any) -> dict[str, A
     return {"tool_calls": [c]}
 
 
-def agent(k: Raw, *turns: dict[str, Any], cell_id: str = "c1", flags: str = AGENT) -> None:
+def agent(k: RecordingKernel, *turns: dict[str, Any], cell_id: str = "c1", flags: str = AGENT) -> None:
     script(k.folder / "s.json", *turns, {"content": "done"})
     cell = k.run(flags + "go", cell_id=cell_id)
     assert cell.ok, (cell.stderr, cell.outputs)
 
 
-def events(k: Raw, kind: str, tool: str | None = None) -> list[Any]:
+def events(k: RecordingKernel, kind: str, tool: str | None = None) -> list[Any]:
     store = Store(k.folder / "test.nbagent", readonly=True)
     out = []
     for run_id in store.run_ids():
@@ -61,15 +47,15 @@ def events(k: Raw, kind: str, tool: str | None = None) -> list[Any]:
     return out
 
 
-def completed(k: Raw, tool: str) -> list[dict[str, Any]]:
+def completed(k: RecordingKernel, tool: str) -> list[dict[str, Any]]:
     return [p.result for p in events(k, "tool_call_completed", tool)]
 
 
-def failed(k: Raw, tool: str) -> list[str]:
+def failed(k: RecordingKernel, tool: str) -> list[str]:
     return [p.error for p in events(k, "tool_call_failed", tool)]
 
 
-def test_list_cells_names_the_agents_cells_and_the_persons(k: Raw) -> None:
+def test_list_cells_names_the_agents_cells_and_the_persons(k: RecordingKernel) -> None:
     k.run("x = 1  # mine", cell_id="p1")
     agent(k, turn("run_cell", code="y = x + 1\nprint(y)", explanation="add one"),
           turn("list_cells", "call_l"))
@@ -85,7 +71,7 @@ def test_list_cells_names_the_agents_cells_and_the_persons(k: Raw) -> None:
     assert request["written_by"] == "person (a request to the agent)"
 
 
-def test_list_cells_is_bounded(k: Raw) -> None:
+def test_list_cells_is_bounded(k: RecordingKernel) -> None:
     k.run("for i in range(60):\n    get_ipython().run_cell('z = ' + 'x' * 3000, store_history=True)", cell_id="p1")
     agent(k, turn("list_cells"))
     (listed,) = completed(k, "list_cells")
@@ -93,7 +79,7 @@ def test_list_cells_is_bounded(k: Raw) -> None:
     assert all(len(r["source"]) <= 400 for r in listed["cells"])
 
 
-def test_replace_cell_replaces_the_agents_cell_in_place_and_runs_it(k: Raw) -> None:
+def test_replace_cell_replaces_the_agents_cell_in_place_and_runs_it(k: RecordingKernel) -> None:
     agent(k, turn("run_cell", "call_a", code="value = 1 / 0", explanation="divide"),
           turn("replace_cell", "call_b", cell="nb1_0", code="value = 1 / 2", explanation="fix the division"),
           flags=AGENT.replace("L3", "L2"))  # (asked, and approved: the plan's card is in the log)
@@ -132,7 +118,7 @@ def test_replace_cell_replaces_the_agents_cell_in_place_and_runs_it(k: Raw) -> N
     assert completed(k, "replace_cell")[-1]["metadata"]["nbagent"]["version"] == 3
 
 
-def test_replace_cell_refuses_a_persons_cell_and_an_unknown_id(k: Raw) -> None:
+def test_replace_cell_refuses_a_persons_cell_and_an_unknown_id(k: RecordingKernel) -> None:
     k.run("secret_work = 42", cell_id="person-cell")
     agent(k, turn("replace_cell", cell="person-cell", code="secret_work = 0"),
           turn("replace_cell", cell="call_that_never_ran", code="x = 0"))
@@ -142,7 +128,7 @@ def test_replace_cell_refuses_a_persons_cell_and_an_unknown_id(k: Raw) -> None:
     assert not [c for c in k.comms() if c.get("action") == "replace"]
 
 
-def test_a_cell_the_person_edited_and_ran_is_theirs(k: Raw) -> None:
+def test_a_cell_the_person_edited_and_ran_is_theirs(k: RecordingKernel) -> None:
     agent(k, turn("run_cell", "call_a", code="a = 1"))
     (ran,) = completed(k, "run_cell")
     k.run("a = 'edited by the person'", cell_id=ran["cell_id"])  # the front end runs the edited cell, same id
@@ -155,7 +141,7 @@ def test_a_cell_the_person_edited_and_ran_is_theirs(k: Raw) -> None:
     assert k.run("print(a)", cell_id="p2").stdout == "edited by the person\n"
 
 
-def test_a_denied_run_cell_leaves_no_cell_to_replace(k: Raw) -> None:
+def test_a_denied_run_cell_leaves_no_cell_to_replace(k: RecordingKernel) -> None:
     flags = "%%agent --script s.json --approve none --new\n"
     script(k.folder / "s.json", turn("run_cell", "call_a", code="a = 1"),
            turn("replace_cell", "call_b", cell="nb1_0", code="a = 2"), {"content": "done"})

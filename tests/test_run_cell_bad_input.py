@@ -5,8 +5,6 @@ kernel that still answers."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,11 +17,9 @@ AGENT = "%%agent --script s.json --approve all --autonomy L3 --new\ngo"
 
 
 @pytest.fixture
-def k(tmp_path: Path) -> Iterator[Kernel]:
-    kernel = Kernel(tmp_path)
-    assert kernel.run("%load_ext nbagent", cell_id="setup").ok
-    yield kernel
-    kernel.close()
+def k(kernel: Kernel) -> Kernel:
+    """conftest's kernel: nbagent loaded."""
+    return kernel
 
 
 def agent(k: Kernel, code: str, cell_id: str = "c1", timeout: float = 180) -> list[Any]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,11 +19,9 @@ needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is 
 
 
 @pytest.fixture
-def k(tmp_path: Path) -> Iterator[Kernel]:
-    kernel = Kernel(tmp_path)
-    assert kernel.run("%load_ext nbagent", cell_id="setup").ok
-    yield kernel
-    kernel.close()
+def k(kernel: Kernel) -> Kernel:
+    """conftest's kernel: nbagent loaded."""
+    return kernel
 
 
 def run(k: Kernel, code: str, *, images: bool) -> tuple[dict[str, Any], list[Any], str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_harness import Cell, Kernel, script
+from kernel_harness import Cell, RecordingKernel, script
 
 from nbagent.store import Store
 
@@ -19,21 +19,9 @@ pytestmark = [pytest.mark.kernel, pytest.mark.slow]  # (the fixture builds a Ker
 AGENT = "%%agent --script s.json --approve all --autonomy L3 --new\n"
 
 
-class Raw(Kernel):
-    """The harness, also keeping every IOPub message by its parent msg id (the agent's cell has its own)."""
-
-    def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
-        self.by_parent: dict[str, list[dict[str, Any]]] = {}
-        super().__init__(folder, env=env)
-
-    def _iopub(self, msg: dict[str, Any]) -> None:
-        self.by_parent.setdefault(msg["parent_header"].get("msg_id", ""), []).append(msg)
-        super()._iopub(msg)
-
-
 @pytest.fixture
-def k(tmp_path: Path) -> Iterator[Raw]:
-    kernel = Raw(tmp_path)
+def k(tmp_path: Path) -> Iterator[RecordingKernel]:
+    kernel = RecordingKernel(tmp_path)
     assert kernel.run("%load_ext nbagent", cell_id="setup").ok
     yield kernel
     kernel.close()
@@ -43,14 +31,14 @@ def call(code: str, explanation: str = "") -> dict[str, Any]:
     return {"tool_calls": [{"name": "run_cell", "arguments": {"code": code, "explanation": explanation}}]}
 
 
-def agent(k: Raw, *turns: dict[str, Any], cell_id: str = "c1", timeout: float = 120) -> Cell:
+def agent(k: RecordingKernel, *turns: dict[str, Any], cell_id: str = "c1", timeout: float = 120) -> Cell:
     script(k.folder / "s.json", *turns, {"content": "done"})
     cell = k.run(AGENT + "go", cell_id=cell_id, timeout=timeout)
     assert cell.ok, (cell.stderr, cell.outputs)
     return cell
 
 
-def results(k: Raw) -> list[dict[str, Any]]:
+def results(k: RecordingKernel) -> list[dict[str, Any]]:
     """Every run_cell result the log holds, oldest first."""
     store = Store(k.folder / "test.nbagent", readonly=True)
     out = []
@@ -75,7 +63,7 @@ answer
 '''
 
 
-def test_print_value_and_rich_output_reach_the_result_under_their_own_parent(k: Raw) -> None:
+def test_print_value_and_rich_output_reach_the_result_under_their_own_parent(k: RecordingKernel) -> None:
     agent(k, call(RICH, "compute the answer"))
     (r,) = results(k)
     assert r["ran"] and r["stdout"] == "hello from the agent\n" and r["stderr"] == ""
@@ -102,14 +90,14 @@ def test_print_value_and_rich_output_reach_the_result_under_their_own_parent(k: 
     assert probe.stdout == "['Frame(rows=3)', '42']\n", probe.stdout
 
 
-def test_an_exception_reaches_the_result_with_its_traceback(k: Raw) -> None:
+def test_an_exception_reaches_the_result_with_its_traceback(k: RecordingKernel) -> None:
     agent(k, call("def f():\n    return 1 / 0\nprint('before')\nf()"))
     (r,) = results(k)
     assert r["stdout"] == "before\n" and r["error"].startswith("ZeroDivisionError")
     assert "f()" in r["traceback"] and "\x1b[" not in r["traceback"] and "interrupted" not in r
 
 
-def test_counts_in_and_out_advance_like_a_persons_cell(k: Raw) -> None:
+def test_counts_in_and_out_advance_like_a_persons_cell(k: RecordingKernel) -> None:
     before = k.run("x = 1", cell_id="p1")
     n = before.reply["content"]["execution_count"]  # type: ignore[index]
     agent_cell = agent(k, call("y = 5\ny * 2"), cell_id="c1")
@@ -123,7 +111,7 @@ def test_counts_in_and_out_advance_like_a_persons_cell(k: Raw) -> None:
     assert after.stdout.split()[-2:] == ["10", str(n + 4)]  # Out[n+2] is the value; In[n+3] is this cell
 
 
-def test_a_print_from_another_thread_is_not_in_the_result(k: Raw) -> None:
+def test_a_print_from_another_thread_is_not_in_the_result(k: RecordingKernel) -> None:
     k.run("import threading, time\nstop = threading.Event()\n"
           "def chatter():\n    while not stop.is_set():\n        print('background'); time.sleep(0.01)\n"
           "t = threading.Thread(target=chatter, daemon=True); t.start()", cell_id="p1")
@@ -133,7 +121,7 @@ def test_a_print_from_another_thread_is_not_in_the_result(k: Raw) -> None:
     assert r["stdout"] == "agent 0\nagent 1\nagent 2\n"
 
 
-def test_nothing_process_wide_changes(k: Raw) -> None:
+def test_nothing_process_wide_changes(k: RecordingKernel) -> None:
     probe = ("import sys, builtins, signal\nsnap = lambda: (id(sys.stdout), id(sys.stderr), id(builtins.__import__),"
              " sys.getswitchinterval(), sys.gettrace(), signal.getsignal(signal.SIGINT))")
     k.run(probe + "\nfirst = snap()", cell_id="p1")
@@ -145,7 +133,7 @@ def test_nothing_process_wide_changes(k: Raw) -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed")
-def test_a_matplotlib_plot_gives_an_image_output(k: Raw) -> None:
+def test_a_matplotlib_plot_gives_an_image_output(k: RecordingKernel) -> None:
     # shown by matplotlib's post_execute hook, as after a person's cell: no plt.show(); a magic works too
     agent(k, call("%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3]);"))
     (r,) = results(k)
@@ -158,7 +146,7 @@ def test_a_matplotlib_plot_gives_an_image_output(k: Raw) -> None:
     assert later.stdout == "0\n"  # closed after the cell, as inline figures are
 
 
-def test_the_next_turn_sees_the_result(k: Raw) -> None:
+def test_the_next_turn_sees_the_result(k: RecordingKernel) -> None:
     agent(k, call("print('seen by the model')\n21 * 2"))
     store = Store(k.folder / "test.nbagent", readonly=True)
     (run_id,) = store.run_ids()
@@ -169,7 +157,7 @@ def test_the_next_turn_sees_the_result(k: Raw) -> None:
 
 @pytest.mark.parametrize("loop", ["while True:\n    time.sleep(0.01)", "await asyncio.sleep(600)"],
                          ids=["running", "awaiting"])
-def test_an_interrupt_stops_the_cell_and_the_result_says_so(k: Raw, loop: str) -> None:
+def test_an_interrupt_stops_the_cell_and_the_result_says_so(k: RecordingKernel, loop: str) -> None:
     script(k.folder / "s.json", call("import asyncio, time\nstarted = True\n" + loop), {"content": "stopped"})
     cell = k.submit(AGENT + "go", cell_id="c1")
     deadline = time.monotonic() + 60
@@ -187,7 +175,7 @@ def test_an_interrupt_stops_the_cell_and_the_result_says_so(k: Raw, loop: str) -
     assert k.run("print(started)", cell_id="p1").stdout == "True\n"  # the kernel goes on
 
 
-def test_run_cell_is_offered_and_run_python_still_runs_recordings_that_name_it(k: Raw) -> None:
+def test_run_cell_is_offered_and_run_python_still_runs_recordings_that_name_it(k: RecordingKernel) -> None:
     turn = {"tool_calls": [{"name": "run_python", "arguments": {"code": "old = 'still works'"}}]}
     agent(k, turn)
     store = Store(k.folder / "test.nbagent", readonly=True)
@@ -197,7 +185,7 @@ def test_run_cell_is_offered_and_run_python_still_runs_recordings_that_name_it(k
     assert k.run("print(old)", cell_id="p1").stdout == "still works\n"
 
 
-def assert_answer(k: Raw) -> str:
+def assert_answer(k: RecordingKernel) -> str:
     store = Store(k.folder / "test.nbagent", readonly=True)
     (run_id,) = store.run_ids()
     return str(next(e for e in store.run_events(run_id) if e.type == "answer_ready").payload.content)
@@ -205,7 +193,7 @@ def assert_answer(k: Raw) -> str:
 
 def test_the_result_is_bounded_and_redacted(tmp_path: Path) -> None:
     secret = "s3cr3t-value-0123456789abcdef"
-    k = Raw(tmp_path, env={"MY_SERVICE_API_KEY": secret})
+    k = RecordingKernel(tmp_path, env={"MY_SERVICE_API_KEY": secret})
     try:
         assert k.run("%load_ext nbagent", cell_id="setup").ok
         agent(k, call("import os\nprint(os.environ['MY_SERVICE_API_KEY'])\nprint('x' * 50_000)\n"
@@ -224,7 +212,7 @@ def test_the_result_is_bounded_and_redacted(tmp_path: Path) -> None:
         k.close()
 
 
-def test_an_updated_display_is_read_as_updated_and_clear_output_clears(k: Raw) -> None:
+def test_an_updated_display_is_read_as_updated_and_clear_output_clears(k: RecordingKernel) -> None:
     agent(k, call("from IPython.display import display, clear_output\nprint('gone')\nclear_output()\n"
                   "h = display('first', display_id=True)\nh.update('second')\nprint('kept')"))
     (r,) = results(k)
