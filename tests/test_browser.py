@@ -656,9 +656,9 @@ def test_inserted_code_cell_appears_below_the_agent_cell(page: Page, lab: Lab) -
     wait_kernel_idle(page, lab, notebook)
     command(page, "runmenu:run-all")
     # a cell is code that runs later: WRITE_HIGH_RISK, so a person approves exactly this code, even at L2
-    card = waiting_card(page, 1, "Run insert_code_cell")
+    card = waiting_card(page, 1, "Insert a cell")
     expect(card).to_have_class(re.compile(r"\bnbv-plan-high\b"))
-    button(page, "Run insert_code_cell").click()
+    button(page, "Insert a cell").click()
     cells = page.locator(f"{ACTIVE} .jp-Notebook .jp-Cell")
     expect(cells).to_have_count(4, timeout=90_000)
     inserted = cells.nth(2)

@@ -12,6 +12,13 @@ export const HIGH = "WRITE_HIGH_RISK";
 export const FILE_VERB = { delete_file: "delete", write_file: "overwrite", create_file: "create", read_file: "read" };
 export const HIGH_NOUN = { delete_file: ["delete", "deletes"], write_file: ["overwrite", "overwrites"],
   run_python: ["code run", "code runs"] };
+// the agent's notebook cells, worded as nbagent/ui/record_words.py words them ({} is the cell the call names)
+export const CELL_ACTION = { run_cell: "run a cell", replace_cell: "replace cell {} and run it",
+  insert_code_cell: "insert a cell" };
+export const CELL_EFFECT = { run_cell: "runs a new cell in the kernel, with everything the notebook can reach",
+  replace_cell: "replaces the code of cell {} (diff below) and runs it in the kernel, with everything the notebook "
+    + "can reach",
+  insert_code_cell: "inserts a cell of code that Run All (and `nbagent run`, once approved) runs" };
 
 export const upperFirst = (t) => (t ? t[0].toUpperCase() + t.slice(1) : t);
 
@@ -25,6 +32,8 @@ export function stepTarget(s) {
 export function stepAction(s) {
   const verb = FILE_VERB[s.tool];
   if (verb) return `${verb} ${clip(stepTarget(s) || "a file", 60)}`;
+  const cell = CELL_ACTION[s.tool];
+  if (cell) return cell.replace("{}", clip(stepTarget(s) || "a cell", 40));
   if (s.tool === "run_python") return "run code";
   return `run ${s.tool || "a tool"}`;
 }
@@ -34,6 +43,8 @@ export function stepEffect(s) {
   const t = clip(stepTarget(s) || "a file", 80);
   const effect = { delete_file: `deletes ${t}`, write_file: `replaces the contents of ${t}`,
     create_file: `creates ${t}` }[s.tool]
+    || (CELL_EFFECT[s.tool] ? CELL_EFFECT[s.tool].replace("{}", clip(stepTarget(s) || "a cell", 40))
+      : undefined)
     || (s.tool === "run_python" ? "runs Python code in the kernel, with everything the notebook can reach"
       : `runs ${s.tool || "a tool"}${s.target ? ` on ${clip(s.target, 60)}` : ""}, a tool marked high risk`);
   return s.risk_reason ? `${effect}: ${s.risk_reason}` : effect;
