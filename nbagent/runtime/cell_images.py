@@ -17,11 +17,25 @@ from collections.abc import Callable
 from typing import Any
 
 MAX_SENT = 4  # image parts added to one request
+CELL_TOOLS = ("run_cell", "replace_cell")  # only their results name images: another tool's result (an MCP server's,
+# a user tool's) that says `images_for_model` could name any blob of the store (old contents undo keeps)
 
 
-def _named(message: dict[str, Any]) -> list[dict[str, Any]]:
+def _tools_by_call(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """Each tool call id of the conversation -> the tool the assistant called (its own messages say which)."""
+    out: dict[str, str] = {}
+    for m in messages:
+        for c in (m.get("tool_calls") or []) if m.get("role") == "assistant" else []:
+            if isinstance(c, dict) and isinstance(c.get("id"), str):
+                out[c["id"]] = str((c.get("function") or {}).get("name") or "")
+    return out
+
+
+def _named(message: dict[str, Any], tools: dict[str, str]) -> list[dict[str, Any]]:
     content = message.get("content")
     if message.get("role") != "tool" or not isinstance(content, str) or '"images_for_model"' not in content:
+        return []
+    if tools.get(str(message.get("tool_call_id"))) not in CELL_TOOLS:
         return []
     try:
         result = json.loads(content)
@@ -35,7 +49,8 @@ def _named(message: dict[str, Any]) -> list[dict[str, Any]]:
 def with_images(messages: list[dict[str, Any]], get: Callable[[str], bytes]) -> tuple[list[dict[str, Any]],
                                                                                       list[dict[str, Any]]]:
     """`messages` with the newest MAX_SENT images tool results name added as image parts; and what was sent."""
-    wanted: list[tuple[int, dict[str, Any]]] = [(i, image) for i, m in enumerate(messages) for image in _named(m)]
+    tools = _tools_by_call(messages)
+    wanted = [(i, image) for i, m in enumerate(messages) for image in _named(m, tools)]
     if not wanted:
         return messages, []
     chosen = wanted[-MAX_SENT:]
