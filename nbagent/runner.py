@@ -233,7 +233,9 @@ def _client_class() -> Any:
                                                   traceback=[f"{AGENT_CELL_ERROR}: {why}"])]
                     cell.execution_count = None
                     raise CellExecutionError("", AGENT_CELL_ERROR, why)
-            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            # the kernel's own count (execute_input), not nbclient's count of the cells it sent: the cells the agent
+            # ran took counts of their own, so nbclient's numbering would put [4] above [3]
+            return await super().async_execute_cell(cell, cell_index, None, store_history)
 
         async def async_start_new_kernel_client(self) -> Any:
             kc = await super().async_start_new_kernel_client()

@@ -93,6 +93,8 @@ def test_the_agent_fixes_its_cell_and_the_notebook_says_what_ran(tmp_path: Path)
     assert len(meta["source_sha256"]) == 64 and int(meta["source_sha256"], 16) >= 0
     assert meta["run_id"] and meta["call_id"] and meta["approval_event_id"]
     assert isinstance(cell.execution_count, int)
+    counts = [c.execution_count for c in saved.cells if c.cell_type == "code"]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts), counts  # the kernel's counts, in order
 
     # again, under the recorded approvals: the same cell, once, run again
     again = nbagent_run(path, "recorded")
