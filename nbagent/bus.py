@@ -54,5 +54,9 @@ class EventBus:
     def token(self, run_id: str, text: str) -> None:
         self._emit("token", (run_id, text))
 
+    def next_call(self, run_id: str, estimate: dict[str, Any]) -> None:
+        """What the next model call will send (input tokens, exact or a bound) and cost, before it is made."""
+        self._emit("next_call", (run_id, estimate))
+
     def token_reset(self, run_id: str) -> None:
         self._emit("token_reset", run_id)

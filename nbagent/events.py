@@ -359,6 +359,38 @@ class Interrupted(Payload):
     reason: str = "interrupted"
 
 
+class CompactedResult(BaseModel):
+    """A tool result sent as a reference from now on (the result itself stays in its run's log)."""
+
+    model_config = ConfigDict(extra="allow")
+    run_id: str
+    call_id: str
+    tokens: int = 0
+
+
+class ContextCompacted(Payload):
+    """What was taken out of the requests to the model from here on, and why (runtime/compaction.py).
+
+    `results`: tool results sent as references (handles `run_id/call_id` that `read_result` pages through);
+    `summary`: a summary that stands for the runs in `summarized_runs` (a model's, or an extract when the model's
+    summary failed: `summary_error`). A replay folds the same events, so it sends what was sent."""
+
+    event_type = "context_compacted"
+    reason: str  # "budget": the next request would pass the window's share; "refused": the provider said too long
+    window: int | None = None
+    window_source: str | None = None
+    tokens_before: int = 0
+    tokens_after: int = 0
+    results: list[CompactedResult] = Field(default_factory=list)
+    summary: str | None = None
+    summarized_runs: list[str] = Field(default_factory=list)
+    summary_by: str | None = None  # "model" or "extract"
+    summary_error: str | None = None
+    provider_message: str | None = None
+    usage: Usage = Field(default_factory=Usage)  # of the summary request
+    cost: float | None = None
+
+
 class Error(Payload):
     event_type = "error"
     message: str
@@ -374,7 +406,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         Thinking, PlanningStarted, PlanProposed, WaitingForApproval, PlanApproved, PlanRejected, PlanRefined,
         ExecutionStarted, ToolCallStarted, ToolCallCompleted, ToolCallFailed, AuthorizationDenied,
         HumanInputRequested, HumanInputReceived, ChildRunStarted, AnswerReady, Completed, CompletedWithErrors,
-        Interrupted, Error, GrantGiven, GrantRevoked, McpServerTrusted,
+        Interrupted, Error, ContextCompacted, GrantGiven, GrantRevoked, McpServerTrusted,
     )
 }
 

@@ -356,13 +356,22 @@ async def complete(
         tool_calls=parse_tool_calls(message),
         usage=Usage(prompt_tokens=usage.get("prompt_tokens") or 0,
                     completion_tokens=usage.get("completion_tokens") or 0,
-                    total_tokens=usage.get("total_tokens") or 0),
+                    total_tokens=usage.get("total_tokens") or 0, **cached_of(usage)),
         cost=cost,
         latency_ms=latency,
         retry_count=retries,
         finish_reason=choice.get("finish_reason"),
         response=response,
     )
+
+
+def cached_of(usage: dict[str, Any]) -> dict[str, int]:
+    """`{"cached_tokens": n}` when the provider read n input tokens from its prompt cache (OpenAI's
+    `prompt_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens`), else {}: the field is left out
+    when there is nothing to say, so usage recorded before caching reads the same."""
+    details = usage.get("prompt_tokens_details") or {}
+    n = (details.get("cached_tokens") if isinstance(details, dict) else None) or usage.get("cache_read_input_tokens")
+    return {"cached_tokens": int(n)} if isinstance(n, int) and n > 0 else {}
 
 
 # litellm's wrapping of a provider's message: "litellm.BadRequestError: BadRequestError: OpenAIException - ...",

@@ -176,5 +176,20 @@ class Authorizer:
         return None
 
 
+    def check_next_call(self, *, tokens: int, cost: float, estimate: dict[str, Any]) -> Denial | None:
+        """A budget the next call would pass, judged before it is made: its input tokens, its input's cost."""
+        b = self.budget
+        n = int(estimate.get("input_tokens") or 0)
+        if b.max_tokens is not None and tokens + n > b.max_tokens:
+            return Denial(rule="budget.max_tokens", reason=f"token budget: the next model call would send {n:,} "
+                          f"tokens, and {tokens:,} of {b.max_tokens:,} are used (this run and its sub-agents)")
+        next_cost = estimate.get("cost")
+        if b.max_cost is not None and isinstance(next_cost, int | float) and cost + next_cost > b.max_cost:
+            return Denial(rule="budget.max_cost", reason=f"cost budget: the next model call would cost about "
+                          f"${next_cost:.4f} for its {n:,} input tokens, and ${cost:.4f} of ${b.max_cost:.4f} is "
+                          "spent (this run and its sub-agents)")
+        return None
+
+
 def hour_ago_iso() -> str:
     return iso(datetime.fromtimestamp(time.time() - 3600, UTC))

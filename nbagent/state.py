@@ -118,6 +118,7 @@ class RunState(BaseModel):
     tool_calls_started: int = 0  # the step budget counts these
     model_attempts: int = 0  # model calls including retries: the turn counter of offline models
     children: list[str] = Field(default_factory=list)
+    compactions: list[Any] = Field(default_factory=list)  # context_compacted payloads, in order (compaction.py)
     call_ids_seen: set[str] = Field(default_factory=set)  # nbagent's call ids so far: each is unique in the run
     answer: str | None = None
     errors: list[str] = Field(default_factory=list)
@@ -183,12 +184,7 @@ class RunState(BaseModel):
         own_from = p.request.get("own_from")
         if isinstance(own_from, int):
             self.recorded_own = own_from + len(p.request.get("messages") or [])
-        self.usage = Usage(
-            prompt_tokens=self.usage.prompt_tokens + p.usage.prompt_tokens,
-            completion_tokens=self.usage.completion_tokens + p.usage.completion_tokens,
-            total_tokens=self.usage.total_tokens + (p.usage.total_tokens or
-                                                   p.usage.prompt_tokens + p.usage.completion_tokens),
-        )
+        self.usage = added(self.usage, p.usage)
         if p.cost is None:
             self.cost_known = False
         else:
@@ -290,6 +286,13 @@ class RunState(BaseModel):
         self.errors.extend(x for x in p.errors if x not in self.errors)
         self._end("completed_with_errors", e)
 
+    def _on_context_compacted(self, p: Any, e: EventBase) -> None:
+        self.compactions.append(p)
+        if p.usage.total_tokens or p.usage.prompt_tokens:  # the summary request is a model call of the run
+            self.usage = added(self.usage, p.usage)
+        if p.cost is not None:
+            self.cost += p.cost
+
     def _on_error(self, p: Any, e: EventBase) -> None:
         self.error = p.message
         self._end("error", e)
@@ -373,6 +376,15 @@ def assistant_message(response: dict[str, Any]) -> dict[str, Any] | None:
             for c in message["tool_calls"]
         ]
     return out
+
+
+def added(a: Usage, b: Usage) -> Usage:
+    """Two usages summed (`cached_tokens`, input read from a provider's cache, only when there were any)."""
+    cached = (getattr(a, "cached_tokens", 0) or 0) + (getattr(b, "cached_tokens", 0) or 0)
+    return Usage(prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+                 completion_tokens=a.completion_tokens + b.completion_tokens,
+                 total_tokens=a.total_tokens + (b.total_tokens or b.prompt_tokens + b.completion_tokens),
+                 **({"cached_tokens": cached} if cached else {}))
 
 
 def tool_message(call_id: str, result: Any) -> dict[str, Any]:

@@ -202,7 +202,8 @@ def huge() -> dict[str, Any]:
 def test_a_huge_result_is_capped_in_the_log(huge: dict[str, Any], tmp_path: Path) -> None:
     agent, result = scripted(tmp_path, list(huge.values()), ("mcp__huge__big", {}))
     done = [e.payload.result for e in agent.store.run_events(result.run_id) if e.type == "tool_call_completed"]
-    assert len(done) == 1 and len(done[0]) < 60_000 and "truncated" in done[0]
+    # the log keeps a result up to 1,000,000 characters (what a request sends of it is sized: test_context_budget)
+    assert len(done) == 1 and len(done[0]) < 1_010_000 and "truncated" in done[0]
 
 
 def test_a_huge_error_result_is_capped_in_the_log(huge: dict[str, Any], tmp_path: Path) -> None:
@@ -212,9 +213,7 @@ def test_a_huge_error_result_is_capped_in_the_log(huge: dict[str, Any], tmp_path
     assert len(failed) == 1
     # Was: results are capped at MAX_RESULT_CHARS (_jsonable) but errors are not (_error_text): the server's 3 MB
     # isError text goes whole into tool_call_failed and into every later request to the model.
-    assert len(failed[0]) < 60_000
-    messages = agent.store.run_state(result.run_id).messages
-    assert all(len(json.dumps(m)) < 60_000 for m in messages)
+    assert len(failed[0]) < 1_010_000 and "truncated" in failed[0]
 
 
 def test_wrong_ids_and_a_slow_drip_are_bounded_tool_errors(tmp_path: Path) -> None:

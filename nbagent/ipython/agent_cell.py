@@ -144,6 +144,7 @@ class CellPath(HostState):
             script=script, replay=replay, tools=tools, autonomy=cfg.get("autonomy") or "L1",
             decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
             tool_timeout=float(cfg.get("tool_timeout") or 0) or None,
+            context_window=int(cfg.get("context_window") or 0) or None,
             code_paths=code,  # runs_later.py: a write of one is WRITE_HIGH_RISK, no grant covers it
         )
 

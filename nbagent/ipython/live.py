@@ -73,6 +73,8 @@ class LiveDisplay:
             self.widget.token(data[1])
         elif self.widget is not None and kind == "token_reset" and data == self.run_id:
             self.widget.reset_tokens()
+        elif self.widget is not None and kind == "next_call" and data[0] == self.run_id:
+            self.widget.announce(data[1])
 
     def _schedule(self) -> None:
         if self._scheduled or self.widget is None:

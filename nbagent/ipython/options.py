@@ -149,15 +149,18 @@ class NbAgent(Configurable):
     budget = Float(0.0, help="model cost per run, in dollars (0: no limit)").tag(config=True)
     tool_timeout = Float(300.0, help="seconds a tool call may take, a cell the agent runs included (0: no limit)"
                          ).tag(config=True)
+    context_window = Int(0, help="the model's input limit in tokens (0: litellm's table says; docs/context.md)"
+                         ).tag(config=True)
     script = Unicode("", help="script of the offline scripted model").tag(config=True)
     session = Unicode("default", help="the conversation cells continue").tag(config=True)
     mcp = Unicode("", help="MCP servers: a config file (mcpServers JSON) or the JSON itself").tag(config=True)
 
 
-SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "tool_timeout", "script", "session", "mcp")
+SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "tool_timeout", "context_window", "script",
+            "session", "mcp")
 _DEFAULTS = {"model": "", "autonomy": "L1", "approve": "", "max_steps": 50, "budget": 0.0, "tool_timeout": 300.0,
-             "script": "", "session": "default", "mcp": ""}
-_CASTS = {"max_steps": int, "budget": float, "tool_timeout": float}
+             "context_window": 0, "script": "", "session": "default", "mcp": ""}
+_CASTS = {"max_steps": int, "budget": float, "tool_timeout": float, "context_window": int}
 
 
 def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: NbAgent,
@@ -189,6 +192,10 @@ def set_override(overrides: dict[str, Any], pair: str) -> str:
         overrides[key] = _CASTS.get(key, str)(value)
     except ValueError:
         raise UsageError(f"%agent config: {key} must be a number, got {value!r}") from None
+    if key == "context_window" and overrides[key] and overrides[key] < 1_000:
+        del overrides[key]
+        raise UsageError("%agent config: context_window is the model's input limit in tokens: 1000 or more (0: the "
+                         "model's own, from litellm's table)")
     if key == "autonomy" and value not in ("L0", "L1", "L2", "L3"):
         raise UsageError("%agent config: autonomy must be L0, L1, L2 or L3")
     if key == "approve" and value not in ("", "all", "none", "low", "recorded"):

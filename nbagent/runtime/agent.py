@@ -29,6 +29,7 @@ from ..tools.control import CONTROL_TOOLS
 from .calls import CallHandling
 from .context import RunContext, RunResult, RunStateError
 from .decisions import Decisions
+from .fitting import ContextFitting
 from .history import History
 from .invoke import Invocation
 from .loop import RunLoop
@@ -42,7 +43,7 @@ not try to achieve the same change another way. When the task is done, give a sh
 (or call respond_to_user). If the request is ambiguous, call ask_human."""
 
 
-class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History):
+class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, ContextFitting):
     """An agent: a model, tools, an autonomy level, a decider, and the store that records every run.
 
         agent = Agent(model="nbagent/scripted", script="turns.json", tools=[read_csv], autonomy="L1",
@@ -81,6 +82,8 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History):
         scope: the folder path arguments of tools without a scope of their own may point into (a `Scope`, or
             the folder); by default the store's folder.
         code_paths: files that run later (an MCP configuration...): a write of one is WRITE_HIGH_RISK.
+        context_window: the model's input limit in tokens, where litellm's table does not know it or you want less
+            (docs/context.md); for an offline model, setting it turns the context budget on.
 
     Raises:
         ValueError: no model named, or a tool named like a control tool.
@@ -116,6 +119,7 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History):
         stream: bool = False,
         scope: Scope | str | Path | None = None,
         code_paths: Iterable[str] = (),
+        context_window: int | None = None,
     ) -> None:
         options = model if isinstance(model, ModelOptions) else ModelOptions(
             model=model, script=script, function=function, local_model=local_model, replay=replay,
@@ -165,6 +169,15 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History):
         self._legacy_ids = chosen.legacy_ids
         self.settings = chosen.settings
         self.decider = decider or chosen.decider or InteractiveDecider()
+        if context_window is not None and context_window < 1_000:
+            raise ValueError(f"context_window must be at least 1,000 tokens, got {context_window}")
+        self.context_window = context_window
+        self._counter = None
+        self._context = self._window_options()  # recorded with each run; None: no budget (offline, not set)
+        if self._context is not None and "read_result" not in self.tools:
+            from .results import read_result_tool
+
+            self.tools["read_result"] = read_result_tool(self.store, self.counter)
 
     # ------------------------------------------------------------------ public API
 
@@ -228,7 +241,8 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History):
             previous_run_id = self.store.run_state(self.replay_source).previous_run_id  # the recording's start
         elif previous_run_id == "auto":
             previous_run_id = None if parent_run_id else self.latest_run_id()
-        options = {**(options or {}), **({"tools": tools} if tools is not None else {})}
+        options = {**(options or {}), **({"tools": tools} if tools is not None else {}),
+                   **({"context": self._context} if self._context is not None else {})}
         run = self.store.create_run(
             self.session.id, self.redactor.text(prompt), model=self.model, autonomy=self.autonomy, cell_id=cell_id,
             previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options, lease=True,

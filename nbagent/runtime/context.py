@@ -24,7 +24,7 @@ from ..state import RunState, RunStatus
 if TYPE_CHECKING:
     from ..bus import EventBus
     from ..deciders import Decider
-    from ..llm import Fingerprint, ModelSettings, ToolCallRequest
+    from ..llm import Fingerprint, ModelError, ModelSettings, ToolCallRequest
     from ..models.base import LocalModel
     from ..policy import Authorizer, AuthPolicy, Budget
     from ..scope import ScopeGuard
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..store import SessionRecord, Store
     from ..tools.base import Tool
 
-MAX_RESULT_CHARS = 50_000
+MAX_RESULT_CHARS = 1_000_000  # kept whole in the log; what a request sends is sized in tokens (compaction.py)
 CONTROL_RISK = Risk.READ_ONLY
 
 
@@ -71,6 +71,10 @@ class RunContext:
         self.turn = turn  # shared across a run tree: offline models count model attempts per tree
         self.fingerprint: Fingerprint | None = None
         self.prefix: list[dict[str, Any]] = []
+        self.history: list[tuple[str, list[dict[str, Any]]]] = []  # the prefix's history, run by run (history.py)
+        self.run_names: dict[str, str] = {}  # run id -> its name in result handles ("r3")
+        self.next_tokens: tuple[int, bool] | None = None  # the next request's input tokens, and whether counted
+        self.refused_once = False  # this turn's request was refused for its length once already (fitting.py)
         self.stop: list[str] = []  # budget or policy reasons to finish after the current turn
         self.grants = grants_.InForce()  # the grants in force, re-read when the session's chain grew
         self.blocked = False  # a sub-agent waits for a decision nobody can give now: so does this run
@@ -124,8 +128,17 @@ class AgentBase:
         # tree.py
         def _root_of(self, run_id: str) -> str: ...
         def _tree_sums(self, root: str, state: RunState) -> tuple[int, float, int, int]: ...
+        # fitting.py
+        async def _fit(self, ctx: RunContext, state: RunState, tools: list[dict[str, Any]],
+                       own: list[dict[str, Any]]) -> list[dict[str, Any]] | None: ...
+        async def _refused(self, ctx: RunContext, state: RunState, tools: list[dict[str, Any]],
+                           own: list[dict[str, Any]], exc: ModelError) -> bool: ...
+        def _estimate(self, ctx: RunContext, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                      exact: bool = False) -> dict[str, Any] | None: ...
+        def _window_options(self) -> dict[str, Any] | None: ...
         # history.py
-        def _prefix(self, run_id: str, state: RunState) -> list[dict[str, Any]]: ...
+        def _prefix(self, ctx: RunContext, state: RunState) -> list[dict[str, Any]]: ...
+        def _history(self, ctx: RunContext, state: RunState) -> None: ...
         # agent.py
         async def _start(self, prompt: str, *, previous_run_id: str | Literal["auto"] | None = "auto",
                          fork_of: str | None = None, cell_id: str | None = None,

@@ -10,7 +10,7 @@ from ..llm import (
     accepts_images,
 )
 from ..state import RunState, RunStatus
-from .context import AgentBase
+from .context import AgentBase, RunContext
 
 
 class History(AgentBase):
@@ -34,24 +34,32 @@ class History(AgentBase):
 
     def conversation(self, run_id: str | None) -> list[dict[str, Any]]:
         """The messages a run leaves behind, after those of the runs it continues (oldest first)."""
+        return [m for _, messages in self.conversation_runs(run_id) for m in messages]
+
+    def conversation_runs(self, run_id: str | None) -> list[tuple[str, list[dict[str, Any]]]]:
+        """`conversation`, run by run: (run id, its messages), oldest first."""
         chain: list[str] = []
         while run_id is not None and run_id not in chain:
             chain.append(run_id)
             run_id = self.store.run_state(run_id).previous_run_id
-        messages: list[dict[str, Any]] = []
-        for rid in reversed(chain):
-            messages.extend(_closed(self.store.run_state(rid).messages))
-        return messages
+        return [(rid, _closed(self.store.run_state(rid).messages)) for rid in reversed(chain)]
 
+    def _history(self, ctx: RunContext, state: RunState) -> None:
+        """The run's history, run by run, and each run's name in result handles (`r1`: its conversation's first)."""
+        runs = self.conversation_runs(state.previous_run_id) if state.previous_run_id else []
+        if self._local is None and any(_has_images(m) for _, m in runs) and not accepts_images(self.model):
+            runs = [(rid, _images_described(m)) for rid, m in runs]
+        ctx.history = runs
+        ctx.run_names = {rid: f"r{i + 1}" for i, (rid, _) in enumerate(runs)}
+        ctx.run_names[ctx.run_id] = f"r{len(runs) + 1}"
 
-    def _prefix(self, run_id: str, state: RunState) -> list[dict[str, Any]]:
+    def _prefix(self, ctx: RunContext, state: RunState) -> list[dict[str, Any]]:
+        """The system prompt and the history (`_history` sets it): what every request of the run starts with.
+        An image an earlier run sent to a model that takes them ({Out[n]}) is described to one that does not
+        (offline models and replays get the history as recorded, so a replay asks what was asked)."""
+        self._history(ctx, state)
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        history = self.conversation(state.previous_run_id) if state.previous_run_id else []
-        if self._local is None and _has_images(history) and not accepts_images(self.model):
-            # an image an earlier run sent to a model that takes them ({Out[n]}): described to one that does not
-            # (offline models and replays get the history as recorded, so a replay asks what was asked)
-            history = _images_described(history)
-        return system + history
+        return system + [m for _, messages in ctx.history for m in messages]
 
 
 def _has_images(messages: list[dict[str, Any]]) -> bool:

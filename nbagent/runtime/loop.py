@@ -39,7 +39,9 @@ from ..llm import (
 from ..policy import hour_ago_iso
 from ..secrets import StreamRedactor
 from ..state import RunState, assistant_message
+from .caching import cache_marked
 from .context import AgentBase, RunContext, RunResult, RunStateError
+from .fitting import is_context_refusal
 
 
 class RunLoop(AgentBase):
@@ -112,11 +114,24 @@ class RunLoop(AgentBase):
             return
         tools = self._schemas(run_id, state)
         if ctx.fingerprint is None:
-            ctx.prefix = self._prefix(run_id, state)
+            ctx.prefix = self._prefix(ctx, state)
             ctx.fingerprint = Fingerprint(tools, ctx.prefix)
         own = state.messages
         sent_own, images_sent = self._cell_images(own)
-        messages = ctx.prefix + sent_own
+        messages = await self._fit(ctx, state, tools, sent_own)  # fitting.py: within the window, or None
+        if messages is None:
+            return
+        estimate = self._estimate(ctx, messages, tools)
+        if estimate is not None:
+            denial = self.authorizer.check_next_call(tokens=tokens, cost=cost, estimate=estimate)
+            if denial is not None and not estimate["exact"]:  # a bound said no: the count decides
+                estimate = self._estimate(ctx, messages, tools, exact=True) or estimate
+                denial = self.authorizer.check_next_call(tokens=tokens, cost=cost, estimate=estimate)
+            if denial is not None:
+                self._deny(run_id, None, "(model)", denial, None)
+                ctx.stop.append(denial.reason)
+                return
+            self.bus.next_call(run_id, estimate)
         fingerprint = ctx.fingerprint.of(own)
         metadata: dict[str, Any] = {}
         if self._local_key is not None:
@@ -127,16 +142,20 @@ class RunLoop(AgentBase):
         stream = StreamRedactor(self.redactor, lambda text: self.bus.token(run_id, text),
                                 lambda: self.bus.token_reset(run_id)) if self.stream else None
         try:
-            reply = await complete(self.settings, messages, tools, metadata=metadata,
+            sent = cache_marked(self.model, messages, len(messages) - len(sent_own))
+            reply = await complete(self.settings, sent, tools, metadata=metadata,
                                    on_token=stream.feed if stream is not None else None,
                                    on_retry=(lambda attempt, exc: stream.reset()) if stream is not None else None)
         except ModelError as exc:
             ctx.turn[0] += 1 + exc.retry_count
+            if is_context_refusal(exc) and await self._refused(ctx, state, tools, sent_own, exc):
+                return  # compacted and recorded: the loop's next turn sends the request again, once
             self._record(run_id, Error(message=str(exc), error_type=exc.error_type, retry_count=exc.retry_count))
             return
         finally:
             if stream is not None:
                 stream.close()
+        ctx.refused_once = False
         ctx.turn[0] += 1 + reply.retry_count
         request = {
             "model": self.model, "params": self.settings.params, "tools": [t["function"]["name"] for t in tools],
@@ -148,6 +167,8 @@ class RunLoop(AgentBase):
             request["api_base"] = self.settings.api_base
         if images_sent:
             request["images_sent"] = images_sent
+        if estimate is not None:
+            request["input_tokens"] = estimate
         called = self._record(run_id, LlmCalled(
             model=self.model, request=request, response=reply.response, usage=reply.usage, cost=reply.cost,
             latency_ms=round(reply.latency_ms, 3), retry_count=reply.retry_count, fingerprint=fingerprint,

@@ -169,6 +169,30 @@ def totals_line(totals: dict[str, Any], nominal: bool = False) -> str:
     return " · ".join(parts)
 
 
+def next_call_line(estimate: dict[str, Any]) -> str:
+    """"sending 12,345 tokens (≈ $0.0019)…": the model call about to be made, before it is (the live view)."""
+    n = int(estimate.get("input_tokens") or 0)
+    tokens = f"{n:,} tokens" if estimate.get("exact") else f"at most {n:,} tokens"
+    cost = estimate.get("cost")
+    return f"sending {tokens}" + (f" (≈ ${cost:.4f})" if isinstance(cost, int | float) else "") + "…"
+
+
+def compaction_line(p: Any) -> str:
+    """What a `context_compacted` event did, in a sentence (the record's timeline)."""
+    why = (f"the provider refused the request for its length (limit {p.window:,} tokens)" if p.reason == "refused"
+           else f"the next request ({p.tokens_before:,} tokens) would have passed the share of the "
+                f"{p.window:,}-token window kept free")
+    done = []
+    if p.results:
+        done.append(plural(len(p.results), "tool result", "tool results") + " sent as references "
+                    "(read_result reads them again)")
+    if p.summary is not None:
+        by = "the model" if p.summary_by == "model" else "nbagent (the summary request failed)" \
+            if p.summary_error else "nbagent"
+        done.append(plural(len(p.summarized_runs), "earlier request", "earlier requests") + f" summarised by {by}")
+    return f"{why}: " + ("; ".join(done) or "nothing could be taken out") + f"; now {p.tokens_after:,} tokens"
+
+
 def timeline_label(view: dict[str, Any]) -> str:
     return f"Timeline · {plural(len(view.get('steps') or []), 'entry', 'entries')}"
 

@@ -37,6 +37,7 @@ import traitlets
 from ..bus import EventBus
 from ..deciders import Answer, InteractiveDecider, Verdict
 from ..grants import GrantSpec
+from .record_words import next_call_line
 
 # The front end's code, as text. Given as paths, anywidget watches the files for edits (hot reload): every widget
 # it makes connects to the file's `changed` signal and is never let go, so every run view of a kernel's life stayed
@@ -106,6 +107,7 @@ class RunView(_Clickable):
         self._builder: Callable[[], dict[str, Any]] | None = None
         self._tokens: list[str] = []
         self._tokens_dirty = False
+        self._announced = False  # the streamed text is the next call's estimate, replaced by its first token
         self._last_sync = 0.0
         self._timer: asyncio.TimerHandle | threading.Timer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -135,7 +137,18 @@ class RunView(_Clickable):
     def token(self, text: str) -> None:
         """A piece of the model reply being streamed."""
         with self._lock:
+            if self._announced:
+                self._tokens.clear()
+                self._announced = False
             self._tokens.append(text)
+            self._tokens_dirty = True
+        self._schedule()
+
+    def announce(self, estimate: dict[str, Any]) -> None:
+        """Where the streamed reply will appear, the call about to be made: its input tokens and their cost."""
+        with self._lock:
+            self._tokens[:] = [next_call_line(estimate)]
+            self._announced = True
             self._tokens_dirty = True
         self._schedule()
 
@@ -202,6 +215,8 @@ class RunView(_Clickable):
                         self.token(text)
                 elif kind == "token_reset" and data == current():
                     self.reset_tokens()
+                elif kind == "next_call" and data[0] == current():
+                    self.announce(data[1])
             except Exception:  # a view must never break the run
                 log.exception("the run view failed to follow an event")
 

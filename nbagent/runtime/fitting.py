@@ -1,0 +1,233 @@
+"""Keeping each request within the model's context, and saying what the next call will cost before it is made.
+
+Before every model call (`_fit`): the request is built as the recorded compactions say (compaction.view), bounded
+by its size and, when that bound passes the window's share, counted with the model's tokenizer (window.Counter).
+Over the share, older material is compacted down to the window's target, in this order: tool results of earlier
+turns become references (oldest first), then the session's earlier runs become one summary, then the results the
+model has just asked for. What was compacted is recorded as one `context_compacted` event before the call, so
+the record, the live view and a replay all see it. A request still over the limit fails the run before the
+call, saying what is too big. A provider that refuses a request for its length anyway (`_refused`) gets one
+compaction down to the target of the limit it names, and one retry.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..events import CompactedResult, ContextCompacted, Error
+from ..llm import ModelError, complete
+from ..state import RunState
+from .compaction import Compactions, candidates, capped, extract, transcript, view
+from .context import AgentBase, RunContext
+from .window import Counter, Window, price_in, window_for
+
+SUMMARY_PROMPT = (
+    "You summarise a conversation between a researcher and an assistant working in a Jupyter notebook, so that the "
+    "assistant can continue without it. Keep what was asked, what was found (numbers, names of files, columns and "
+    "variables), what was changed or decided, and what is still open. Plain text, at most 250 words.")
+# a reference costs about this many tokens (compaction.reference): a result smaller than this is left as it is
+REFERENCE_TOKENS = 90
+_LIMIT_SAID = (re.compile(r"maximum context length is\s+([\d,]+)\s+tokens", re.I),
+               re.compile(r"tokens?\s*>\s*([\d,]+)\s+maximum", re.I),
+               re.compile(r"context (?:window|length) (?:of|is)\s+([\d,]+)", re.I))
+_REFUSAL_WORDS = ("context_length_exceeded", "maximum context length", "prompt is too long", "context window",
+                  "too many tokens", "input is too long")
+
+
+def is_context_refusal(exc: ModelError) -> bool:
+    """A provider's "the request is too long" (OpenAI, Anthropic, litellm's ContextWindowExceededError)."""
+    text = str(exc).lower()
+    return exc.error_type == "ContextWindowExceededError" or any(w in text for w in _REFUSAL_WORDS)
+
+
+def limit_said(message: str) -> int | None:
+    """The input limit a refusal names ("maximum context length is 16000 tokens"), or None."""
+    for pattern in _LIMIT_SAID:
+        found = pattern.search(message)
+        if found:
+            return int(found.group(1).replace(",", ""))
+    return None
+
+
+class ContextFitting(AgentBase):
+    """The context budget of a run (a part of `Agent`)."""
+
+    context_window: int | None
+    _counter: Counter | None
+
+    def _window_options(self) -> dict[str, Any] | None:
+        """The window recorded with a new run: for a real model always, for an offline one when it is set."""
+        offline = self._local is not None
+        if self.replay_source is not None:  # a replay keeps the recording's window, so it sends what was sent
+            recorded = self.store.run_state(self.replay_source).options.get("context")
+            return dict(recorded) if isinstance(recorded, dict) else None
+        if offline and not self.context_window:
+            return None
+        return window_for(self.model, self.context_window, offline=offline).model_dump()
+
+    def _window(self, state: RunState, compactions: Compactions) -> Window | None:
+        recorded = state.options.get("context")
+        if not isinstance(recorded, dict):
+            return None
+        window = Window.model_validate(recorded)
+        learned = [c.window for c in compactions.recorded if c.window_source == "refused" and c.window]
+        if learned:  # a provider named its limit: used from then on (the result size stays as recorded)
+            window = window.model_copy(update={"limit": min(learned), "source": "refused"})
+        return window
+
+    def counter(self) -> Counter:
+        if getattr(self, "_counter", None) is None:
+            self._counter = Counter(self.model, offline=self._local is not None)
+        assert self._counter is not None
+        return self._counter
+
+    def _compactions(self, ctx: RunContext, state: RunState) -> Compactions:
+        recorded = [c for rid, _ in ctx.history for c in self.store.run_state(rid).compactions]
+        return Compactions([*recorded, *state.compactions])
+
+    def _view(self, ctx: RunContext, state: RunState, own: list[dict[str, Any]], compactions: Compactions,
+              window: Window) -> list[dict[str, Any]]:
+        system = ctx.prefix[:1] if self.system_prompt else []
+        return view(system, ctx.history, ctx.run_id, own, compactions, window, self.counter(), ctx.run_names)
+
+    async def _fit(self, ctx: RunContext, state: RunState, tools: list[dict[str, Any]],
+                   own: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """The messages of the next request, compacted if they would pass the window's share; None when they cannot
+        fit (an error is recorded). Sets `ctx.next_tokens` (count, exact) for the estimate of the call."""
+        compactions = self._compactions(ctx, state)
+        window = self._window(state, compactions)
+        if window is None:
+            ctx.next_tokens = None
+            return capped(ctx.prefix + own)
+        messages = self._view(ctx, state, own, compactions, window)
+        threshold = window.threshold()
+        n, exact = Counter.bound(messages, tools), False
+        if threshold is not None and n > threshold:
+            n, exact = self.counter().request(messages, tools), True
+        if threshold is None or n <= threshold:
+            ctx.next_tokens = (n, exact)
+            return messages
+        return await self._compact(ctx, state, tools, own, compactions, window, n, "budget")
+
+    async def _compact(self, ctx: RunContext, state: RunState, tools: list[dict[str, Any]], own: list[dict[str, Any]],
+                       compactions: Compactions, window: Window, before: int, reason: str,
+                       provider_message: str | None = None) -> list[dict[str, Any]] | None:
+        assert window.limit is not None
+        counter, aim = self.counter(), int(window.limit * window.target)
+        earlier, latest = candidates(ctx.history, ctx.run_id, own, compactions)
+        chosen: list[CompactedResult] = []
+        total = before
+
+        def take(group: list[tuple[str, str, str]]) -> None:
+            nonlocal total
+            for rid, call_id, content in group:
+                if total <= aim:
+                    return
+                tokens = counter.text(content)
+                sent = min(tokens, window.result_tokens + 60)
+                if sent > REFERENCE_TOKENS * 2:
+                    chosen.append(CompactedResult(run_id=rid, call_id=call_id, tokens=tokens))
+                    total -= sent - REFERENCE_TOKENS
+
+        take(earlier)
+        summary: dict[str, Any] = {}
+        current = Compactions([*compactions.recorded, ContextCompacted(reason=reason, results=chosen)])
+        unsummarized = [rid for rid, _ in ctx.history if rid not in compactions.summarized]
+        if total > aim and unsummarized:
+            summary = await self._summary(ctx, current, window)
+            current = Compactions([*compactions.recorded, ContextCompacted(reason=reason, results=chosen,
+                                                                           **summary)])
+            total = counter.request(self._view(ctx, state, own, current, window), tools)
+        take(latest)
+        event = ContextCompacted(
+            reason=reason, window=window.limit, window_source=window.source, tokens_before=before,
+            results=chosen, provider_message=provider_message, **summary)
+        messages = self._view(ctx, state, own, Compactions([*compactions.recorded, event]), window)
+        after = counter.request(messages, tools)
+        event.tokens_after = after
+        self._record(ctx.run_id, event)
+        if after > window.limit:
+            self._record(ctx.run_id, Error(error_type="ContextTooLarge", message=self._too_large(
+                messages, tools, after, window)))
+            return None
+        ctx.next_tokens = (after, True)
+        return messages
+
+    async def _summary(self, ctx: RunContext, compactions: Compactions, window: Window) -> dict[str, Any]:
+        """The fields of a summary of the history: by the model (a real one), else an extract; a failed summary
+        request is recorded and the extract stands in."""
+        assert window.limit is not None
+        counter = self.counter()
+        cap = max(200, min(1_500, window.limit // 10))
+        runs = [rid for rid, _ in ctx.history]
+        fields: dict[str, Any] = {"summarized_runs": runs}
+        error = None
+        if self._local is None:
+            text = transcript(ctx.history, compactions, ctx.run_names)
+            budget = int(window.limit * window.target)
+            if counter.text(text) > budget:  # the most recent part: what the next request most likely needs
+                text = text[-budget * 3:]
+            try:
+                reply = await complete(self.settings, [{"role": "system", "content": SUMMARY_PROMPT},
+                                                       {"role": "user", "content": text}], [])
+            except ModelError as exc:
+                error = str(exc)
+            else:
+                said = (reply.content or "").strip()
+                usage = {"usage": reply.usage, "cost": reply.cost}
+                if said:
+                    return {**fields, **usage, "summary": counter.head(said, cap), "summary_by": "model"}
+                error = "the model returned an empty summary"
+                fields.update(usage)
+        return {**fields, "summary": extract(ctx.history, compactions, counter, cap) or "(no earlier requests)",
+                "summary_by": "extract", "summary_error": error}
+
+    async def _refused(self, ctx: RunContext, state: RunState, tools: list[dict[str, Any]],
+                       own: list[dict[str, Any]], exc: ModelError) -> bool:
+        """After a provider refused the request for its length: compact to the target of the limit it named (or of
+        what was sent, less a fifth) and say whether that was done (once per turn: a second refusal ends the run)."""
+        if ctx.refused_once:
+            return False
+        ctx.refused_once = True
+        compactions = self._compactions(ctx, state)
+        window = self._window(state, compactions) or Window.model_validate(
+            window_for(self.model, None, offline=self._local is not None).model_dump())
+        sent = ctx.next_tokens[0] if ctx.next_tokens else Counter.bound(ctx.prefix + own, tools)
+        said = limit_said(str(exc))
+        limit = said if said else int(min(sent, window.limit or sent) * 0.8)
+        window = window.model_copy(update={"limit": limit, "source": "refused"})
+        messages = self._view(ctx, state, own, compactions, window)
+        before = self.counter().request(messages, tools)
+        # retried when it fits now; when it cannot, `_compact` has recorded why and the run ends with that
+        await self._compact(ctx, state, tools, own, compactions, window, before, "refused",
+                            provider_message=str(exc)[:500])
+        return True
+
+    def _too_large(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tokens: int,
+                   window: Window) -> str:
+        counter = self.counter()
+        parts = sorted(((counter.message(m), m.get("role", "?")) for m in messages), reverse=True)[:3]
+        largest = ", ".join(f"a {role} message of {n:,} tokens" for n, role in parts)
+        return (f"the request is {tokens:,} tokens even after compaction, over the model's input limit of "
+                f"{window.limit:,} ({window.source}); the largest parts: {largest}, and the tools' schemas "
+                f"({counter.text(str(tools)) if tools else 0:,} tokens). Shorten the request or the context given "
+                "with it, offer fewer tools, or use a model with a larger context window")
+
+    def _estimate(self, ctx: RunContext, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                  exact: bool = False) -> dict[str, Any] | None:
+        """The next call's input tokens (`exact`: counted, else a bound unless counted already) and their cost at
+        the model's price (None when no window applies)."""
+        if ctx.next_tokens is None:
+            return None
+        n, counted = ctx.next_tokens
+        if exact and not counted:
+            n, counted = ctx.next_tokens = (self.counter().request(messages, tools), True)
+        exact = counted
+        out: dict[str, Any] = {"input_tokens": n, "exact": exact}
+        if self._local is None:
+            full, _ = price_in(self.model)
+            if full is not None:
+                out["cost"] = round(n * full, 8)
+        return out
+

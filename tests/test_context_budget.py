@@ -1,0 +1,303 @@
+"""The context budget (runtime/window.py, compaction.py, fitting.py, results.py; docs/context.md): every request
+fits the window, what was compacted is recorded, the log keeps every result whole, `read_result` pages through it
+within the run's own conversation only, the same events give byte-identical requests, a provider's refusal leads
+to one compaction and one retry, and a budget stops a run before the call that would pass it.
+
+Offline models count four bytes as a token (window.Counter), so these tests know exactly what fits; the HTTP ones
+go through litellm to tests/stub_openai.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stub_openai import HttpError, Reply, StubOpenAI, tool_call
+
+from nbagent.policy import Budget
+from nbagent.runtime import Agent
+from nbagent.runtime.caching import cache_marked
+from nbagent.runtime.window import Counter
+from nbagent.state import RunStatus
+from nbagent.store import Store
+
+WINDOW = 4_000
+LINE = "x" * 60
+
+
+def files(folder: Path, n: int, lines: int = 400) -> None:
+    for k in range(n):
+        (folder / f"f{k}.txt").write_text("\n".join(f"line {i} of file {k}: {LINE}" for i in range(lines)))
+
+
+class Reader:
+    """A model that reads the file a request names, reads a compacted result again when `reread`, and answers."""
+
+    def __init__(self, reread: bool = False) -> None:
+        self.requests: list[list[dict[str, Any]]] = []
+        self.tools: list[list[str]] = []
+        self.reread = reread
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        self.requests.append(json.loads(json.dumps(messages)))
+        self.tools.append([t["function"]["name"] for t in tools])
+        last = messages[-1]
+        if last["role"] == "user":
+            return {"tool_calls": [{"name": "read_file", "arguments": {"path": f"f{last['content'].split()[-1]}.txt"}}]}
+        text = str(last["content"])
+        if self.reread and "read_result(handle=\"" in text and not text.startswith("[r"):
+            handle = text.split("read_result(handle=\"", 1)[1].split("\"", 1)[0]
+            return {"tool_calls": [{"name": "read_result", "arguments": {"handle": handle, "page": 2}}]}
+        return {"content": "read: " + text[:30]}
+
+
+def session(folder: Path, model: Reader, n: int, **kw: Any) -> tuple[Agent, list[Any]]:
+    agent = Agent(function=model, store=folder / "agent.nbagent", context_window=WINDOW, autonomy="L3", **kw)
+
+    async def go() -> list[Any]:
+        return [await agent.run(f"read file {k}") for k in range(n)]
+    return agent, asyncio.run(go())
+
+
+def events(folder: Path, type_: str) -> list[Any]:
+    store = Store(folder / "agent.nbagent", readonly=True)
+    return [e for run in store.list_runs() for e in store.run_events(run.id) if e.type == type_]
+
+
+def test_every_request_fits_the_window_and_the_log_keeps_every_result_whole(tmp_path: Path) -> None:
+    files(tmp_path, 8)
+    model = Reader()
+    _, results = session(tmp_path, model, 8)
+    assert all(r.status == RunStatus.COMPLETED for r in results), [r.error for r in results]
+    counter = Counter("nbagent/function", offline=True)
+    sizes = [counter.request(m, []) for m in model.requests]
+    assert max(sizes) <= WINDOW, sizes
+    compacted = events(tmp_path, "context_compacted")
+    assert compacted and all(c.payload.tokens_after < c.payload.tokens_before for c in compacted)
+    assert all(c.payload.reason == "budget" and c.payload.window == WINDOW for c in compacted)
+    # what the model was sent is a reference or a first page; the log has what the tool returned, whole
+    done = events(tmp_path, "tool_call_completed")
+    assert len(done) == 8 and all(len(e.payload.result["content"]) > 30_000 for e in done)
+    assert all(len(m["content"]) < 20_000 for r in model.requests for m in r if m["role"] == "tool")
+    assert "read_result" in model.tools[0]
+
+
+def test_a_long_session_stays_flat(tmp_path: Path) -> None:
+    files(tmp_path, 30, lines=40)
+    model = Reader()
+    session(tmp_path, model, 30)
+    counter = Counter("nbagent/function", offline=True)
+    per_run = [counter.request(m, []) for m in model.requests]
+    assert max(per_run[-10:]) <= WINDOW * 0.75 + 10
+    assert max(per_run[-10:]) <= 1.3 * max(per_run[10:20]) + 200
+
+
+def test_the_same_events_give_byte_identical_requests(tmp_path: Path) -> None:
+    sent = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        files(tmp_path / name, 6)
+        model = Reader(reread=True)
+        session(tmp_path / name, model, 6)
+        sent.append(json.dumps(model.requests, sort_keys=True))
+    assert sent[0] == sent[1]
+
+
+def test_read_result_pages_through_the_whole_result(tmp_path: Path) -> None:
+    files(tmp_path, 3)
+    model = Reader(reread=True)
+    session(tmp_path, model, 3)
+    read = [e for e in events(tmp_path, "tool_call_completed") if e.payload.tool == "read_result"]
+    assert read, "the model never read a result again"
+    full = json.dumps(next(e.payload.result for e in events(tmp_path, "tool_call_completed")
+                           if e.payload.tool == "read_file"), ensure_ascii=False)
+    page = read[0].payload.result
+    assert page.startswith("[r1/nb1_0, page 2 of ")
+    body = page.split("\n", 1)[1]
+    assert body and body in full and not full.startswith(body)
+
+
+@pytest.mark.parametrize(("handle", "said"), [
+    ("r9/nb1_0", "no run r9 in this conversation"),
+    ("r1/nb7_0", "no result r1/nb7_0"),
+    ("../../etc/passwd", "outside the notebook's folder"),  # the scope guard reads it as a path first
+    ("01JXXXXXXXXXXXXXXXXXXXXXXX/nb1_0", "is not a result handle"),
+])
+def test_read_result_resolves_only_within_the_runs_own_conversation(tmp_path: Path, handle: str, said: str) -> None:
+    files(tmp_path, 1)
+    asked: list[str] = []
+
+    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        if messages[-1]["role"] == "user" and "other" in messages[-1]["content"]:
+            return {"tool_calls": [{"name": "read_file", "arguments": {"path": "f0.txt"}}]}
+        if messages[-1]["role"] == "user":
+            return {"tool_calls": [{"name": "read_result", "arguments": {"handle": handle}}]}
+        asked.append(messages[-1]["content"])
+        return {"content": "ok"}
+
+    async def go() -> None:
+        other = Agent(function=model, store=tmp_path / "agent.nbagent", context_window=WINDOW, autonomy="L3",
+                      session="other")
+        await other.run("read the other file")  # a result in another session: r1/nb1_0 there, not here
+        mine = Agent(function=model, store=tmp_path / "agent.nbagent", context_window=WINDOW, autonomy="L3")
+        await mine.run("read it again")
+    asyncio.run(go())
+    assert said in asked[-1]
+
+
+def test_a_single_result_bigger_than_the_whole_window_is_sent_as_its_first_page(tmp_path: Path) -> None:
+    (tmp_path / "f0.txt").write_text("y" * 39_000)  # ~9,750 tokens offline: over twice the window
+    model = Reader()
+    _, (result,) = session(tmp_path, model, 1)
+    assert result.status == RunStatus.COMPLETED
+    tool_msg = model.requests[-1][-1]
+    assert tool_msg["role"] == "tool" and "read_result(handle=\"r1/nb1_0\", page=2)" in tool_msg["content"]
+    assert Counter("x", offline=True).request(model.requests[-1], []) <= WINDOW
+
+
+def test_without_a_window_a_huge_result_is_kept_in_the_log_and_capped_in_requests(tmp_path: Path) -> None:
+    from nbagent.tools.base import tool
+
+    @tool(risk="READ_ONLY")
+    def dump() -> str:
+        """Say a lot."""
+        return "z" * 3_000_000
+
+    seen: list[list[dict[str, Any]]] = []
+
+    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        seen.append(messages)
+        return {"tool_calls": [{"name": "dump", "arguments": {}}]} if len(seen) == 1 else {"content": "done"}
+    agent = Agent(function=model, tools=[dump], store=tmp_path / "agent.nbagent", autonomy="L3")
+    asyncio.run(agent.run("say a lot"))
+    (done,) = events(tmp_path, "tool_call_completed")
+    assert 1_000_000 <= len(done.payload.result) < 1_010_000 and "truncated" in done.payload.result
+    assert all(len(json.dumps(m)) < 60_000 for m in seen[-1])
+
+
+def test_a_context_window_below_1000_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 1,000 tokens"):
+        Agent(function=Reader(), store=tmp_path / "agent.nbagent", context_window=10)
+
+
+def test_offline_models_without_a_window_send_what_they_always_sent(tmp_path: Path) -> None:
+    files(tmp_path, 2)
+    model = Reader()
+    agent = Agent(function=model, store=tmp_path / "agent.nbagent", autonomy="L3")
+
+    async def go() -> None:
+        for k in range(2):
+            await agent.run(f"read file {k}")
+    asyncio.run(go())
+    assert "read_result" not in model.tools[0]
+    assert not events(tmp_path, "context_compacted")
+    assert any(len(m["content"]) > 20_000 for m in model.requests[-1] if m["role"] == "tool")
+
+
+# ------------------------------------------------------------------------------------------ real HTTP (litellm)
+
+API_KEY = "sk-test-context-0123456789"
+
+
+@pytest.fixture
+def stub() -> Iterator[StubOpenAI]:
+    with StubOpenAI() as server:
+        yield server
+
+
+def http_agent(stub: StubOpenAI, folder: Path, model: str = "openai/nbagent-unknown-model", **kw: Any) -> Agent:
+    return Agent(model=model, api_base=stub.base_url, api_key=API_KEY, store=folder / "agent.nbagent",
+                 autonomy="L3", max_retries=0, retry_base=0.01, **kw)
+
+
+REFUSAL = ("This model's maximum context length is 3000 tokens. However, your messages resulted in 9120 tokens. "
+           "Please reduce the length of the messages.")
+
+
+def test_a_providers_refusal_leads_to_one_compaction_and_one_retry(stub: StubOpenAI, tmp_path: Path) -> None:
+    files(tmp_path, 1)
+    stub.push(Reply(tool_calls=[tool_call("read_file", {"path": "f0.txt"})]),
+              HttpError(400, REFUSAL), Reply(content="Read it."))
+    agent = http_agent(stub, tmp_path)  # a model litellm does not know: no limit until the provider names one
+    result = asyncio.run(agent.run("read f0.txt"))
+    assert result.status == RunStatus.COMPLETED, result.error
+    (compacted,) = events(tmp_path, "context_compacted")
+    p = compacted.payload
+    assert (p.reason, p.window, p.window_source) == ("refused", 3000, "refused")
+    assert "maximum context length is 3000" in p.provider_message and p.tokens_after <= 3000 < p.tokens_before
+    retried = stub.completion_requests[-1].body["messages"]
+    assert "read_result(handle=\\\"r1/nb1_0\\\"" in json.dumps(retried) or \
+        "read_result(handle=\"r1/nb1_0\"" in retried[-1]["content"]
+    assert len(stub.completion_requests) == 3
+
+
+def test_a_second_refusal_ends_the_run_saying_what_was_too_big(stub: StubOpenAI, tmp_path: Path) -> None:
+    files(tmp_path, 1)
+    stub.push(Reply(tool_calls=[tool_call("read_file", {"path": "f0.txt"})]), HttpError(400, REFUSAL),
+              HttpError(400, REFUSAL))
+    result = asyncio.run(http_agent(stub, tmp_path).run("read f0.txt"))
+    assert result.status == RunStatus.FAILED
+    assert "maximum context length" in (result.error or "")
+    assert len(events(tmp_path, "context_compacted")) == 1 and len(stub.completion_requests) == 3
+
+
+def test_a_failing_summary_request_is_recorded_and_an_extract_stands_in(stub: StubOpenAI, tmp_path: Path) -> None:
+    files(tmp_path, 2)
+    # the second run's second request (with f1's result) passes the share: the first run is summarised before it
+    stub.push(Reply(tool_calls=[tool_call("read_file", {"path": "f0.txt"})]), Reply(content="Read 0."),
+              Reply(tool_calls=[tool_call("read_file", {"path": "f1.txt"})]),
+              HttpError(400, "summaries are not allowed here"), Reply(content="Read 1."))
+    agent = http_agent(stub, tmp_path, context_window=6_000)
+
+    async def go() -> Any:
+        await agent.run("read f0.txt")
+        return await agent.run("read f1.txt")
+    result = asyncio.run(go())
+    assert result.status == RunStatus.COMPLETED, result.error
+    with_summary = [e.payload for e in events(tmp_path, "context_compacted") if e.payload.summary]
+    assert with_summary and with_summary[0].summary_by == "extract"
+    assert "summaries are not allowed here" in with_summary[0].summary_error
+    assert "Asked: read f0.txt" in with_summary[0].summary
+
+
+def test_the_cost_budget_stops_a_run_before_the_call_that_would_pass_it(stub: StubOpenAI, tmp_path: Path) -> None:
+    files(tmp_path, 1, lines=4_000)
+    stub.push(Reply(tool_calls=[tool_call("read_file", {"path": "f0.txt"})],
+                    usage={"prompt_tokens": 300, "completion_tokens": 10, "total_tokens": 310}))
+    # gpt-4o-mini: $0.15 per million input tokens; the second call would send ~8,000 tokens, ~$0.0012
+    agent = http_agent(stub, tmp_path, model="openai/gpt-4o-mini", budget=Budget(max_cost=0.0008))
+    result = asyncio.run(agent.run("read f0.txt"))
+    assert len(stub.completion_requests) == 1
+    (denied,) = [e.payload for e in events(tmp_path, "authorization_denied")]
+    assert denied.rule == "budget.max_cost" and "the next model call would cost about $" in denied.reason
+    assert result.status == RunStatus.COMPLETED_WITH_ERRORS
+
+
+def test_cached_tokens_and_the_estimate_are_recorded_and_no_usage_is_not_an_error(stub: StubOpenAI,
+                                                                                  tmp_path: Path) -> None:
+    stub.push(Reply(content="hi", usage={"prompt_tokens": 2_000, "completion_tokens": 5, "total_tokens": 2_005,
+                                         "prompt_tokens_details": {"cached_tokens": 1_024}}),  # type: ignore[dict-item]
+              Reply(content="again", usage={}))
+    agent = http_agent(stub, tmp_path, model="openai/gpt-4o-mini")
+
+    async def go() -> list[Any]:
+        return [await agent.run("hello"), await agent.run("and again")]
+    first, second = asyncio.run(go())
+    assert first.ok and second.ok
+    called = [e.payload for e in events(tmp_path, "llm_called")]
+    assert getattr(called[0].usage, "cached_tokens", 0) == 1_024
+    assert all(c.request["input_tokens"]["input_tokens"] > 0 for c in called)  # counted before each call
+    assert called[1].usage.prompt_tokens == 0  # the provider said nothing: recorded as nothing, the run went on
+
+
+def test_anthropic_requests_mark_the_settled_prefix_for_the_cache() -> None:
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "earlier"},
+                {"role": "assistant", "content": "answer"}, {"role": "user", "content": "now"}]
+    marked = cache_marked("anthropic/claude-sonnet-4-5", messages, settled=3)
+    assert [isinstance(m["content"], list) for m in marked] == [True, False, True, True]
+    assert marked[2]["content"][0] == {"type": "text", "text": "answer", "cache_control": {"type": "ephemeral"}}
+    assert cache_marked("openai/gpt-4o-mini", messages, settled=3) is messages  # OpenAI caches by itself
+    assert messages[0]["content"] == "sys"  # what is recorded is never changed
