@@ -388,5 +388,8 @@ def added(a: Usage, b: Usage) -> Usage:
 
 
 def tool_message(call_id: str, result: Any) -> dict[str, Any]:
-    content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+    # keys sorted, as the log holds them: a result read back from the log (another kernel, `nbagent run`, a replay)
+    # is then sent byte for byte as it was sent live, so replays match and providers' prompt caches hit
+    content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str,
+                                                               sort_keys=True)
     return {"role": "tool", "tool_call_id": call_id, "content": content}

@@ -1,4 +1,4 @@
-"""The context budget (runtime/window.py, compaction.py, fitting.py, results.py; docs/context.md): every request
+"""The context budget (runtime/window.py, compaction.py, fitting.py, results.py; docs/context-budget.md): every request
 fits the window, what was compacted is recorded, the log keeps every result whole, `read_result` pages through it
 within the run's own conversation only, the same events give byte-identical requests, a provider's refusal leads
 to one compaction and one retry, and a budget stops a run before the call that would pass it.
@@ -113,7 +113,7 @@ def test_read_result_pages_through_the_whole_result(tmp_path: Path) -> None:
     read = [e for e in events(tmp_path, "tool_call_completed") if e.payload.tool == "read_result"]
     assert read, "the model never read a result again"
     full = json.dumps(next(e.payload.result for e in events(tmp_path, "tool_call_completed")
-                           if e.payload.tool == "read_file"), ensure_ascii=False)
+                           if e.payload.tool == "read_file"), ensure_ascii=False, sort_keys=True)
     page = read[0].payload.result
     assert page.startswith("[r1/nb1_0, page 2 of ")
     body = page.split("\n", 1)[1]
@@ -301,3 +301,66 @@ def test_anthropic_requests_mark_the_settled_prefix_for_the_cache() -> None:
     assert marked[2]["content"][0] == {"type": "text", "text": "answer", "cache_control": {"type": "ephemeral"}}
     assert cache_marked("openai/gpt-4o-mini", messages, settled=3) is messages  # OpenAI caches by itself
     assert messages[0]["content"] == "sys"  # what is recorded is never changed
+
+
+def test_a_replay_of_a_compacted_run_sends_the_recorded_summary_and_references(stub: StubOpenAI,
+                                                                              tmp_path: Path) -> None:
+    files(tmp_path, 2)
+    stub.push(Reply(tool_calls=[tool_call("read_file", {"path": "f0.txt"})]), Reply(content="Read 0."),
+              Reply(tool_calls=[tool_call("read_file", {"path": "f1.txt"})]),
+              Reply(content="The researcher read f0.txt; it has 400 lines."), Reply(content="Read 1."))
+    agent = http_agent(stub, tmp_path, context_window=6_000)
+
+    async def go() -> Any:
+        await agent.run("read f0.txt")
+        return await agent.run("read f1.txt")
+    second = asyncio.run(go())
+    recorded = [e.payload for e in Store(tmp_path / "agent.nbagent", readonly=True).run_events(second.run_id)
+                if e.type == "context_compacted"]
+    assert recorded and recorded[0].summary_by == "model"
+    assert recorded[0].summary == "The researcher read f0.txt; it has 400 lines."
+    n = len(stub.completion_requests)
+    replayer = Agent(replay=second.run_id, store=tmp_path / "agent.nbagent", autonomy="L3")
+    replayed = asyncio.run(replayer.run("read f1.txt"))
+    assert replayed.status == RunStatus.COMPLETED and replayed.answer == "Read 1.", replayed.error
+    assert len(stub.completion_requests) == n  # offline: nothing went to the provider, the summary included
+    again = [e.payload for e in Store(tmp_path / "agent.nbagent", readonly=True).run_events(replayed.run_id)
+             if e.type == "context_compacted"]
+    assert [(c.summary, [r.call_id for r in c.results]) for c in again] == \
+        [(c.summary, [r.call_id for r in c.results]) for c in recorded]
+
+
+# ------------------------------------------------------------------------------------------ the property
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(window=st.integers(3_000, 9_000), sizes=st.lists(st.integers(0, 3_000), min_size=1, max_size=9),
+       reread=st.booleans())
+def test_property_every_request_fits_and_nothing_recorded_is_lost(tmp_path_factory: pytest.TempPathFactory,
+                                                                  window: int, sizes: list[int],
+                                                                  reread: bool) -> None:
+    """Any window, any run of file sizes (a line is ~80 bytes, 3,000 lines ~60,000 tokens): every request the model
+    gets fits the window, every tool result is in the log whole, and the same run again sends the same bytes."""
+    sent = []
+    for _ in range(2):
+        folder = tmp_path_factory.mktemp("s")
+        for k, lines in enumerate(sizes):
+            (folder / f"f{k}.txt").write_text("\n".join(f"line {i} of file {k}: {LINE}" for i in range(lines)))
+        model = Reader(reread=reread)
+        agent = Agent(function=model, store=folder / "agent.nbagent", context_window=window, autonomy="L3")
+
+        async def go(agent: Agent = agent) -> list[Any]:
+            return [await agent.run(f"read file {k}") for k in range(len(sizes))]
+        results = asyncio.run(go())
+        counter = Counter("nbagent/function", offline=True)
+        tools = [t.schema() for t in agent.tools.values()]
+        assert all(r.ok for r in results), [r.error for r in results]
+        assert all(counter.request(m, tools) <= window for m in model.requests)
+        done = [e.payload for e in events(folder, "tool_call_completed") if e.payload.tool == "read_file"]
+        assert [len(d.result["content"]) for d in done] == \
+            [min(len((folder / f"f{k}.txt").read_text()), 40_000) for k in range(len(sizes))]
+        sent.append(json.dumps(model.requests, sort_keys=True))
+    assert sent[0] == sent[1]

@@ -38,7 +38,9 @@ _REFUSAL_WORDS = ("context_length_exceeded", "maximum context length", "prompt i
 def is_context_refusal(exc: ModelError) -> bool:
     """A provider's "the request is too long" (OpenAI, Anthropic, litellm's ContextWindowExceededError)."""
     text = str(exc).lower()
-    return exc.error_type == "ContextWindowExceededError" or any(w in text for w in _REFUSAL_WORDS)
+    # only a request refused as it is (400): a rate limit's "too many tokens per minute" is another matter
+    return exc.error_type == "ContextWindowExceededError" or (
+        exc.error_type in ("BadRequestError", "InvalidRequestError") and any(w in text for w in _REFUSAL_WORDS))
 
 
 def limit_said(message: str) -> int | None:
@@ -163,6 +165,11 @@ class ContextFitting(AgentBase):
         runs = [rid for rid, _ in ctx.history]
         fields: dict[str, Any] = {"summarized_runs": runs}
         error = None
+        if self.replay_source is not None:  # a replay sends what the recording sent: its summary, not a new one
+            made = sum(1 for c in self.store.run_state(ctx.run_id).compactions if c.summary is not None)
+            recorded = [c for c in self.store.run_state(self.replay_source).compactions if c.summary is not None]
+            if made < len(recorded) and recorded[made].summarized_runs == runs:
+                return {**fields, "summary": recorded[made].summary, "summary_by": recorded[made].summary_by}
         if self._local is None:
             text = transcript(ctx.history, compactions, ctx.run_names)
             budget = int(window.limit * window.target)

@@ -8,12 +8,12 @@ the tool returned it; a page is `result_tokens` tokens of the run's window (wind
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 
 from ..effects import current_call
 from ..levels import Risk
+from ..state import tool_message
 from ..store import Store
 from ..tools.base import Tool, ToolError
 from .window import Counter, Window
@@ -47,7 +47,7 @@ def read_result_tool(store: Store, counter: Callable[[], Counter]) -> Tool:
         step = state.steps.get(call_id)
         if step is None or step.status != "ok":
             raise ToolError(f"no result {handle} in this conversation: r{position} has no completed call {call_id}")
-        text = step.result if isinstance(step.result, str) else json.dumps(step.result, ensure_ascii=False)
+        text = tool_message(call_id, step.result)["content"]  # the text the model was sent, before it was cut
         recorded = store.run_state(call.run_id).options.get("context")
         size = Window.model_validate(recorded).result_tokens if isinstance(recorded, dict) else 8_000
         if not isinstance(page, int) or page < 1:
