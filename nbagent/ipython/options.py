@@ -149,7 +149,7 @@ class NbAgent(Configurable):
     budget = Float(0.0, help="model cost per run, in dollars (0: no limit)").tag(config=True)
     tool_timeout = Float(300.0, help="seconds a tool call may take, a cell the agent runs included (0: no limit)"
                          ).tag(config=True)
-    context_window = Int(0, help="the model's input limit in tokens (0: litellm's table says; docs/context.md)"
+    context_window = Int(0, help="the model's input limit in tokens (0: litellm's table says; docs/context-budget.md)"
                          ).tag(config=True)
     script = Unicode("", help="script of the offline scripted model").tag(config=True)
     session = Unicode("default", help="the conversation cells continue").tag(config=True)

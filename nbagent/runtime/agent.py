@@ -83,7 +83,7 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, Cont
             the folder); by default the store's folder.
         code_paths: files that run later (an MCP configuration...): a write of one is WRITE_HIGH_RISK.
         context_window: the model's input limit in tokens, where litellm's table does not know it or you want less
-            (docs/context.md); for an offline model, setting it turns the context budget on.
+            (docs/context-budget.md); for an offline model, setting it turns the context budget on.
 
     Raises:
         ValueError: no model named, or a tool named like a control tool.
