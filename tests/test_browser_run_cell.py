@@ -60,14 +60,6 @@ PLOT = ("import matplotlib.pyplot as plt\nimport pandas as pd\nsales = pd.read_c
         "by_region.plot.barh(title='Revenue by region')\nplt.show()\nprint(by_region.to_string())")
 
 
-def replace_cell_exists() -> bool:
-    """Whether the kernel offers `replace_cell` (written on another branch of issue 27): the kernel imports the
-    nbagent this test imports (the server and its kernels inherit the environment)."""
-    import nbagent
-
-    return any("def replace_cell(" in p.read_text() for p in Path(nbagent.__file__).parent.rglob("*.py"))
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     base = tmp_path_factory.mktemp("lab")
@@ -240,8 +232,6 @@ def test_a_failing_cell_then_a_plot_in_cells_below_the_agent(page: Page, lab: La
 
 def test_replace_cell_fixes_the_same_cell(page: Page, lab: Lab) -> None:  # noqa: F811
     """run_cell with a wrong column, then replace_cell (by the first call's id): the same cell gets the plot."""
-    if not replace_cell_exists():
-        pytest.skip("the kernel has no replace_cell tool yet (issue 27, written on another branch)")
     notebook = write_notebook(lab, "replace-cell", [
         call("run_cell", "I'll load the data and sum revenue by region.", code=WRONG,
              explanation="revenue by region"),

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..levels import Risk
 from ..tools.base import Tool, ToolError
-from .cells import COMM_TARGET, source_digest
+from .cells import send, source_digest
 
 MAX_LISTED = 40  # cells list_cells shows (the newest)
 MAX_SOURCE_SHOWN = 400  # characters of each cell's source in list_cells
@@ -261,14 +261,7 @@ def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[
         msg_id = uuid.uuid4().hex
         payload = {"action": "replace", "cell_id": held.cell_id, "source": source, "metadata": metadata, "ran": True,
                    "msg_id": msg_id, "execution_count": shell.execution_count}
-        delivered = False
-        try:
-            from comm import create_comm
-
-            create_comm(target_name=COMM_TARGET, data=payload).close()
-            delivered = True
-        except Exception:  # no front end: the log holds the new source and outputs
-            pass
+        delivered = send(payload)  # no front end: the log holds the new source and outputs
         registry.running(held.cell_id, True)
         try:
             result = await run_in_shell(shell, source, held.cell_id, msg_id)
@@ -310,12 +303,7 @@ def undo_cells(registry: Registry, cells: list[Any]) -> list[str]:
         lines.append(c.line())
     sent = True
     for payload in payloads(todo):
-        try:
-            from comm import create_comm
-
-            create_comm(target_name=COMM_TARGET, data=payload).close()
-        except Exception:
-            sent = False
+        sent = send(payload) and sent
     if todo and not sent:
         lines.append("no front end took the cells' changes: remove or restore them in the notebook by hand")
     if lines:

@@ -75,19 +75,23 @@ def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool
         provenance["source_sha256"] = source_digest(source)
         metadata = {"nbagent": provenance}
         payload = {"after_cell_id": cell_id, "source": source, "metadata": metadata}
-        delivered = False
-        try:
-            from comm import create_comm
-
-            channel = create_comm(target_name=COMM_TARGET, data=payload)
-            channel.close()
-            delivered = True
-        except Exception as exc:  # no front end to tell: the log still holds the cell for `nbagent run`
-            log.debug("no front end received the cell: %s", exc)
         return {"inserted": True, "after_cell_id": cell_id, "source": source, "metadata": metadata,
-                "sent_to_frontend": delivered}
+                "sent_to_frontend": send(payload)}
 
     return Tool(insert_code_cell, risk=Risk.WRITE_HIGH_RISK, preview=_preview, runs_later=RUNS_LATER)
+
+
+def send(payload: dict[str, Any]) -> bool:
+    """Tell the front end (the lab extension) of a cell to insert, replace, remove or restore; whether one was there
+    to tell. Without one (nbclient, a plain kernel) nobody needs telling: the log holds the cell for `nbagent run`."""
+    try:
+        from comm import create_comm
+
+        create_comm(target_name=COMM_TARGET, data=payload).close()
+        return True
+    except Exception as exc:
+        log.debug("no front end received the cell: %s", exc)
+        return False
 
 
 def inserted_cells(events: list[Any]) -> list[dict[str, Any]]:

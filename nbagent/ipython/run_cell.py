@@ -40,7 +40,7 @@ from typing import Any
 
 from ..levels import Risk
 from ..tools.base import Tool, time_limit
-from .cells import COMM_TARGET, _preview, source_digest
+from .cells import _preview, send, source_digest
 
 TOOL = "run_cell"
 MAX_TEXT = 20_000  # each text of the result (stdout, stderr, an output, the traceback)
@@ -439,14 +439,7 @@ def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]
         metadata = {"nbagent": provenance}
         payload = {"after_cell_id": after, "source": source, "metadata": metadata, "ran": True, "msg_id": msg_id,
                    "cell_id": cell_id, "execution_count": shell.execution_count}
-        delivered = False
-        try:
-            from comm import create_comm
-
-            create_comm(target_name=COMM_TARGET, data=payload).close()
-            delivered = True
-        except Exception:  # no front end: the log still holds the cell and its outputs
-            pass
+        delivered = send(payload)  # no front end: the log still holds the cell and its outputs
         if registry is not None:
             registry.running(cell_id, True)
         try:
