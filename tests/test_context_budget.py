@@ -364,3 +364,24 @@ def test_property_every_request_fits_and_nothing_recorded_is_lost(tmp_path_facto
             [min(len((folder / f"f{k}.txt").read_text()), 40_000) for k in range(len(sizes))]
         sent.append(json.dumps(model.requests, sort_keys=True))
     assert sent[0] == sent[1]
+
+
+def test_the_live_view_shows_the_next_calls_tokens_and_cost_before_it_is_made() -> None:
+    from nbagent.bus import EventBus
+    from nbagent.ui.widget import RunView
+
+    bus = EventBus()
+    view = RunView(interval=0)
+    view.attach(bus, lambda run_id: {"run_id": run_id}, run_id="r")
+    bus.next_call("r", {"input_tokens": 12_345, "exact": True, "cost": 0.00185})
+    view.flush()
+    assert view.streaming == "sending 12,345 tokens (≈ $0.0019)…"
+    bus.token("r", "The ")  # the reply's first token takes the line's place
+    view.flush()
+    assert view.streaming == "The "
+    bus.next_call("other run", {"input_tokens": 1, "exact": False})
+    view.flush()
+    assert view.streaming == "The "
+    bus.next_call("r", {"input_tokens": 900, "exact": False})
+    view.flush()
+    assert view.streaming == "sending at most 900 tokens…"
