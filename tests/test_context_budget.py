@@ -385,3 +385,25 @@ def test_the_live_view_shows_the_next_calls_tokens_and_cost_before_it_is_made() 
     bus.next_call("r", {"input_tokens": 900, "exact": False})
     view.flush()
     assert view.streaming == "sending at most 900 tokens…"
+
+
+def test_the_record_says_when_the_context_was_compacted_and_what_each_call_sent(tmp_path: Path,
+                                                                               stub: StubOpenAI) -> None:
+    from nbagent.ui.record_words import step_summary
+    from nbagent.ui.viewstate import run_view
+
+    files(tmp_path, 3)
+    model = Reader()
+    _, results = session(tmp_path, model, 3)
+    store = Store(tmp_path / "agent.nbagent", readonly=True)
+    lines = [step_summary(s) for r in results for s in run_view(store, r.run_id)["steps"]]
+    compacted = [line for line in lines if line.startswith("context compacted")]
+    assert compacted and "(window 4,000): " in compacted[0] and "sent as references" in compacted[0]
+    assert any("sent " in line and " tokens" in line for line in lines if line.startswith("model "))
+    # a model litellm does not know: the record says its limit is unknown, and what to set
+    stub.push(Reply(content="hi"))
+    (tmp_path / "u").mkdir()
+    unknown = asyncio.run(http_agent(stub, tmp_path / "u").run("hi"))
+    view = run_view(Store(tmp_path / "u" / "agent.nbagent", readonly=True), unknown.run_id)
+    (model_step,) = [s for s in view["steps"] if s["kind"] == "model"]
+    assert "input limit is unknown to litellm: set context_window" in step_summary(model_step)

@@ -74,6 +74,7 @@ class RunContext:
         self.history: list[tuple[str, list[dict[str, Any]]]] = []  # the prefix's history, run by run (history.py)
         self.run_names: dict[str, str] = {}  # run id -> its name in result handles ("r3")
         self.next_tokens: tuple[int, bool] | None = None  # the next request's input tokens, and whether counted
+        self.window_limit: int | None = None  # the window the last request was fitted to (None: unknown)
         self.refused_once = False  # this turn's request was refused for its length once already (fitting.py)
         self.stop: list[str] = []  # budget or policy reasons to finish after the current turn
         self.grants = grants_.InForce()  # the grants in force, re-read when the session's chain grew

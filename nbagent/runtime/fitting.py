@@ -103,6 +103,7 @@ class ContextFitting(AgentBase):
             ctx.next_tokens = None
             return capped(ctx.prefix + own)
         messages = self._view(ctx, state, own, compactions, window)
+        ctx.window_limit = window.limit
         threshold = window.threshold()
         n, exact = Counter.bound(messages, tools), False
         if threshold is not None and n > threshold:
@@ -153,7 +154,7 @@ class ContextFitting(AgentBase):
             self._record(ctx.run_id, Error(error_type="ContextTooLarge", message=self._too_large(
                 messages, tools, after, window)))
             return None
-        ctx.next_tokens = (after, True)
+        ctx.next_tokens, ctx.window_limit = (after, True), window.limit
         return messages
 
     async def _summary(self, ctx: RunContext, compactions: Compactions, window: Window) -> dict[str, Any]:
@@ -231,7 +232,7 @@ class ContextFitting(AgentBase):
         if exact and not counted:
             n, counted = ctx.next_tokens = (self.counter().request(messages, tools), True)
         exact = counted
-        out: dict[str, Any] = {"input_tokens": n, "exact": exact}
+        out: dict[str, Any] = {"input_tokens": n, "exact": exact, "window": ctx.window_limit}
         if self._local is None:
             full, _ = price_in(self.model)
             if full is not None:

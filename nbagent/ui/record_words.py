@@ -178,19 +178,19 @@ def next_call_line(estimate: dict[str, Any]) -> str:
 
 
 def compaction_line(p: Any) -> str:
-    """What a `context_compacted` event did, in a sentence (the record's timeline)."""
-    why = (f"the provider refused the request for its length (limit {p.window:,} tokens)" if p.reason == "refused"
-           else f"the next request ({p.tokens_before:,} tokens) would have passed the share of the "
-                f"{p.window:,}-token window kept free")
+    """What a `context_compacted` event did, in a line (the record's timeline): the numbers first, as a line may be
+    clipped."""
+    window = f"{p.window:,}" if p.window else "unknown"
+    line = (f"context compacted, {p.tokens_before:,} → {p.tokens_after:,} tokens (window {window})" +
+            (", after the provider refused the request for its length" if p.reason == "refused" else ""))
     done = []
     if p.results:
-        done.append(plural(len(p.results), "tool result", "tool results") + " sent as references "
-                    "(read_result reads them again)")
+        done.append(plural(len(p.results), "tool result", "tool results") + " sent as references")
     if p.summary is not None:
-        by = "the model" if p.summary_by == "model" else "nbagent (the summary request failed)" \
-            if p.summary_error else "nbagent"
-        done.append(plural(len(p.summarized_runs), "earlier request", "earlier requests") + f" summarised by {by}")
-    return f"{why}: " + ("; ".join(done) or "nothing could be taken out") + f"; now {p.tokens_after:,} tokens"
+        by = "by the model" if p.summary_by == "model" else \
+            "as an extract (the summary request failed)" if p.summary_error else "as an extract"
+        done.append(plural(len(p.summarized_runs), "earlier request", "earlier requests") + f" summarised {by}")
+    return line + (": " + "; ".join(done) if done else "") + (" (read_result reads them again)" if p.results else "")
 
 
 def timeline_label(view: dict[str, Any]) -> str:

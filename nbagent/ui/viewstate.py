@@ -62,6 +62,7 @@ from ..events import EventBase
 from ..state import RunState
 from ..timeline import clip
 from .effects_summary import effects as effects_of
+from .record_words import compaction_line
 
 VERSION = 1
 MIME = "application/vnd.nbagent.run+json"
@@ -108,6 +109,24 @@ def _ms_between(a: str | None, b: str | None) -> float | None:
     return round((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() * 1000, 1)
 
 
+def sent_line(p: Any) -> str:
+    """" · sent 12,345 tokens (≈ $0.0019 before the call) · 8,192 read from the provider's cache", or "": what a
+    model call's request was counted at before it was made (fitting.py), and what the provider took from its cache."""
+    out = ""
+    counted = p.request.get("input_tokens") if isinstance(p.request, dict) else None
+    if isinstance(counted, dict) and counted.get("input_tokens"):
+        n = int(counted["input_tokens"])
+        out += f" · sent {n:,} tokens" if counted.get("exact") else f" · sent at most {n:,} tokens"
+        if isinstance(counted.get("cost"), int | float):
+            out += f" (≈ ${counted['cost']:.4f} before the call)"
+        if "window" in counted and counted["window"] is None:
+            out += " · the model's input limit is unknown to litellm: set context_window to keep requests within it"
+    cached = getattr(p.usage, "cached_tokens", 0)
+    if cached:
+        out += f" · {cached:,} read from the provider's cache"
+    return out
+
+
 def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
     p: Any = e.payload
     base: dict[str, Any] = {"id": e.id, "ts": e.ts, "depth": depth}
@@ -115,6 +134,7 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
         message = ((p.response.get("choices") or [{}])[0].get("message") or {})
         calls = message.get("tool_calls") or []
         what = (f"{len(calls)} tool call{'s' if len(calls) != 1 else ''}") if calls else "answer"
+        what += sent_line(p)
         return {**base, "kind": "model", "title": f"{p.model}", "detail": what, "status": "ok",
                 "tokens": p.usage.total_tokens or p.usage.prompt_tokens + p.usage.completion_tokens,
                 "prompt_tokens": p.usage.prompt_tokens, "completion_tokens": p.usage.completion_tokens,
@@ -142,6 +162,8 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
     if e.type == "child_run_started":
         return {**base, "kind": "child", "title": "sub-agent", "detail": p.prompt, "status": "info",
                 "child_run_id": p.child_run_id}
+    if e.type == "context_compacted":
+        return {**base, "kind": "info", "title": "context compacted", "detail": compaction_line(p), "status": "info"}
     if e.type == "error":
         return {**base, "kind": "error", "title": p.error_type or "error", "detail": p.message, "status": "failed",
                 "retries": p.retry_count}
