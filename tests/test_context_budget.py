@@ -240,7 +240,7 @@ def test_a_second_refusal_ends_the_run_saying_what_was_too_big(stub: StubOpenAI,
               HttpError(400, REFUSAL))
     result = asyncio.run(http_agent(stub, tmp_path).run("read f0.txt"))
     assert result.status == RunStatus.FAILED
-    assert "maximum context length" in (result.error or "")
+    assert "maximum context length" in (result.error or "") and "refused again after one compaction" in result.error
     assert len(events(tmp_path, "context_compacted")) == 1 and len(stub.completion_requests) == 3
 
 

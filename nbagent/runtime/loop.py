@@ -148,9 +148,14 @@ class RunLoop(AgentBase):
                                    on_retry=(lambda attempt, exc: stream.reset()) if stream is not None else None)
         except ModelError as exc:
             ctx.turn[0] += 1 + exc.retry_count
-            if is_context_refusal(exc) and await self._refused(ctx, state, tools, sent_own, exc):
-                return  # compacted and recorded: the loop's next turn sends the request again, once
-            self._record(run_id, Error(message=str(exc), error_type=exc.error_type, retry_count=exc.retry_count))
+            message = str(exc)
+            if is_context_refusal(exc):
+                if await self._refused(ctx, state, tools, sent_own, exc):
+                    return  # compacted and recorded: the loop's next turn sends the request again, once
+                sent_n = f"{ctx.next_tokens[0]:,} tokens by nbagent's count" if ctx.next_tokens else "compacted"
+                message += (f" (refused again after one compaction: the request was {sent_n}; the provider counts "
+                            "more. Set context_window lower, or shorten the request or the context given with it)")
+            self._record(run_id, Error(message=message, error_type=exc.error_type, retry_count=exc.retry_count))
             return
         finally:
             if stream is not None:
