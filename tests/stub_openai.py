@@ -98,6 +98,7 @@ class Recorded:
     input_tokens: int | None = None  # the server's own count, when it counts (max_input_tokens or cache)
     cached_tokens: int | None = None  # with cache=True, for an answered request
     refused: bool = False  # over max_input_tokens: answered 400 context_length_exceeded
+    output_tokens: int | None = None  # the reply's completion tokens, when counting
 
 
 def tool_call(name: str, arguments: dict[str, Any] | str, id: str | None = None) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def _usage(reply: Reply, counted: Recorded | None = None, model: str = "") -> di
         return reply.usage
     if counted is None or counted.input_tokens is None:
         return {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
-    out = count_output_tokens(reply, model)
+    out = counted.output_tokens = count_output_tokens(reply, model)
     return {"prompt_tokens": counted.input_tokens, "completion_tokens": out,
             "total_tokens": counted.input_tokens + out,
             "prompt_tokens_details": {"cached_tokens": counted.cached_tokens or 0, "audio_tokens": 0},
