@@ -399,7 +399,8 @@ class StubOpenAI:
         return [r for r in self.requests if r.refused]
 
     def _count(self, record: Recorded) -> None:
-        """Count a chat request's tokens, decide refusal, and with `cache` its cached prefix (cached once answered)."""
+        """Count a chat request's tokens, decide refusal, and with `cache` its cached prefix (a request not refused
+        is cached from now on, as OpenAI caches what it processed)."""
         seq = request_tokens(record.body if isinstance(record.body, dict) else {})
         record.input_tokens = len(seq)
         if self.max_input_tokens is not None and len(seq) > self.max_input_tokens:
