@@ -219,3 +219,7 @@ def test_sixty_cells_of_200_kb_files_fit_a_16k_window_and_rerun_byte_identical(t
     assert [r.get("status") for r in records(path)] == ["completed"] * CELLS
     assert len(second) == len(first)
     assert bodies(second) == bodies(first)
+    served = [r for r in first if not r.refused]
+    print(f"{len(first)} requests, {len(refused)} refused, largest {max(r.input_tokens or 0 for r in served):,} "
+          f"tokens, {sum(r.cached_tokens or 0 for r in served):,} of {sum(r.input_tokens or 0 for r in served):,} "
+          f"input tokens cached, {len(compactions)} compactions")  # for the record (pytest -s)
