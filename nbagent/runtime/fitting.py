@@ -105,11 +105,13 @@ class ContextFitting(AgentBase):
         messages = self._view(ctx, state, own, compactions, window)
         ctx.window_limit = window.limit
         threshold = window.threshold()
-        n, exact = Counter.bound(messages, tools), False
-        if threshold is not None and n > threshold:
-            n, exact = self.counter().request(messages, tools), True
-        if threshold is None or n <= threshold:
-            ctx.next_tokens = (n, exact)
+        bound = Counter.bound(messages, tools)
+        if threshold is None or bound <= threshold:  # it fits whatever the count: no tokenizer needed
+            ctx.next_tokens = (Counter.estimate(messages, tools), False)
+            return messages
+        n = self.counter().request(messages, tools)
+        if n <= threshold:
+            ctx.next_tokens = (n, True)
             return messages
         return await self._compact(ctx, state, tools, own, compactions, window, n, "budget")
 
@@ -224,12 +226,13 @@ class ContextFitting(AgentBase):
 
     def _estimate(self, ctx: RunContext, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                   exact: bool = False) -> dict[str, Any] | None:
-        """The next call's input tokens (`exact`: counted, else a bound unless counted already) and their cost at
-        the model's price (None when no window applies)."""
+        """The next call's input tokens (counted when `exact`, a budget applies, or compaction counted them; else
+        estimated) and their cost at the model's price (None when no window applies)."""
         if ctx.next_tokens is None:
             return None
         n, counted = ctx.next_tokens
-        if exact and not counted:
+        if (exact or self.budget.max_cost is not None or self.budget.max_tokens is not None) and not counted:
+            # a budget decides on the count, never on an estimate
             n, counted = ctx.next_tokens = (self.counter().request(messages, tools), True)
         exact = counted
         out: dict[str, Any] = {"input_tokens": n, "exact": exact, "window": ctx.window_limit}

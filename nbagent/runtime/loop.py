@@ -124,9 +124,6 @@ class RunLoop(AgentBase):
         estimate = self._estimate(ctx, messages, tools)
         if estimate is not None:
             denial = self.authorizer.check_next_call(tokens=tokens, cost=cost, estimate=estimate)
-            if denial is not None and not estimate["exact"]:  # a bound said no: the count decides
-                estimate = self._estimate(ctx, messages, tools, exact=True) or estimate
-                denial = self.authorizer.check_next_call(tokens=tokens, cost=cost, estimate=estimate)
             if denial is not None:
                 self._deny(run_id, None, "(model)", denial, None)
                 ctx.stop.append(denial.reason)

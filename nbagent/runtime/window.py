@@ -25,8 +25,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-# per message: the role and the separators a chat template adds (OpenAI's documented 3, and 1 more for a name)
+# offline models, per message: the role and the separators a chat template adds (OpenAI's documented 3, 1 more for
+# a name); every request ends with the reply's priming (3)
 MESSAGE_OVERHEAD = 4
+PRIMING = 3
 
 
 class Window(BaseModel):
@@ -145,23 +147,55 @@ class Counter:
     # ---------------------------------------------------------------- requests
 
     def message(self, message: dict[str, Any]) -> int:
-        key = hashlib.sha256(json.dumps(message, sort_keys=True, default=str).encode("utf-8", "replace")).hexdigest()
+        """A message's tokens as the chat template counts them: litellm's count of it alone, less the reply's
+        priming (real models); its text and MESSAGE_OVERHEAD (offline ones)."""
+        key = _key(message)
         n = self._seen.get(key)
         if n is None:
-            n = MESSAGE_OVERHEAD + self.text(_message_text(message))
+            if self.offline:
+                n = MESSAGE_OVERHEAD + self.text(_message_text(message))
+            else:
+                from ..llm import import_litellm
+
+                n = max(1, int(import_litellm().token_counter(model=self.model, messages=[message])) - PRIMING)
+            self._seen[key] = n
+        return n
+
+    def tools(self, tools: list[dict[str, Any]]) -> int:
+        """The tool schemas' tokens: litellm counts them as providers render them (about half their JSON)."""
+        if not tools:
+            return 0
+        key = _key(tools)
+        n = self._seen.get(key)
+        if n is None:
+            if self.offline:
+                n = self.text(json.dumps(tools, sort_keys=True))
+            else:
+                from ..llm import import_litellm
+
+                n = int(import_litellm().token_counter(model=self.model, messages=[], tools=tools))
             self._seen[key] = n
         return n
 
     def request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        """The request's input tokens: its messages, its tool schemas, and the reply's priming (3)."""
-        tools_text = json.dumps(tools, sort_keys=True) if tools else ""
-        return sum(self.message(m) for m in messages) + (self.text(tools_text) if tools_text else 0) + 3
+        """The request's input tokens: its messages, its tool schemas, and the reply's priming."""
+        return sum(self.message(m) for m in messages) + self.tools(tools) + PRIMING
+
+    @staticmethod
+    def estimate(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        """A rough count without a tokenizer (four bytes a token), for what is shown before a call when nothing
+        needed the exact count: never used to decide."""
+        return math.ceil(Counter.bound(messages, tools) / 4)
 
     @staticmethod
     def bound(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         """An upper bound of `request` without a tokenizer: every token is at least one byte of the text."""
         size = sum(len(_message_text(m).encode("utf-8")) + MESSAGE_OVERHEAD for m in messages)
         return size + (len(json.dumps(tools, sort_keys=True).encode("utf-8")) if tools else 0) + 3
+
+
+def _key(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8", "replace")).hexdigest()
 
 
 def _message_text(message: dict[str, Any]) -> str:

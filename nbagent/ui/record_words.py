@@ -172,7 +172,7 @@ def totals_line(totals: dict[str, Any], nominal: bool = False) -> str:
 def next_call_line(estimate: dict[str, Any]) -> str:
     """"sending 12,345 tokens (≈ $0.0019)…": the model call about to be made, before it is (the live view)."""
     n = int(estimate.get("input_tokens") or 0)
-    tokens = f"{n:,} tokens" if estimate.get("exact") else f"at most {n:,} tokens"
+    tokens = f"{n:,} tokens" if estimate.get("exact") else f"about {n:,} tokens"
     cost = estimate.get("cost")
     return f"sending {tokens}" + (f" (≈ ${cost:.4f})" if isinstance(cost, int | float) else "") + "…"
 

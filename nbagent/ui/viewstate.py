@@ -116,7 +116,7 @@ def sent_line(p: Any) -> str:
     counted = p.request.get("input_tokens") if isinstance(p.request, dict) else None
     if isinstance(counted, dict) and counted.get("input_tokens"):
         n = int(counted["input_tokens"])
-        out += f" · sent {n:,} tokens" if counted.get("exact") else f" · sent at most {n:,} tokens"
+        out += f" · sent {n:,} tokens" if counted.get("exact") else f" · sent about {n:,} tokens"
         if isinstance(counted.get("cost"), int | float):
             out += f" (≈ ${counted['cost']:.4f} before the call)"
         if "window" in counted and counted["window"] is None:
