@@ -195,6 +195,12 @@ def test_sixty_cells_of_200_kb_files_fit_a_16k_window_and_rerun_byte_identical(t
     events = all_events(store)
     compactions = [e.payload for e in events if e.type == "context_compacted"]
     assert compactions, "the session was never compacted"
+    # the saved notebook says so: the record's timeline, and the text a reader without the extension sees
+    assert any(st.get("title") == "context compacted" for r in shown for st in r.get("steps") or [])
+    nb = json.loads(path.read_text())
+    texts = ["".join(o["data"].get("text/plain", "")) for c in nb["cells"] for o in c.get("outputs", [])
+             if "data" in o]
+    assert any("context compacted, " in t and "sent as references" in t for t in texts)
 
     # every request fit; a refusal must have been followed by a compaction ("refused") and a retry that fit
     refused = [i for i, r in enumerate(first) if r.refused]
