@@ -414,3 +414,21 @@ def test_the_record_says_when_the_context_was_compacted_and_what_each_call_sent(
     view = run_view(Store(tmp_path / "u" / "agent.nbagent", readonly=True), unknown.run_id)
     (model_step,) = [s for s in view["steps"] if s["kind"] == "model"]
     assert "input limit is unknown to litellm: set context_window" in step_summary(model_step)
+
+
+def test_agent_config_context_window_takes_a_limit_and_refuses_a_nonsense_one_saying_what_to_set() -> None:
+    from nbagent.ipython.options import UsageError, set_override
+
+    overrides: dict[str, Any] = {}
+    assert set_override(overrides, "context_window=16000") == "context_window = 16000"
+    with pytest.raises(UsageError, match="1000 or more"):
+        set_override(overrides, "context_window=500")
+    assert overrides == {"context_window": 16000}  # the bad value did not replace the good one
+    with pytest.raises(UsageError, match="must be a number"):
+        set_override(overrides, "context_window=lots")
+    set_override(overrides, "autonomy=L2")
+    with pytest.raises(UsageError, match="L0, L1, L2 or L3"):  # was: stored first, then refused
+        set_override(overrides, "autonomy=L9")
+    with pytest.raises(UsageError, match="all, none, low or recorded"):
+        set_override(overrides, "approve=everything")
+    assert overrides == {"context_window": 16000, "autonomy": "L2"}

@@ -189,17 +189,17 @@ def set_override(overrides: dict[str, Any], pair: str) -> str:
     if key not in SETTINGS:
         raise UsageError(f"%agent config: unknown key {key!r}; keys: {', '.join(SETTINGS)}")
     try:
-        overrides[key] = _CASTS.get(key, str)(value)
+        cast = _CASTS.get(key, str)(value)
     except ValueError:
         raise UsageError(f"%agent config: {key} must be a number, got {value!r}") from None
-    if key == "context_window" and overrides[key] and overrides[key] < 1_000:
-        del overrides[key]
+    if key == "context_window" and cast and cast < 1_000:
         raise UsageError("%agent config: context_window is the model's input limit in tokens: 1000 or more (0: the "
                          "model's own, from litellm's table)")
     if key == "autonomy" and value not in ("L0", "L1", "L2", "L3"):
         raise UsageError("%agent config: autonomy must be L0, L1, L2 or L3")
     if key == "approve" and value not in ("", "all", "none", "low", "recorded"):
         raise UsageError("%agent config: approve must be all, none, low or recorded")
+    overrides[key] = cast  # only a value that passed every check replaces the one in force
     if key == "mcp" and str(value).lstrip().startswith("{"):
         return "mcp = <inline JSON>"  # its headers and env may hold tokens: never echoed into the notebook
     return f"{key} = {overrides[key]!r}"
