@@ -97,11 +97,12 @@ class ContextFitting(AgentBase):
                    own: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """The messages of the next request, compacted if they would pass the window's share; None when they cannot
         fit (an error is recorded). Sets `ctx.next_tokens` (count, exact) for the estimate of the call."""
-        compactions = self._compactions(ctx, state)
-        window = self._window(state, compactions)
-        if window is None:
+        if not isinstance(state.options.get("context"), dict):  # no window: what was always sent, results capped
             ctx.next_tokens = None
             return capped(ctx.prefix + own)
+        compactions = self._compactions(ctx, state)
+        window = self._window(state, compactions)
+        assert window is not None
         messages = self._view(ctx, state, own, compactions, window)
         ctx.window_limit = window.limit
         threshold = window.threshold()
