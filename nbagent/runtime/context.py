@@ -76,6 +76,8 @@ class RunContext:
         self.next_tokens: tuple[int, bool] | None = None  # the next request's input tokens, and whether counted
         self.window_limit: int | None = None  # the window the last request was fitted to (None: unknown)
         self.refused_once = False  # this turn's request was refused for its length once already (fitting.py)
+        # (messages looked at, the last of them, what they are sent as) for a run without a window (fitting._capped)
+        self.capped: tuple[int, dict[str, Any] | None, list[dict[str, Any]]] = (0, None, [])
         self.stop: list[str] = []  # budget or policy reasons to finish after the current turn
         self.grants = grants_.InForce()  # the grants in force, re-read when the session's chain grew
         self.blocked = False  # a sub-agent waits for a decision nobody can give now: so does this run

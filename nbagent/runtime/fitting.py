@@ -99,7 +99,7 @@ class ContextFitting(AgentBase):
         fit (an error is recorded). Sets `ctx.next_tokens` (count, exact) for the estimate of the call."""
         if not isinstance(state.options.get("context"), dict):  # no window: what was always sent, results capped
             ctx.next_tokens = None
-            return capped(ctx.prefix + own)
+            return self._capped(ctx, own)
         compactions = self._compactions(ctx, state)
         window = self._window(state, compactions)
         assert window is not None
@@ -115,6 +115,17 @@ class ContextFitting(AgentBase):
             ctx.next_tokens = (n, True)
             return messages
         return await self._compact(ctx, state, tools, own, compactions, window, n, "budget")
+
+    @staticmethod
+    def _capped(ctx: RunContext, own: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`capped(ctx.prefix + own)`, looking only at the messages new since the last call: a run's messages only
+        grow, and a step of a 1,000-step run must not walk all of them again."""
+        done, last, sent = ctx.capped
+        if done > len(own) or (done and own[done - 1] is not last):  # not the messages seen so far: start again
+            done, sent = 0, capped(ctx.prefix)
+        sent = sent + capped(own[done:]) if done < len(own) else sent
+        ctx.capped = (len(own), own[-1] if own else None, sent)
+        return sent
 
     async def _compact(self, ctx: RunContext, state: RunState, tools: list[dict[str, Any]], own: list[dict[str, Any]],
                        compactions: Compactions, window: Window, before: int, reason: str,
