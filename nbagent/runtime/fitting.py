@@ -136,10 +136,10 @@ class ContextFitting(AgentBase):
         chosen: list[CompactedResult] = []
         total = before
 
-        def take(group: list[tuple[str, str, str]]) -> None:
+        def take(group: list[tuple[str, str, str]], goal: int) -> None:
             nonlocal total
             for rid, call_id, content in group:
-                if total <= aim:
+                if total <= goal:
                     return
                 tokens = counter.text(content)
                 sent = min(tokens, window.result_tokens + 60)
@@ -147,7 +147,7 @@ class ContextFitting(AgentBase):
                     chosen.append(CompactedResult(run_id=rid, call_id=call_id, tokens=tokens))
                     total -= sent - REFERENCE_TOKENS
 
-        take(earlier)
+        take(earlier, aim)
         summary: dict[str, Any] = {}
         current = Compactions([*compactions.recorded, ContextCompacted(reason=reason, results=chosen)])
         unsummarized = [rid for rid, _ in ctx.history if rid not in compactions.summarized]
@@ -156,7 +156,8 @@ class ContextFitting(AgentBase):
             current = Compactions([*compactions.recorded, ContextCompacted(reason=reason, results=chosen,
                                                                            **summary)])
             total = counter.request(self._view(ctx, state, own, current, window), tools)
-        take(latest)
+        # what the model asked for just now is taken only if the request cannot be sent otherwise (over the share)
+        take(latest, window.threshold() or aim)
         event = ContextCompacted(
             reason=reason, window=window.limit, window_source=window.source, tokens_before=before,
             results=chosen, provider_message=provider_message, **summary)
