@@ -405,7 +405,7 @@ def test_the_record_says_when_the_context_was_compacted_and_what_each_call_sent(
     store = Store(tmp_path / "agent.nbagent", readonly=True)
     lines = [step_summary(s) for r in results for s in run_view(store, r.run_id)["steps"]]
     compacted = [line for line in lines if line.startswith("context compacted")]
-    assert compacted and "(window 4,000): " in compacted[0] and "sent as references" in compacted[0]
+    assert compacted and "(window 4,000): " in compacted[0] and " sent as " in compacted[0]
     assert any("sent " in line and " tokens" in line for line in lines if line.startswith("model "))
     # a model litellm does not know: the record says its limit is unknown, and what to set
     stub.push(Reply(content="hi"))

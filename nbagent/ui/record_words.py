@@ -185,12 +185,14 @@ def compaction_line(p: Any) -> str:
             (", after the provider refused the request for its length" if p.reason == "refused" else ""))
     done = []
     if p.results:
-        done.append(plural(len(p.results), "tool result", "tool results") + " sent as references")
+        done.append(plural(len(p.results), "tool result", "tool results") +
+                    (" sent as a reference" if len(p.results) == 1 else " sent as references"))
     if p.summary is not None:
         by = "by the model" if p.summary_by == "model" else \
             "as an extract (the summary request failed)" if p.summary_error else "as an extract"
         done.append(plural(len(p.summarized_runs), "earlier request", "earlier requests") + f" summarised {by}")
-    return line + (": " + "; ".join(done) if done else "") + (" (read_result reads them again)" if p.results else "")
+    again = " (read_result reads it again)" if len(p.results) == 1 else " (read_result reads them again)"
+    return line + (": " + "; ".join(done) if done else "") + (again if p.results else "")
 
 
 def timeline_label(view: dict[str, Any]) -> str:
