@@ -432,3 +432,22 @@ def test_agent_config_context_window_takes_a_limit_and_refuses_a_nonsense_one_sa
     with pytest.raises(UsageError, match="all, none, low or recorded"):
         set_override(overrides, "approve=everything")
     assert overrides == {"context_window": 16000, "autonomy": "L2"}
+
+
+def test_a_recording_made_before_results_were_sent_sorted_still_replays() -> None:
+    """Recorded requests hold a dict result as the tool ordered it; a replay now sends its keys sorted."""
+    from nbagent.models.replay import RecordedCall, ReplayDiverged, ReplayModel
+
+    asked = {"role": "user", "content": "read it"}
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "nb1_0", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}
+    then = {"role": "tool", "tool_call_id": "nb1_0", "content": '{"path": "a.csv", "content": "x"}'}
+    recorded = RecordedCall(fingerprint="old", own_messages=[asked, call, then], response={
+        "choices": [{"message": {"role": "assistant", "content": "Read."}}]})
+    model = ReplayModel([recorded])
+    now = {**then, "content": '{"content": "x", "path": "a.csv"}'}
+    reply = asyncio.run(model.reply([asked, call, now], [], 0, fingerprint="new"))
+    assert reply["content"] == "Read."
+    other = {**then, "content": '{"content": "y", "path": "a.csv"}'}  # other data is still a divergence
+    with pytest.raises(ReplayDiverged, match="message 3"):
+        asyncio.run(ReplayModel([recorded]).reply([asked, call, other], [], 0, fingerprint="new"))
