@@ -451,3 +451,18 @@ def test_a_recording_made_before_results_were_sent_sorted_still_replays() -> Non
     other = {**then, "content": '{"content": "y", "path": "a.csv"}'}  # other data is still a divergence
     with pytest.raises(ReplayDiverged, match="message 3"):
         asyncio.run(ReplayModel([recorded]).reply([asked, call, other], [], 0, fingerprint="new"))
+
+
+def test_without_a_window_every_request_starts_with_the_system_prompt_and_the_history(tmp_path: Path) -> None:
+    files(tmp_path, 2, lines=3)
+    model = Reader()
+    agent = Agent(function=model, store=tmp_path / "agent.nbagent", autonomy="L3", system_prompt="You help.")
+
+    async def go() -> None:
+        for k in range(2):
+            await agent.run(f"read file {k}")
+    asyncio.run(go())
+    assert all(r[0] == {"role": "system", "content": "You help."} for r in model.requests)
+    assert [m["content"] for m in model.requests[-1] if m["role"] == "user"] == ["read file 0", "read file 1"]
+    assert all(len(b) == len(a) + 2 for a, b in zip(model.requests, model.requests[1:], strict=False)
+               if b[-1]["role"] == "tool")  # each step adds its call and its result, nothing is lost or repeated

@@ -121,7 +121,7 @@ class ContextFitting(AgentBase):
         """`capped(ctx.prefix + own)`, looking only at the messages new since the last call: a run's messages only
         grow, and a step of a 1,000-step run must not walk all of them again."""
         done, last, sent = ctx.capped
-        if done > len(own) or (done and own[done - 1] is not last):  # not the messages seen so far: start again
+        if not done or done > len(own) or own[done - 1] is not last:  # the first call, or not the messages seen
             done, sent = 0, capped(ctx.prefix)
         sent = sent + capped(own[done:]) if done < len(own) else sent
         ctx.capped = (len(own), own[-1] if own else None, sent)
