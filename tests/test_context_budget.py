@@ -466,3 +466,20 @@ def test_without_a_window_every_request_starts_with_the_system_prompt_and_the_hi
     assert [m["content"] for m in model.requests[-1] if m["role"] == "user"] == ["read file 0", "read file 1"]
     assert all(len(b) == len(a) + 2 for a, b in zip(model.requests, model.requests[1:], strict=False)
                if b[-1]["role"] == "tool")  # each step adds its call and its result, nothing is lost or repeated
+
+
+@pytest.mark.parametrize(("error_type", "message", "refusal", "limit"), [
+    ("ContextWindowExceededError", "This model's maximum context length is 16000 tokens. However, your messages "
+                                   "resulted in 17234 tokens.", True, 16_000),
+    ("BadRequestError", "prompt is too long: 200500 tokens > 200000 maximum", True, 200_000),  # Anthropic's
+    ("BadRequestError", "Error code: 400 - {'code': 'context_length_exceeded'}", True, None),
+    ("RateLimitError", "Rate limit reached: too many tokens per min (TPM): Limit 30000", False, None),
+    ("BadRequestError", "Invalid value for 'temperature'", False, None),
+])
+def test_a_refusal_for_length_is_told_from_other_errors(error_type: str, message: str, refusal: bool,
+                                                        limit: int | None) -> None:
+    from nbagent.llm import ModelError
+    from nbagent.runtime.fitting import is_context_refusal, limit_said
+
+    assert is_context_refusal(ModelError(message, error_type=error_type)) is refusal
+    assert limit_said(message) == limit
