@@ -55,7 +55,7 @@ class EventBus:
         self._emit("token", (run_id, text))
 
     def next_call(self, run_id: str, estimate: dict[str, Any]) -> None:
-        """What the next model call will send (input tokens, exact or a bound) and cost, before it is made."""
+        """What the next model call will send (input tokens, counted or estimated) and cost, before it is made."""
         self._emit("next_call", (run_id, estimate))
 
     def token_reset(self, run_id: str) -> None:

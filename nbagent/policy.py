@@ -175,7 +175,6 @@ class Authorizer:
                                  f"(limit {b.max_calls_per_hour})")
         return None
 
-
     def check_next_call(self, *, tokens: int, cost: float, estimate: dict[str, Any]) -> Denial | None:
         """A budget the next call would pass, judged before it is made: its input tokens, its input's cost."""
         b = self.budget

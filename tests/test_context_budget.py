@@ -483,3 +483,16 @@ def test_a_refusal_for_length_is_told_from_other_errors(error_type: str, message
 
     assert is_context_refusal(ModelError(message, error_type=error_type)) is refusal
     assert limit_said(message) == limit
+
+
+def test_input_read_from_the_providers_cache_is_priced_at_the_cached_rate(stub: StubOpenAI, tmp_path: Path) -> None:
+    million = {"prompt_tokens": 1_000_000, "completion_tokens": 0, "total_tokens": 1_000_000}
+    stub.push(Reply(content="hi", usage={**million, "prompt_tokens_details": {"cached_tokens": 1_000_000}}),  # type: ignore[dict-item]
+              Reply(content="hi", usage=million))
+    agent = http_agent(stub, tmp_path, model="openai/gpt-4o-mini")
+
+    async def go() -> list[Any]:
+        return [await agent.run("hello"), await agent.run("again")]
+    cached, full = asyncio.run(go())
+    # gpt-4o-mini: $0.075 per million cached input tokens, $0.15 uncached (litellm's table)
+    assert cached.cost == pytest.approx(0.075) and full.cost == pytest.approx(0.15)
