@@ -29,6 +29,7 @@ from test_browser import (  # noqa: F401  (browser, page are fixtures)
     browser,
     expect,
     page,
+    save,
     shot,
     start_flow,
     wait_until,
@@ -105,9 +106,7 @@ def test_the_live_view_shows_the_next_call_and_the_notebook_says_when_it_compact
     compacted.first.scroll_into_view_if_needed()
     shot(page, "context-compacted-record")
 
-    page.locator(f"{ACTIVE} .jp-Cell .jp-InputPrompt").first.click()
-    page.keyboard.press("Escape")
-    page.keyboard.press("Control+s")
+    save(page, notebook)  # (it may return on an earlier autosave: the wait below is for this test's content)
 
     def saved_with_it() -> bool:
         try:

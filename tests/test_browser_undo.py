@@ -175,7 +175,7 @@ def test_the_undo_panel_runs_the_undo_once_and_reports(tmp_path: Path) -> None:
     from nbagent.runtime import Agent
     from nbagent.scope import Scope
     from nbagent.tools.files import file_tools
-    from nbagent.ui.widget import UndoView, undo_offer
+    from nbagent.ui.undo_view import UndoView, undo_offer
     from nbagent.undo import UndoError, undo
 
     (tmp_path / "notes.md").write_text("mine\n")

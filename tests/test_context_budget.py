@@ -124,7 +124,7 @@ def test_read_result_pages_through_the_whole_result(tmp_path: Path) -> None:
     ("r9/nb1_0", "no run r9 in this conversation"),
     ("r1/nb7_0", "no result r1/nb7_0"),
     ("../../etc/passwd", "outside the notebook's folder"),  # the scope guard reads it as a path first
-    ("01JXXXXXXXXXXXXXXXXXXXXXXX/nb1_0", "is not a result handle"),
+    ("01M88CVJXVA4AY1TPFXACABTRG/nb1_0", "is not a result handle"),  # a run id: handles never name one
 ])
 def test_read_result_resolves_only_within_the_runs_own_conversation(tmp_path: Path, handle: str, said: str) -> None:
     files(tmp_path, 1)

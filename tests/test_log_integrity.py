@@ -588,7 +588,7 @@ def test_undo_refuses_a_log_that_fails_verify(tmp_path: Path) -> None:
     assert "fails verification" in line and "nbagent verify" in line and "nothing was changed" in line
     with pytest.raises(UndoError, match="nbagent verify"):
         undo(Store(tmp_path / "nb.ipynb"), result.run_id)
-    from nbagent.ui.widget import undo_offer  # the Undo panel's preview refuses too
+    from nbagent.ui.undo_view import undo_offer  # the Undo panel's preview refuses too
 
     with pytest.raises(UndoError, match="nbagent verify"):
         undo_offer(Store(tmp_path / "nb.ipynb"), result.run_id)

@@ -21,8 +21,8 @@ from nbagent.state import RunStatus
 from nbagent.store import RunNotFound, Store
 from nbagent.tools.files import FileTools
 from nbagent.ui.record import bundle, render_html, render_markdown, render_text, undo_hint
+from nbagent.ui.undo_view import UndoView, undo_offer
 from nbagent.ui.viewstate import MIME, run_view
-from nbagent.ui.widget import UndoView, undo_offer
 from nbagent.undo import UndoError, undo
 from tests.agents import call, turns
 
@@ -384,7 +384,7 @@ def made_files(k: Any) -> str:
 def test_a_panel_clicked_in_a_kernel_leaves_its_outcome_as_html_and_text(kernel: Any) -> None:
     rid = made_files(kernel)
     cell = kernel.run("from nbagent.store import Store\nfrom nbagent.undo import undo\n"
-                      "from nbagent.ui.widget import UndoView, undo_offer\n"
+                      "from nbagent.ui.undo_view import UndoView, undo_offer\n"
                       "store = Store('test.ipynb')\n"
                       f"panel = UndoView(undo_offer(store, {rid!r}), lambda: undo(store, {rid!r}))\n"
                       "panel.show()", cell_id="c2")

@@ -312,7 +312,7 @@ class Commands(HostState):
 
     async def _undo_panel(self, args: Any, run_undo: Callable[[], Any]) -> bool:
         """With a person at a front end, `%agent undo` shows what will change and undoes only when they confirm
-        (the Undo panel, nbagent/ui/widget.py). True when the panel is shown; False (no kernel, headless, no front
+        (the Undo panel, nbagent/ui/undo_view.py). True when the panel is shown; False (no kernel, headless, no front
         end drawing it within NBAGENT_FRONTEND_WAIT seconds) leaves the undo to the command itself."""
         if getattr(self.shell, "kernel", None) is None or os.environ.get("NBAGENT_HEADLESS") == "1":
             return False
@@ -321,7 +321,7 @@ class Commands(HostState):
         from ..undo import UndoError
 
         try:
-            from ..ui.widget import UndoView, undo_offer
+            from ..ui.undo_view import UndoView, undo_offer
 
             offer = undo_offer(self.store, args.run, to=args.to, force=args.force, folder=self.folder)
         except UndoError as exc:

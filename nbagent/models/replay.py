@@ -67,7 +67,7 @@ def _as_data(message: dict[str, Any]) -> dict[str, Any]:
         try:
             return {**message, "content": json.loads(content)}
         except ValueError:
-            pass
+            return message  # not JSON after all: compared as text
     return message
 
 

@@ -3,7 +3,7 @@
 A widget saved without its state reads "Error displaying widget: model not found" once the notebook is reopened, so
 the panel's output is replaced (same display id) by this static bundle when its undo ends, or at once when there
 is nothing to confirm (a conflict, a run already undone). It renders the panel's own dicts: the offer
-(`widget.undo_offer`) and the result (`widget.undo_result`). Plain Python, escaped as record.py escapes.
+(`undo_view.undo_offer`) and the result (`undo_view.undo_result`). Plain Python, escaped as record.py escapes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,187 @@
+"""The Undo panel: what undoing a run would change, checked against the folder before any button (`undo_offer`),
+and what the undo did (`undo_result`), drawn by the same front-end code as the run view (widget.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import traitlets
+
+from .widget import CSS, ESM, _Clickable
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------- the Undo panel
+
+UNDO_ACTION = {"remove": "removed", "restore": "restored", "recreate": "restored (the run deleted it)"}
+CELL_ACTION = {"remove": "cell removed (the agent added it)", "restore": "cell's code restored (from before the agent "
+               "replaced it)"}
+
+
+def _cell_changes(report: Any, conflicts: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The agent's cells the undo removes or restores, listed beside the files (counted as changes too)."""
+    return [{"path": f"cell {c.cell_id}", "action": CELL_ACTION[c.action],
+             "conflict": (conflicts or {}).get(f"cell {c.cell_id}"), "overwrites_edit": False}
+            for c in getattr(report, "cells", [])]
+
+
+def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False,
+               folder: str | Path | None = None) -> dict[str, Any]:
+    """What undoing `run_id` would do, checked against the folder now (`nbagent.undo.preview`), for the Undo panel
+    to show before any button: one entry per file with what happens to it, each file changed since the run (a
+    conflict, with its diff), an earlier undo that already put the run back, and the calls undo cannot reverse.
+
+    `state` is "ready" (`button` says what a click does), "conflicts" or "undone" (`button` is None: nothing would
+    happen but a refusal; `why_not` says why and what to run instead). UndoError when there is nothing to undo."""
+    from ..undo import preview
+
+    report = preview(store, run_id, to=to, force=force, folder=folder)
+    run_id = report.runs[0]
+    conflicts = {c.path: c.reason for c in report.conflicts}
+    edited = [r.path for r in report.restores if force and r.current_sha256 != r.expect_sha256]
+    state = "undone" if report.undone_by else "conflicts" if conflicts else "ready"
+    n = len(report.restores) + len(getattr(report, "cells", []))
+    button = None
+    if state == "ready":
+        button = f"Undo {n} change{'s' if n != 1 else ''}" + (
+            f", overwriting {len(edited)} edited file{'s' if len(edited) != 1 else ''}" if edited else "")
+    why_not = (f"already undone by run {report.undone_by}: %agent undo {report.undone_by} brings its changes back"
+               if state == "undone" else
+               f"{len(conflicts)} file{'s' if len(conflicts) != 1 else ''} changed since the run: nothing would be "
+               f"undone; %agent undo {run_id} --force restores anyway" if state == "conflicts" else None)
+    return {"run_id": run_id, "to": to, "force": force, "runs": report.runs, "state": state, "button": button,
+            "why_not": why_not, "undone_by": report.undone_by,
+            "changes": [{"path": r.path, "action": UNDO_ACTION[r.action], "conflict": conflicts.get(r.path),
+                         "overwrites_edit": r.path in edited} for r in report.restores]
+            + _cell_changes(report, conflicts),
+            "conflicts": [c.model_dump(mode="json") for c in report.conflicts],
+            "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in report.not_undoable]}
+
+
+def undo_result(report: Any, store: Any = None) -> dict[str, Any]:
+    """An UndoReport as the panel shows it: done, refused (the conflicts with their diffs) or failed. With the
+    store, `records`: the static records (MIME bundles) of the runs it undid as the log now tells them ("undone by
+    ..."), for the page to put in place of their older records, which a kernel started since cannot reach."""
+    state = "refused" if report.conflicts else "failed" if report.failed else "done"
+    out = {"state": state, "text": report.text(), "undo_run_id": report.undo_run_id,
+           "restored": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in report.restores],
+           "cells": [{"path": c["path"], "action": c["action"]} for c in _cell_changes(report)],
+           "conflicts": [c.model_dump(mode="json") for c in report.conflicts], "runs": list(report.runs)}
+    if store is not None and state == "done":
+        from .record import bundle
+        from .viewstate import run_view
+
+        out["records"] = [bundle(run_view(store, rid)) for rid in report.runs]
+    return out
+
+
+class UndoView(_Clickable):
+    """The Undo panel: what undoing a run will change, an "Undo N changes" button that asks first, and the result.
+
+    The click is a custom comm message `{"event": "undo"}` (as decisions are, see above); the handler runs
+    `run_undo()` (nbagent.undo.undo with the run and flags fixed by the host) once, and `result` carries the
+    outcome to the page. `{"event": "rendered"}` says a person can see the panel. An offer with nothing to confirm
+    (`state` "conflicts" or "undone") runs nothing, whatever is clicked.
+
+    When the undo ends (or, for an offer with nothing to confirm, once the panel is drawn) the panel's output is
+    replaced through `display_id` by its static record (ui/undo_record.py), and `ended` carries that bundle to the
+    page, so the saved notebook keeps the outcome as HTML and text, not a widget that needs its kernel. `show()`
+    displays the panel under that id; `on_done(report)` (the host's) runs after an undo, to refresh the records of
+    the runs it undid.
+    """
+
+    _esm = ESM
+    _css = CSS
+
+    offer = traitlets.Dict().tag(sync=True)
+    result = traitlets.Dict().tag(sync=True)
+    ended = traitlets.Dict().tag(sync=True)  # the static bundle that replaces the panel, once it is final
+
+    def __init__(self, offer: dict[str, Any], run_undo: Callable[[], Any], *, display_id: str | None = None,
+                 store: Any = None, **kwargs: Any) -> None:
+        import uuid
+
+        self.run_undo = run_undo
+        self.store = store  # given: `result.records` carries the undone runs' records as they are now
+        self.display_id = display_id or f"nbagent-undo-{uuid.uuid4().hex}"
+        self.on_done: Callable[[Any], None] | None = None
+        self._lock = threading.Lock()
+        self._started = False
+        super().__init__(offer=offer, **kwargs)
+        self._listen()
+
+    def show(self) -> None:
+        """Display the panel under its display id (the one its static record replaces)."""
+        from IPython.display import display
+
+        display(self, display_id=self.display_id)
+
+    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
+        super()._on_custom(widget, content, buffers)
+        if isinstance(content, dict) and content.get("event") == "rendered" and \
+                self.offer.get("state") in ("conflicts", "undone"):
+            self.settle()  # nothing to confirm: the refusal, as the saved notebook will keep it
+
+    def _on_event(self, event: str, content: dict[str, Any]) -> None:
+        if event == "undo":
+            self.undo()
+
+    def __repr__(self) -> str:  # the text/plain beside the widget: what a page without the kernel shows
+        run_id = self.offer.get("run_id", "")
+        state = self.result.get("state")
+        if state:
+            return f"nbagent undo of run {run_id}: {state}"
+        return f"nbagent undo panel for run {run_id} (%agent undo {run_id} shows it again)"
+
+    def undo(self) -> bool:
+        """Run the undo once (a second click, from any view of this panel, is ignored); never raises. An offer with
+        nothing to confirm runs nothing."""
+        if self.offer.get("state", "ready") != "ready":
+            log.debug("ignored an undo click: the offer is %r", self.offer.get("state"))
+            return False
+        with self._lock:
+            if self._started:
+                return False
+            self._started = True
+        from ..undo import UndoError
+
+        report = None
+        try:
+            report = self.run_undo()
+            self.result = undo_result(report, self.store)
+        except (UndoError, Exception) as exc:
+            log.debug("undo from the panel failed", exc_info=True)
+            self.result = {"state": "error", "text": str(exc) or type(exc).__name__}
+        self.settle()
+        if report is not None and self.on_done is not None:
+            try:
+                self.on_done(report)
+            except Exception:
+                log.debug("on_done failed", exc_info=True)
+        return True
+
+    def settle(self) -> dict[str, str]:
+        """Replace the panel's output by its static record (same display id) and hand the page that bundle."""
+        from .undo_record import undo_bundle
+
+        bundle = undo_bundle(self.offer, self.result or None)
+        self.ended = dict(bundle)
+        try:
+            from IPython.core.interactiveshell import InteractiveShell
+            from IPython.display import update_display
+
+            if InteractiveShell.initialized():  # (outside IPython, update_display would print the bundle)
+                update_display(bundle, raw=True, display_id=self.display_id)
+        except Exception:
+            log.debug("could not replace the undo panel's output", exc_info=True)
+        return bundle
+
+    def close(self) -> None:
+        layout = getattr(self, "layout", None)
+        super().close()
+        if layout is not None:
+            layout.close()
