@@ -29,6 +29,7 @@ it never makes it read or change anything outside.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import unicodedata
@@ -126,6 +127,13 @@ def _what(st: os.stat_result) -> str:
     return "not a regular file"
 
 
+@functools.lru_cache(maxsize=64)
+def _spec(patterns: tuple[str, ...]) -> pathspec.PathSpec[pathspec.Pattern]:
+    """Compiled once per list of patterns: every run guards its folder anew, with the same few lists, and compiling
+    the default excludes is most of what making a guard costs. A compiled spec is only read after."""
+    return pathspec.PathSpec.from_lines("gitignore", patterns)
+
+
 class ScopeGuard:
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
@@ -141,8 +149,8 @@ class ScopeGuard:
         self.fs = Beneath(root)
         self._links: LinkIndex | None = None  # the folder's links, for the other names of a written file
         patterns = (DEFAULT_EXCLUDES if scope.default_excludes else []) + list(scope.exclude)
-        self._exclude = pathspec.PathSpec.from_lines("gitignore", patterns)
-        self._include = pathspec.PathSpec.from_lines("gitignore", scope.include)
+        self._exclude = _spec(tuple(patterns))
+        self._include = _spec(tuple(scope.include))
 
     def other_names(self, rel: str) -> tuple[list[str], bool]:
         """The other names the file `rel` is reached by (links leading to it or to a folder holding it), and

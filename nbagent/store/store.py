@@ -489,7 +489,10 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRecord:
         state = self.run_state(run_id)
-        row = self.runs.row(state.run_id) if state.run_id is not None else None
+        return self._run_record(state, self.runs.row(state.run_id) if state.run_id is not None else None)
+
+    def _run_record(self, state: RunState, row: dict[str, Any] | None) -> RunRecord:
+        """The run's cached row if it is as new as its events, else the row the events give."""
         if row is not None:
             try:
                 cached = RunRecord.model_validate(row)
@@ -500,8 +503,10 @@ class Store:
         return run_row(state)
 
     def list_runs(self, session_id: str | None = None) -> list[RunRecord]:
-        runs = [self.get_run(r) for r in self.run_ids()]
-        return [r for r in runs if session_id is None or r.session_id == session_id]
+        # the session's runs by their events, then one read of the table for their rows (not one read per run)
+        states = [s for s in map(self.run_state, self.run_ids()) if session_id is None or s.session_id == session_id]
+        rows = {str(doc.doc_id): doc for doc in self.runs.all()} if states else {}
+        return [self._run_record(s, rows.get(s.run_id) if s.run_id is not None else None) for s in states]
 
 
 __all__ = ["DURABILITY", "FORMAT", "FORMAT_VERSION", "STORE_SUFFIX", "RunRecord", "SessionRecord", "Store",

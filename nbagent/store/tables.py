@@ -152,11 +152,16 @@ class IdTable(Table):
         self.update(fields, doc_ids=[doc_id])  # type: ignore[list-item]  # str ids: see above
 
     def put(self, doc_id: str, row: dict[str, Any]) -> None:
-        """Insert or replace one row with one file write (TinyDB's upsert writes twice when inserting)."""
-        if self.has(doc_id):
-            self.update_row(doc_id, row)
-        else:
-            self.insert(Document(row, doc_id=doc_id))  # type: ignore[arg-type]  # str ids: see above
+        """Insert or update one row with one read and one write of the file (TinyDB's upsert writes twice when
+        inserting, and asking first reads it twice): the file holds every run's row, so each read is the whole
+        table, and a run puts its row at each checkpoint."""
+        def upsert(table: dict[Any, Any]) -> None:
+            if doc_id in table:
+                table[doc_id].update(row)
+            else:
+                table[doc_id] = dict(row)
+
+        self._update_table(upsert)
 
 
 class TablesDB(TinyDB):

@@ -283,20 +283,34 @@ def _json_validator(schema: dict[str, Any]) -> Any:
 
 # Every run makes its tools anew (bound to its folder, its guard), from the same few functions. A pydantic model made
 # per tool and run was ~30 KB of reference cycles a run, which only a full garbage collection frees, and ~1 ms of
-# time: so a function defined at module or class level gets its arguments' model made once (per name and docs), and
-# each model its schema once.
+# time: so a function's arguments get their model made once, and each model its schema once. What decides the model
+# is the function's code, its defaults and its annotations, never the closure it was made in, so the tools a host
+# makes per run as closures (bound to that run's cell) share one model too. A default or annotation that cannot be
+# hashed makes a model of its own.
 _MODELS: dict[tuple[Any, ...], type[BaseModel]] = {}
 _SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
-def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+def _model_key(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> tuple[Any, ...] | None:
     func = getattr(fn, "__func__", fn)  # a bound method: its function
-    shared = "<locals>" not in str(getattr(func, "__qualname__", "<locals>"))  # a closure may differ per call
-    key = (func, name, tuple(sorted(docs.items())))
-    if shared and key in _MODELS:
+    code = getattr(func, "__code__", None)
+    if code is None:  # a callable object: its own model
+        return None
+    key = (code, func.__module__, name, tuple(sorted(docs.items())), func.__defaults__,
+           tuple(sorted((func.__kwdefaults__ or {}).items())), tuple(func.__annotations__.items()))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+    key = _model_key(fn, name, docs)
+    if key is not None and key in _MODELS:
         return _MODELS[key]
     model = _new_args_model(fn, name, docs)
-    if shared:
+    if key is not None:
         if len(_MODELS) >= 1024:  # functions redefined cell after cell: the oldest go
             del _MODELS[next(iter(_MODELS))]
         _MODELS[key] = model
