@@ -50,7 +50,7 @@ def test_tools_made_per_run_share_their_argument_models(tmp_path: Path) -> None:
     first[0].schema()["function"]["parameters"]["properties"]["changed"] = {}  # a caller's change stays its own
     assert "changed" not in second[0].schema()["function"]["parameters"]["properties"]
 
-    def local(path: str) -> str:  # a closure may differ from call to call: its own model each time
-        return path
+    def local(path: str) -> str:  # a function made per run (a closure): its model is the same while its code,
+        return path  # defaults and annotations are (tests/test_per_run_cost.py: defaults that differ)
 
-    assert Tool(local).args_model is not Tool(local).args_model
+    assert Tool(local).args_model is Tool(local).args_model
