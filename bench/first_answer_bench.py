@@ -308,7 +308,7 @@ def table(names: list[str], results: Results, fails: dict[tuple[str, str], list[
         if any(results.get((key, n)) or fails.get((key, n)) for n in names):
             cells = []
             for n in names:
-                xs, bad, d = results.get((key, n), []), fails.get((key, n), []), 0 if unit == "MiB" else 2
+                xs, bad, d = results.get((key, n), []), fails.get((key, n), []), 0 if unit == "MiB" else 3
                 text = f"{statistics.median(xs):.{d}f} ({min(xs):.{d}f}-{max(xs):.{d}f})" if xs else "—"
                 cells.append(text + (f", {len(bad)} failed" if bad else ""))
             print(f"| {label} | {unit} | " + " | ".join(cells) + " |")
