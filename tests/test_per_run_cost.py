@@ -114,3 +114,14 @@ def test_guards_of_one_scope_judge_alike(tmp_path: Path) -> None:
         with pytest.raises(ScopeDenied):
             guard.check(".git/config", "read")
     assert ScopeGuard(Scope(root=tmp_path, base=tmp_path)).check("data.csv", "read").rel == "data.csv"
+
+
+def test_a_row_edited_to_name_another_session_does_not_move_the_run(store: Store) -> None:
+    """The session a run belongs to is what its events say: tables.json is a cache anyone could edit."""
+    run = new_run(store)
+    other = store.session("other").id
+    store.runs.update_row(run, {"session_id": other})
+    mine = store.session(notebook="analysis.ipynb").id
+    assert [(r.id, r.session_id) for r in store.list_runs(mine)] == [(run, mine)]
+    assert store.get_run(run).session_id == mine
+    assert store.list_runs(other) == []

@@ -498,7 +498,7 @@ class Store:
                 cached = RunRecord.model_validate(row)
             except ValidationError:  # a damaged cached row: the events say what it should be
                 return run_row(state)
-            if cached.last_seq == state.last_seq:
+            if cached.last_seq == state.last_seq and cached.session_id == state.session_id:
                 return cached
         return run_row(state)
 
