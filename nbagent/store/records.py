@@ -61,8 +61,20 @@ def run_row(state: RunState) -> RunRecord:
     )
 
 
+def current_record(state: RunState, row: dict[str, Any] | None) -> RunRecord:
+    """The run's cached row if it is as new as its events and names their session, else the row the events give."""
+    if row is not None:
+        try:
+            cached = RunRecord.model_validate(row)
+        except ValidationError:  # a damaged cached row: the events say what it should be
+            return run_row(state)
+        if cached.last_seq == state.last_seq and cached.session_id == state.session_id:
+            return cached
+    return run_row(state)
+
+
 def put_row(table: IdTable, doc_id: str, row: dict[str, Any]) -> None:
-    """Insert or replace one row with one file write (TinyDB's upsert writes twice when inserting)."""
+    """Insert or update one row (`IdTable.put`: one read and one write of the file)."""
     table.put(doc_id, row)
 
 

@@ -63,7 +63,8 @@ from .eventtable import EventTable
 from .leases import Leases
 from .locks import HeldLock, Locked, fcntl
 from .meta import FORMAT, FORMAT_VERSION, check_meta, create_or_check
-from .records import RunRecord, SessionRecord, put_row, run_row, session_record
+from .queries import EventQueries
+from .records import RunRecord, SessionRecord, current_record, put_row, run_row, session_record
 from .tables import AtomicJSONStorage, open_tables
 
 STORE_SUFFIX = ".nbagent"
@@ -81,7 +82,7 @@ def store_path_for(notebook: str | Path) -> Path:
     return nb.with_name(nb.stem + STORE_SUFFIX)
 
 
-class Store:
+class Store(EventQueries):
     """One notebook's store: the event log (the truth), the tables that cache it, and the runs' folded state.
 
     Writers go through `append` (every event: hash-chained, under the store's lock), `create_session` and
@@ -400,65 +401,6 @@ class Store:
             raise RunNotFound(run_id, self.path)
         return str(row["session_id"])
 
-    # ------------------------------------------------------------------ reading
-
-    def raw_events(self, run_id: str) -> list[dict[str, Any]]:
-        """One run's events as written, in log order (the input of `verify`)."""
-        return self.events.docs_for_chain(run_id)
-
-    def run_events(self, run_id: str) -> list[EventBase]:
-        return [parse_event(d) for d in self.events.docs_for_chain(run_id)]
-
-    def query_events(
-        self,
-        *,
-        session_id: str | None = None,
-        run_id: str | None = None,
-        types: str | list[str] | None = None,
-        since: str | None = None,
-        until: str | None = None,
-    ) -> list[EventBase]:
-        """Events matching every given filter, in log order. `since`/`until` are ISO timestamps.
-
-        With `run_id`, only that run's events are read (the log's index); otherwise those the log's index says
-        can match (by type and time), or every event.
-        """
-        if run_id is not None:
-            wanted = None if types is None else ({types} if isinstance(types, str) else set(types))
-
-            def keep(d: dict[str, Any]) -> bool:  # what the TinyDB query below tests, on one run's events
-                if d.get("run_id") != run_id:
-                    return False
-                if session_id is not None and d.get("session_id") != session_id:
-                    return False
-                if wanted is not None and d.get("type") not in wanted:
-                    return False
-                if since is not None and not ("ts" in d and d["ts"] >= since):
-                    return False
-                return until is None or ("ts" in d and d["ts"] <= until)
-
-            return [parse_event(d) for d in self.events.docs_for_chain(run_id) if keep(d)]
-        def in_session(d: dict[str, Any]) -> bool:
-            return d.get("session_id") == session_id
-
-        types_ = None if types is None else ([types] if isinstance(types, str) else list(types))
-        docs = self.events.matching(types_, since, until, in_session if session_id is not None else None)
-        return [parse_event(d) for d in docs]
-
-    def count_events(self, types: str | list[str], *, since: str | None = None) -> int:
-        """How many events of these types the log holds (from `since` on, an ISO timestamp): a budget's calls
-        in the last hour. Only the events the index says can match are read."""
-        return len(self.events.matching([types] if isinstance(types, str) else types, since))
-
-    def session_event_count(self, session_id: str) -> int:
-        """How many events the session's own chain has (its grants and revokes), without reading them: a cheap
-        test of whether the session's grants changed since they were last read."""
-        return self.events.chain_len(f"session:{session_id}")
-
-    def session_events(self, session_id: str) -> list[EventBase]:
-        """The session's own chain (session_started, grants given and revoked), in log order."""
-        return [parse_event(d) for d in self.events.docs_for_chain(f"session:{session_id}")]
-
     def run_ids(self) -> list[str]:
         """Every run the log knows, oldest first (ULIDs sort by time)."""
         self.events.docs_for_chain("")  # refresh
@@ -489,24 +431,13 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRecord:
         state = self.run_state(run_id)
-        return self._run_record(state, self.runs.row(state.run_id) if state.run_id is not None else None)
-
-    def _run_record(self, state: RunState, row: dict[str, Any] | None) -> RunRecord:
-        """The run's cached row if it is as new as its events, else the row the events give."""
-        if row is not None:
-            try:
-                cached = RunRecord.model_validate(row)
-            except ValidationError:  # a damaged cached row: the events say what it should be
-                return run_row(state)
-            if cached.last_seq == state.last_seq and cached.session_id == state.session_id:
-                return cached
-        return run_row(state)
+        return current_record(state, self.runs.row(state.run_id) if state.run_id is not None else None)
 
     def list_runs(self, session_id: str | None = None) -> list[RunRecord]:
         # the session's runs by their events, then one read of the table for their rows (not one read per run)
         states = [s for s in map(self.run_state, self.run_ids()) if session_id is None or s.session_id == session_id]
         rows = {str(doc.doc_id): doc for doc in self.runs.all()} if states else {}
-        return [self._run_record(s, rows.get(s.run_id) if s.run_id is not None else None) for s in states]
+        return [current_record(s, rows.get(s.run_id) if s.run_id is not None else None) for s in states]
 
 
 __all__ = ["DURABILITY", "FORMAT", "FORMAT_VERSION", "STORE_SUFFIX", "RunRecord", "SessionRecord", "Store",
