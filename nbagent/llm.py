@@ -58,6 +58,9 @@ def import_litellm() -> ModuleType:
 
     if "litellm" in sys.modules and hasattr(sys.modules["litellm"], "acompletion"):
         return sys.modules["litellm"]
+    from .shadowing import check
+
+    check()  # a litellm.py (or openai/, httpx.py...) in the working folder would run here: refused, in one line
     added = [k for k in _IMPORT_ENV if k not in os.environ]
     try:
         for key in added:

@@ -540,3 +540,40 @@ def test_resume_after_a_restart_of_a_run_whose_model_came_from_the_cell_uses_the
         assert k.run(STATE, cell_id="state").stdout == "ready\n"  # the loader imported it, the kernel waited
     finally:
         k.close()
+
+
+# ------------------------------------------------------------------------------------------ the working folder
+
+PLANTED = '''
+open("ran-{name}", "w").close()
+'''
+
+
+def test_a_cloned_repository_module_never_runs_when_nbagent_loads_its_library(tmp_path: Path,
+                                                                                  stub: StubOpenAI) -> None:
+    # was a HOLE (fixed): the kernel's working folder is on sys.path before site-packages, so a `litellm.py` (or
+    # any package litellm requires: tiktoken.py here) beside the notebook ran when the background load imported
+    # litellm after %load_ext: code nobody chose to run
+    for name in ("litellm", "tiktoken"):
+        (tmp_path / f"{name}.py").write_text(PLANTED.format(name=name))
+    k = real_kernel(tmp_path, stub)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        deadline = time.monotonic() + 60
+        while k.run(STATE, cell_id="state").stdout != "failed\n":  # the background load refused, once idle
+            assert time.monotonic() < deadline, "the background load never ended"
+            time.sleep(0.2)
+        cell = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
+        assert not cell.ok
+        (error,) = [o["error"] for o in cell.outputs if "error" in o]
+        assert "litellm.py" in error and "'litellm', 'tiktoken'" in error and "Rename or move it" in error
+        assert len(error_lines(cell)) == 1
+        assert not list(tmp_path.glob("ran-*")), "a module from the working folder ran"
+        assert k.run("import sys\nprint('litellm' in sys.modules)", cell_id="none").stdout == "False\n"
+        for name in ("litellm", "tiktoken"):
+            (tmp_path / f"{name}.py").rename(tmp_path / f"{name}_planted.py")
+        again = k.run("%%agent --new\nsay hello", cell_id="again", timeout=120)
+        assert again.ok and answered(again), again.stderr
+        assert not list(tmp_path.glob("ran-*"))
+    finally:
+        k.close()

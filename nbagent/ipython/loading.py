@@ -30,7 +30,9 @@ that needs the library gets one line saying so instead of a hang; the parent's l
 once loading is done has the library.
 
 A load that failed (a package missing, a module that raised or exited at import) is one line in the waiting cell,
-and the next cell that needs the library tries again.
+and the next cell that needs the library tries again. A module in the working folder that would be imported in
+place of one of the library's installed packages (a cloned repository's `httpx.py`) stops the load before anything
+is imported (nbagent/shadowing.py): the background load never runs code nobody chose to run.
 
 Not covered: a cell that swaps `sys.stdout` itself (`%%capture`, `redirect_stdout`) or records warnings
 (`warnings.catch_warnings`) while the thread imports catches what the import prints or warns then, as it would a
@@ -236,6 +238,10 @@ def _requirement(package: str) -> str:
 
 def failure(exc: BaseException) -> str:
     """One line for a failed load: what is missing and how to install it, or what went wrong."""
+    from ..shadowing import ShadowedLibrary
+
+    if isinstance(exc, ShadowedLibrary):
+        return str(exc)
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         package = exc.name.split(".")[0]
         return (f"nbagent: the model library could not be loaded: the package '{package}' is missing. Install it "
