@@ -3,7 +3,8 @@
 - litellm is imported lazily (2-3 s, and it would fetch a price map over the network unless
   `LITELLM_LOCAL_MODEL_COST_MAP` is set first): never at package import or `%load_ext`, and never for the
   offline models (`nbagent/scripted`, `function`, `replay`), which are called directly with the same recorded
-  result (see `complete`).
+  result (see `complete`). In a kernel it is not imported at all: the kernel's model process makes the calls
+  (nbagent/modelproc.py: `complete` sends it the call, `library` the token counts and model information).
 - litellm's MCP gateway is skipped on every call (`_skip_mcp_handler`): nbagent's tools are never litellm-proxy
   MCP tools, and checking for them imports mcp's server, starlette and uvicorn on the first call (~1 s, ~20 MiB).
 - A provider that lacks a parameter gets the call without it (`drop_params` per call, not litellm's global).
@@ -52,8 +53,31 @@ _IMPORT_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "Fal
                "MAX_BASE64_LENGTH_FOR_LOGGING": "0"}
 
 
+# what litellm's first call imports beyond `import litellm` (its proxy's file-id helpers, the stream builder's types,
+# the openai client and handler): ~0.4 s that a first call would otherwise spend, imported ahead by whoever loads
+# the library for a kernel (nbagent/modelproc.py, nbagent/ipython/loading.py). Internal names of litellm 1.106.2,
+# so each is best-effort. Not its tokenizer: importing that sets TIKTOKEN_CACHE_DIR in os.environ for good.
+FIRST_CALL = ("litellm.proxy.openai_files_endpoints.common_utils",
+              "litellm.types.litellm_core_utils.streaming_chunk_builder_utils", "litellm.llms.openai.openai",
+              "litellm.llms.openai_like.dynamic_config", "openai.resources.chat")
+
+
+def library(name: str, **kwargs: Any) -> Any:
+    """`litellm.NAME(**kwargs)`: in the kernel's model process when there is one (nbagent/modelproc.py), else
+    in-process. Only the calls `modelproc.CALLS` lists, with JSON arguments and results."""
+    from .modelproc import CALLS, current
+
+    if name not in CALLS:
+        raise ValueError(f"not a model library call nbagent makes: {name}")
+    process = current()
+    if process is not None:
+        return process.call(name, **kwargs)
+    value = getattr(import_litellm(), name)(**kwargs)
+    return list(value) if name == "encode" else value
+
+
 def import_litellm() -> ModuleType:
-    """litellm, imported on first use (nbagent/ipython/loading.py imports it ahead in a kernel)."""
+    """litellm, imported on first use (in a kernel's model process, or in plain Python; nbagent/modelproc.py)."""
     import sys
 
     if "litellm" in sys.modules and hasattr(sys.modules["litellm"], "acompletion"):
@@ -239,6 +263,12 @@ def _response_dict(resp: Any) -> dict[str, Any]:
     return plain
 
 
+def _process() -> Any:
+    from .modelproc import current
+
+    return current()
+
+
 def via_litellm() -> bool:
     """`NBAGENT_LOCAL_VIA_LITELLM=1` sends the offline models' calls through litellm, as before the direct path."""
     return os.environ.get("NBAGENT_LOCAL_VIA_LITELLM", "").strip().lower() in ("1", "true", "yes", "on")
@@ -269,8 +299,11 @@ async def complete(
     local = _is_local(settings, metadata)
     litellm: Any = None
     kwargs: dict[str, Any] = {}
+    # a kernel's model process takes the call (nbagent/modelproc.py); nbagent's own models stay in this process
+    process = None if local or settings.model.startswith("nbagent/") else _process()
     if not local:
-        litellm = import_litellm()
+        if process is None:
+            litellm = import_litellm()
         if settings.model.startswith("nbagent/"):
             from .models.provider import ensure_registered
 
@@ -312,11 +345,14 @@ async def complete(
             return await local_completion(settings.model, messages, tools, meta, on_token)
         if meta is not None:
             kwargs["metadata"] = meta
-        return await _call(litellm, kwargs, messages, on_token)
+        if process is not None:  # again each attempt: one that ended (killed, out of memory) is started again
+            return await (_process() or process).complete(kwargs, on_token)
+        resp = await _call(litellm, kwargs, messages, on_token)
+        return _response_dict(resp), _cost(litellm, resp, settings.model)
 
     def first_failed(exc: BaseException) -> None:
         if not local:
-            missing.extend(missing_keys(litellm, settings))
+            missing.extend(missing_keys(settings))
             if missing:  # litellm may call it a server error (openai: InternalServerError), retried in vain
                 raise exc
 
@@ -347,10 +383,7 @@ async def complete(
         raise ModelError(f"model call to {settings.model} failed {what}: {name}" + (f": {detail}" if detail else ""),
                          retry_count=retries, transient=transient, error_type=name) from exc
     latency = (time.perf_counter() - started) * 1000
-    if local:
-        response, cost = resp
-    else:
-        response, cost = _response_dict(resp), _cost(litellm, resp, settings.model)
+    response, cost = resp
     choice = (response.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     usage = response.get("usage") or {}
@@ -393,14 +426,14 @@ def error_message(exc: BaseException) -> str:
     return ""
 
 
-def missing_keys(litellm: Any, settings: ModelSettings) -> list[str]:
+def missing_keys(settings: ModelSettings) -> list[str]:
     """The API-key variables litellm says `settings.model` needs and the environment lacks (`validate_environment`);
     [] when a key is passed. Only `*_API_KEY` names: the other settings litellm lists (a region, a project, Ollama's
     address) have defaults or other sources, and their absence is not what failed."""
     if settings.api_key is not None or settings.params.get("api_key"):
         return []
     try:
-        found = litellm.validate_environment(model=settings.model, api_base=settings.api_base)
+        found = library("validate_environment", model=settings.model, api_base=settings.api_base)
     except Exception:
         return []
     return [k for k in found.get("missing_keys") or [] if isinstance(k, str) and k.endswith("_API_KEY")]
@@ -445,6 +478,6 @@ def accepts_images(model: str) -> bool:
     if not model or model.startswith("nbagent/"):
         return False
     try:
-        return bool(import_litellm().supports_vision(model=model))
+        return bool(library("supports_vision", model=model))
     except Exception:
         return False

@@ -69,10 +69,10 @@ def window_for(model: str, setting: int | None, *, offline: bool) -> Window:
 
 def model_limit(model: str) -> int | None:
     """litellm's `max_input_tokens` of `model` (its `max_tokens` for older entries), None when it does not know."""
-    from ..llm import import_litellm
+    from ..llm import library
 
     try:
-        info = import_litellm().get_model_info(model=model)
+        info = library("get_model_info", model=model)
     except Exception:
         return None
     for key in ("max_input_tokens", "max_tokens"):
@@ -84,10 +84,10 @@ def model_limit(model: str) -> int | None:
 
 def price_in(model: str) -> tuple[float | None, float | None]:
     """(dollars per input token, per cached input token) from litellm's table; None where unknown."""
-    from ..llm import import_litellm
+    from ..llm import library
 
     try:
-        info = import_litellm().get_model_info(model=model)
+        info = library("get_model_info", model=model)
     except Exception:
         return None, None
     full, cached = info.get("input_cost_per_token"), info.get("cache_read_input_token_cost")
@@ -113,9 +113,9 @@ class Counter:
         key = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
         n = self._seen.get(key)
         if n is None:
-            from ..llm import import_litellm
+            from ..llm import library
 
-            n = self._seen[key] = int(import_litellm().token_counter(model=self.model, text=text))
+            n = self._seen[key] = int(library("token_counter", model=self.model, text=text))
         return n
 
     def head(self, text: str, tokens: int) -> str:
@@ -124,11 +124,10 @@ class Counter:
             return text
         if self.offline:
             return text.encode("utf-8")[:4 * tokens].decode("utf-8", "ignore")
-        from ..llm import import_litellm
+        from ..llm import library
 
-        litellm = import_litellm()
-        encoded = litellm.encode(model=self.model, text=text)
-        return str(litellm.decode(model=self.model, tokens=list(encoded)[:tokens]))
+        encoded = library("encode", model=self.model, text=text)
+        return str(library("decode", model=self.model, tokens=list(encoded)[:tokens]))
 
     def page(self, text: str, tokens: int, page: int) -> tuple[str, int]:
         """Page `page` (from 1) of `text` cut in pieces of `tokens` tokens, and how many pages there are."""
@@ -137,12 +136,11 @@ class Counter:
             size = 4 * tokens
             pages = max(1, math.ceil(len(data) / size))
             return data[(page - 1) * size:page * size].decode("utf-8", "ignore"), pages
-        from ..llm import import_litellm
+        from ..llm import library
 
-        litellm = import_litellm()
-        encoded = list(litellm.encode(model=self.model, text=text))
+        encoded = list(library("encode", model=self.model, text=text))
         pages = max(1, math.ceil(len(encoded) / tokens))
-        return str(litellm.decode(model=self.model, tokens=encoded[(page - 1) * tokens:page * tokens])), pages
+        return str(library("decode", model=self.model, tokens=encoded[(page - 1) * tokens:page * tokens])), pages
 
     # ---------------------------------------------------------------- requests
 
@@ -155,9 +153,9 @@ class Counter:
             if self.offline:
                 n = MESSAGE_OVERHEAD + self.text(_message_text(message))
             else:
-                from ..llm import import_litellm
+                from ..llm import library
 
-                n = max(1, int(import_litellm().token_counter(model=self.model, messages=[message])) - PRIMING)
+                n = max(1, int(library("token_counter", model=self.model, messages=[message])) - PRIMING)
             self._seen[key] = n
         return n
 
@@ -171,9 +169,9 @@ class Counter:
             if self.offline:
                 n = self.text(json.dumps(tools, sort_keys=True))
             else:
-                from ..llm import import_litellm
+                from ..llm import library
 
-                n = int(import_litellm().token_counter(model=self.model, messages=[], tools=tools))
+                n = int(library("token_counter", model=self.model, messages=[], tools=tools))
             self._seen[key] = n
         return n
 
