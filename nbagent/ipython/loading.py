@@ -1,42 +1,37 @@
-"""Loading the model library (litellm) in a person's kernel: in a plain background thread, changing nothing global.
+"""Loading the model library (litellm) for a person's kernel: in a process of its own, changing nothing in the kernel.
 
-What it costs: litellm and the openai SDK it calls are ~2.5 s of imports and ~150 MiB, and their first call loads
-~0.4 s more (imported here too, `FIRST_CALL`). The offline models (`nbagent/scripted`, `function`, `replay`) never
-need any of it, so nothing is loaded for them, nor for a kernel that only loads nbagent.
+What it costs: litellm and the openai SDK it calls are ~2.5 s of imports and ~150 MiB, and their first streamed call
+loads ~0.4 s more and a tokenizer (~40 MiB). The offline models (`nbagent/scripted`, `function`, `replay`) never need
+any of it, so nothing is loaded for them, nor for a kernel that only loads nbagent.
+
+Where: in the kernel's model process (nbagent/modelproc.py), a child `python -P -m nbagent.modelproc` that imports
+litellm and makes the model calls; the kernel sends it requests and gets the streamed tokens, the response and its
+cost back. The kernel itself never imports litellm: no import in its interpreter while a person's cells run, no
+import finder, environment variable, logging handler or thread of litellm's in it, nothing a fork or a debugger
+could meet half-done, and its memory stays nbagent's own. The process ends with the kernel. Where no such process
+can be started (an interpreter embedded in another program, whose `sys.executable` is not Python, or
+`NBAGENT_MODEL_PROCESS=0`), litellm is imported in a plain background thread of the kernel instead (below).
 
 When it happens:
 - After `%load_ext nbagent`, if a real provider's model is *configured* (`NbAgent.model` or `NBAGENT_MODEL`, not
-  one of the offline ones), a daemon thread imports litellm as soon as the kernel is idle (no cell has run for
-  IDLE_S; `start_when_idle`), so that a `%%agent` cell run seconds later does not wait, and the cells Run All sends
-  right after `%load_ext` (imports, computations) do not share the interpreter with it. An API key alone loads
-  nothing ahead: a kernel where the agent is never used stays light.
-- Otherwise the first `%%agent` cell that needs a real provider starts the same thread.
-- A `%%agent` cell that needs litellm before the thread is done awaits it (the kernel keeps handling messages)
-  and shows "loading the model library…" meanwhile; an interrupt ends the wait and the cell, and the thread goes
-  on (an import cannot be stopped half-way without leaving the library broken).
+  one of the offline ones), once the kernel is idle (no cell has run for IDLE_S; `start_when_idle`), so that a
+  `%%agent` cell run seconds later does not wait, and the cells Run All sends right after `%load_ext` do not share
+  the machine with it. An API key alone loads nothing ahead: a kernel where the agent is never used stays light.
+- Otherwise the first `%%agent` cell that needs a real provider starts it.
+- A `%%agent` cell that needs the library before it is loaded awaits it (the kernel keeps handling messages) and
+  shows "loading the model library…" meanwhile; an interrupt ends the wait and the cell, and the loading goes on.
 
-What it does not do: no import hook, no wrapper around `sys.stdout`/`sys.stderr`, no trace function, no change to
-the switch interval, no at-fork hook. A plain import thread costs a cell that computes meanwhile almost nothing
-(an import mostly waits on files, and the thread that holds the GIL keeps it until its switch interval ends);
-a cell that itself imports shares the interpreter with it, as any two threads do.
+A fork of the kernel: a child that needs the library starts a model process of its own (the parent's is the
+parent's). A load that failed (a package missing, a module that raised or exited at import) is one line in the
+waiting cell, and the next cell that needs the library tries again; so does a cell after the process ended.
 
-Where its output goes: the thread runs in a copy of the context of the cell that started it, and ipykernel routes
-what a thread writes to `sys.stdout`/`sys.stderr` (warnings included) by that context, so whatever the import prints
-lands in that cell, never in the cell running at the time. (Output a C library writes to the file descriptors
-directly follows ipykernel's own rules.)
-
-A fork while the thread imports: the child has no loading thread and may inherit the locks it held, so a child
-that needs the library gets one line saying so instead of a hang; the parent's loading is untouched. A child forked
-once loading is done has the library.
-
-A load that failed (a package missing, a module that raised or exited at import) is one line in the waiting cell,
-and the next cell that needs the library tries again. A module in the working folder that would be imported in
-place of one of the library's installed packages (a cloned repository's `httpx.py`) stops the load before anything
-is imported (nbagent/shadowing.py): the background load never runs code nobody chose to run.
-
-Not covered: a cell that swaps `sys.stdout` itself (`%%capture`, `redirect_stdout`) or records warnings
-(`warnings.catch_warnings`) while the thread imports catches what the import prints or warns then, as it would a
-print from any other thread: those are process-wide in Python, and wrapping them is what this design avoids.
+The thread, where there is no process: it imports litellm in a copy of the context of the cell that started it
+(ipykernel routes what a thread prints by that context, so the import's output lands in that cell), with no import
+hook, stream wrapper, trace function, switch interval or fork hook. A child forked while it imports gets one line
+saying so instead of a hang. A cell that swaps `sys.stdout` itself (`%%capture`) or records warnings while the thread
+imports catches what the import prints or warns then, as it would a print from any other thread. A module in the
+working folder that would be imported in place of one of the library's installed packages stops that load before
+anything is imported (nbagent/shadowing.py); the process never has the working folder on its path.
 """
 
 from __future__ import annotations
@@ -57,13 +52,6 @@ IDLE_S = 0.5  # how long the kernel must have been idle before loading starts ah
 
 # what is imported, in order; the last is nbagent's model layer, which imports litellm (nbagent/llm.py)
 MODULES: tuple[str, ...] = ("nbagent.llm",)
-# then what litellm's first call imports (its proxy's file-id helpers, the stream builder's types, the openai client
-# and handler): ~0.4 s that a first `%%agent` cell would otherwise spend. Internal names of litellm 1.106.2, so each
-# is best-effort. Not its tokenizer: importing that sets TIKTOKEN_CACHE_DIR in os.environ for good, which litellm
-# then does on the first call that counts tokens, not nbagent ahead of time.
-FIRST_CALL = ("litellm.proxy.openai_files_endpoints.common_utils",
-              "litellm.types.litellm_core_utils.streaming_chunk_builder_utils", "litellm.llms.openai.openai",
-              "litellm.llms.openai_like.dynamic_config", "openai.resources.chat")
 
 
 class LoadFailed(Exception):
@@ -71,15 +59,27 @@ class LoadFailed(Exception):
 
 
 _lock = threading.Lock()
-_future: concurrent.futures.Future[None] | None = None
-_pid: int | None = None  # the process that started the thread (a forked child has no such thread)
+_future: concurrent.futures.Future[Any] | None = None
+_pid: int | None = None  # the process that started loading (a forked child has neither its thread nor its process)
 _times: dict[str, float] = {}
+_in_process = False  # whether this load is the thread's (no model process could be started)
+
+
+def use_process() -> bool:
+    """Whether the library goes in a model process: unless `NBAGENT_MODEL_PROCESS=0`, or this interpreter is
+    embedded in a program that is not Python (its `sys.executable` cannot run `-m nbagent.modelproc`)."""
+    import sys
+
+    if os.environ.get("NBAGENT_MODEL_PROCESS", "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    exe = sys.executable or ""
+    return os.access(exe, os.X_OK) and os.path.basename(exe).lower().startswith(("python", "pypy"))
 
 
 def _load() -> None:
     for name in MODULES:
         importlib.import_module(name)
-    from ..llm import import_litellm
+    from ..llm import FIRST_CALL, import_litellm
 
     import_litellm()
     for name in FIRST_CALL:
@@ -103,11 +103,26 @@ def _run(future: concurrent.futures.Future[None]) -> None:
 def start(context: contextvars.Context | None = None) -> bool:
     """Start loading in the background, once per process; False if it had started already. The thread runs in
     `context` (default: the caller's), which decides the cell its output goes to."""
-    global _future, _pid
+    global _future, _pid, _in_process
     with _lock:
-        if _future is not None and not _failed(_future):
+        if _future is not None and not _failed(_future) and not _process_gone():
             # loading, loaded, or orphaned in a forked child (wait() says so); a failed load is tried again
             return False
+        if use_process():
+            from .. import modelproc
+
+            modelproc.want(MODULES)  # a model call made another way in this kernel (Agent.run) goes there too
+            try:
+                process = modelproc.start(MODULES)
+            except OSError as exc:  # cannot start a process here: the thread does it
+                import logging
+
+                logging.getLogger(__name__).debug("no model process (%s): loading in a thread", exc)
+            else:
+                _future, _pid, _in_process = process.loaded, os.getpid(), False
+                _times.clear()
+                return True
+        _in_process = True
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()  # a waiter's cancellation must never cancel the loading itself
         _future, _pid = future, os.getpid()
@@ -175,8 +190,19 @@ def _failed(future: concurrent.futures.Future[None]) -> bool:
 
 
 def _orphaned() -> bool:
-    """A forked child of a process that was loading: the thread is not in this process, so it never finishes."""
-    return _future is not None and _pid != os.getpid() and not _future.done()
+    """A forked child of a process that was loading in a thread: the thread is not in this process, so it never
+    finishes. (A child of a kernel with a model process starts its own.)"""
+    return _in_process and _future is not None and _pid != os.getpid() and not _future.done()
+
+
+def _process_gone() -> bool:
+    """The model process this load made is not this process's (a forked child) or has ended: load again."""
+    if _in_process or _future is None:
+        return False
+    from .. import modelproc
+
+    process = modelproc.existing()
+    return process is None or process.loaded is not _future or (_future.done() and not process.alive())
 
 
 def started() -> bool:
@@ -185,20 +211,25 @@ def started() -> bool:
 
 def ready() -> bool:
     """Whether the library is loaded and a cell can call a model without waiting (in a forked child too)."""
-    return _future is not None and _future.done() and _future.exception() is None
+    return _future is not None and _future.done() and _future.exception() is None and not _process_gone()
 
 
 def status() -> dict[str, Any]:
     """For tests, `%agent doctor`-like checks and the benchmark: the state and how long loading took."""
     if _future is None:
         state = "not started"
-    elif _orphaned():
-        state = "forked"
+    elif _orphaned() or (not _in_process and _pid != os.getpid()):
+        state = "forked"  # the load is the parent's (its thread, or its process): a cell here loads it again
+    elif _process_gone():
+        state = "ended"
     elif not _future.done():
         state = "loading"
     else:
         state = "failed" if _future.exception() is not None else "ready"
-    return {"state": state, "seconds": _times.get("seconds")}
+    seconds = _times.get("seconds")
+    if seconds is None and not _in_process and state == "ready" and _future is not None:
+        seconds = _future.result()  # the process says how long its import took
+    return {"state": state, "seconds": seconds, "where": "thread" if _in_process else "process"}
 
 
 async def wait() -> None:

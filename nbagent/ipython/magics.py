@@ -49,9 +49,13 @@ def register(ip: Any) -> None:
     if transform not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.insert(0, transform)
     host = install(ip)
-    if host.model_configured():  # a real provider's model is configured: load litellm once the kernel is idle
-        from . import loading
+    from . import loading
 
+    if loading.use_process():  # this kernel's model calls, however made, go to its model process
+        from .. import modelproc
+
+        modelproc.want(loading.MODULES)
+    if host.model_configured():  # a real provider's model is configured: load litellm once the kernel is idle
         loading.start_when_idle(ip)
 
 
