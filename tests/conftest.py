@@ -34,6 +34,7 @@ KERNEL_NAMES = {"Kernel", "KernelManager", "AsyncKernelManager", "NotebookClient
 # property tests a minute or more each, the writer killed at random moments most of one, the fresh clones).
 SLOW = {
     "test_approval_property", "test_effect_property", "test_firststeps_clone",
+    "test_model_process",  # each test starts a model process that imports litellm (~3 s)
     "tests/test_store_processes.py::test_writer_sigkilled_at_random_moments",
     "tests/test_lint.py::test_mypy_clean",  # ~30 s of CPU for the whole package, cold
     # a fresh interpreter importing litellm (~3 s) and making its first call
