@@ -196,10 +196,12 @@ class ModelProcess:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         n = next(self._ids)
+
         def handle(msg: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, msg)
 
         self._pending[n] = handle
+        finished = False
         try:
             self._send({"id": n, "op": "complete", "kwargs": kwargs, "stream": on_token is not None})
             while True:
@@ -210,18 +212,17 @@ class ModelProcess:
                 if "token" in msg:
                     if on_token is not None:
                         on_token(msg["token"])
-                elif "error" in msg:
+                    continue
+                finished = True
+                if "error" in msg:
                     raise _rebuild(msg["error"])
-                else:
-                    response, cost = msg.get("result") or ({}, None)
-                    return response, cost
-        except asyncio.CancelledError:
-            if self.alive():
-                with contextlib.suppress(Exception):  # the process ended meanwhile: nothing to cancel
-                    self._send({"id": n, "op": "cancel"})
-            raise
+                response, cost = msg.get("result") or ({}, None)
+                return response, cost
         finally:
             self._pending.pop(n, None)
+            if not finished and self.alive():  # interrupted (a cancelled cell), or on_token failed: stop it there
+                with contextlib.suppress(Exception):  # the process ended meanwhile: nothing to cancel
+                    self._send({"id": n, "op": "cancel"})
 
     def close(self) -> None:
         if self.proc.stdin is not None:
