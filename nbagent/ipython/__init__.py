@@ -1,7 +1,8 @@
 """IPython glue: `%load_ext nbagent` registers `%%agent` and `%agent` (see host.py and transform.py).
 
-Loading is cheap: no litellm or widget import happens in the loading cell. When a real provider's model is
-configured, a plain background thread imports litellm at once (loading.py); nothing global is patched.
+Loading is cheap: no litellm or widget import happens in the loading cell, nor later: when a real provider's
+model is configured, the kernel's model process (litellm in a process of its own) starts once the kernel is idle
+(loading.py, nbagent/modelproc.py); nothing global is patched.
 """
 
 from __future__ import annotations

@@ -334,7 +334,8 @@ class NotebookHost(CellPath, Commands, RecordNotes):
 
     def model_configured(self) -> bool:
         """Whether a real provider's model is configured (`NbAgent.model`, `NBAGENT_MODEL`): `%load_ext` then
-        starts loading litellm at once (loading.py). A key alone does not: the kernel stays light until used."""
+        starts the model process once the kernel is idle (loading.py). A key alone does not: nothing starts until
+        a cell needs it."""
         try:
             model, script = (self.settings()[k][0] for k in ("model", "script"))
         except Exception:  # a setting that does not parse: the first cell says so; nothing is loaded ahead

@@ -55,7 +55,7 @@ def register(ip: Any) -> None:
         from .. import modelproc
 
         modelproc.want(loading.MODULES)
-    if host.model_configured():  # a real provider's model is configured: load litellm once the kernel is idle
+    if host.model_configured():  # a real provider's model is configured: load the library once the kernel is idle
         loading.start_when_idle(ip)
 
 
