@@ -172,3 +172,19 @@ def test_a_kernel_killed_outright_takes_its_model_process_with_it(tmp_path: Path
             time.sleep(0.1)
     finally:
         k.close()
+
+
+def test_an_interpreter_embedded_in_another_program_loads_in_a_thread(tmp_path: Path, stub: StubOpenAI) -> None:
+    """Where `sys.executable` is not a Python (a program embedding the interpreter), no model process can be
+    started: the kernel imports litellm in a thread instead, and the agent answers."""
+    k = real_kernel(tmp_path, stub)
+    try:
+        assert k.run("import sys\nsys.executable = '/usr/bin/env'", cell_id="embedded").ok  # what embedding looks like
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        agent = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
+        assert agent.ok and answered(agent), agent.stderr
+        where = k.run("from nbagent.ipython import loading\nprint(loading.status()['where'], 'litellm' in sys.modules)",
+                      cell_id="where")
+        assert where.stdout == "thread True\n", where.stdout + where.stderr
+    finally:
+        k.close()
