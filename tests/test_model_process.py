@@ -43,6 +43,14 @@ def process(stub: StubOpenAI, monkeypatch: pytest.MonkeyPatch) -> Iterator[model
     p.proc.wait(30)
 
 
+def ended(pid: int, timeout: float = 30) -> None:
+    """Wait until process `pid` is gone (or a zombie its parent has not reaped): a model process after its kernel."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text():
+        assert time.monotonic() < deadline, f"process {pid}, the model process, outlived its kernel"
+        time.sleep(0.1)
+
+
 SETTINGS = llm.ModelSettings(model="openai/gpt-4o-mini", max_retries=2, retry_base=0.01)
 ASK = [{"role": "user", "content": "say hello"}]
 
@@ -152,10 +160,7 @@ def test_a_killed_model_process_is_started_again_and_ends_with_its_kernel(tmp_pa
         pid = int(k.run("print(modelproc.existing().proc.pid)", cell_id="pid2").stdout)
     finally:
         k.close()
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text():
-        assert time.monotonic() < deadline, "the model process outlived its kernel"
-        time.sleep(0.1)
+    ended(pid)
 
 
 def test_a_kernel_killed_outright_takes_its_model_process_with_it(tmp_path: Path, stub: StubOpenAI) -> None:
@@ -166,10 +171,7 @@ def test_a_kernel_killed_outright_takes_its_model_process_with_it(tmp_path: Path
         assert k.run(WAIT_READY, cell_id="ready", timeout=120).stdout.strip().endswith("ready")
         pid = int(k.run("from nbagent import modelproc\nprint(modelproc.existing().proc.pid)", cell_id="pid").stdout)
         os.kill(k.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]  # no shutdown, no atexit
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text():
-            assert time.monotonic() < deadline, "the model process outlived its kernel"
-            time.sleep(0.1)
+        ended(pid)
     finally:
         k.close()
 
