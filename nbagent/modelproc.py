@@ -401,8 +401,7 @@ class _Child:
 
 def main(argv: list[str]) -> None:
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)  # what a library prints goes to stderr (the kernel's log), never into the protocol
-    sys.stdout = sys.stderr
+    os.dup2(2, 1)  # what a library prints (sys.stdout writes to fd 1) goes to stderr, never into the protocol
     child = _Child(out)
     threading.Thread(target=child.read, name="nbagent-model-process-stdin", daemon=True).start()
     try:
