@@ -189,10 +189,11 @@ class ModelProcess:
     async def complete(self, kwargs: dict[str, Any], on_token: Callable[[str], None] | None) -> tuple[Any, Any]:
         """One litellm.acompletion in the process: (the response as a dict, its cost); tokens go to `on_token`
         as they arrive, in the awaiting task (so in its cell's context)."""
-        waiter = asyncio.wrap_future(self.loaded)
-        while not waiter.done():  # wake often: an interrupt must end the wait (see loading.wait)
-            await asyncio.wait({waiter}, timeout=0.1)
-        waiter.result()
+        if not self.loaded.done():  # (when it is, the request leaves now, before anything else the loop has)
+            waiter = asyncio.wrap_future(self.loaded)
+            while not waiter.done():  # wake often: an interrupt must end the wait (see loading.wait)
+                await asyncio.wait({waiter}, timeout=0.1)
+        self.loaded.result()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         n = next(self._ids)
