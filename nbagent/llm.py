@@ -62,6 +62,10 @@ FIRST_CALL = ("litellm.proxy.openai_files_endpoints.common_utils",
               "litellm.llms.openai_like.dynamic_config", "openai.resources.chat")
 
 
+_TABLE = frozenset({"get_model_info", "supports_vision"})
+_looked_up: dict[tuple[str, str], str] = {}  # (name, arguments) -> the result's JSON
+
+
 def library(name: str, **kwargs: Any) -> Any:
     """`litellm.NAME(**kwargs)`: in the kernel's model process when there is one (nbagent/modelproc.py), else
     in-process. Only the calls `modelproc.CALLS` lists, with JSON arguments and results."""
@@ -71,7 +75,14 @@ def library(name: str, **kwargs: Any) -> Any:
         raise ValueError(f"not a model library call nbagent makes: {name}")
     process = current()
     if process is not None:
-        return process.call(name, **kwargs)
+        if name not in _TABLE:
+            return process.call(name, **kwargs)
+        # a lookup in the process's litellm tables, which nothing can change there (no cell reaches it): asked
+        # once per kernel, not once per cell (each is a round trip)
+        key = (name, json.dumps(kwargs, sort_keys=True, default=str))
+        if key not in _looked_up:
+            _looked_up[key] = json.dumps(process.call(name, **kwargs))
+        return json.loads(_looked_up[key])  # a copy of its own for each caller (a model's table is ~100 keys)
     value = getattr(import_litellm(), name)(**kwargs)
     return list(value) if name == "encode" else value
 
