@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from kernel_harness import RUN_MIME, WIDGET_MIME, Kernel, script
+from kernel_harness import RUN_MIME, WIDGET_MIME, Kernel, is_run_view, script
 
 from nbagent.state import RunStatus
 from nbagent.store import Store
@@ -283,3 +283,17 @@ def test_load_is_fast_and_imports_no_litellm(tmp_path: Path) -> None:
         assert out.split()[1] == "False"  # the time itself is measured in bench/kernel_bench.py
     finally:
         k.close()
+
+
+def test_a_run_that_ends_at_once_goes_straight_to_its_record(kernel: Kernel) -> None:
+    """No live view is made for a run that ends before a person could see one (ipython/live.py, LIVE_AFTER_S):
+    the cell's one output is its record, and no widget comm was ever opened for it. A run that waits still gets
+    its view (the approval tests above click in it)."""
+    script(kernel.folder / "s.json", answer("Done at once."))
+    cell = kernel.run("%%agent --script s.json\nanswer", cell_id="fast")
+    assert cell.ok, error(cell)
+    record = assert_static_record(cell)
+    assert record["status"] == "completed" and record["answer"] == "Done at once."
+    assert not kernel.run_views() and not any(is_run_view(s) for s in kernel.closed.values())
+    assert "nbagent: running" not in json.dumps(cell.outputs)  # the placeholder was replaced, not left behind
+

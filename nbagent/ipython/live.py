@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nbagent.ipython")
 
 REBUILD_S = 0.1
+LIVE_AFTER_S = 0.1  # below what a person perceives as a delay
 
 
 class LiveDisplay:
@@ -37,28 +38,45 @@ class LiveDisplay:
         self.host = host
         self.run_id: str | None = run_id  # known for a resumed run; a new one announces itself
         self.display_id = display_id or f"nbagent-{uuid.uuid4().hex}"
-
-        def show(obj: Any) -> None:
-            if display_id:
-                update_display(obj, display_id=self.display_id)
-            else:
-                display(obj, display_id=self.display_id)
-
         self.final_view: dict[str, Any] | None = None  # the view the static record was made from
         self._scheduled = False
+        self._finished = False
+        self._tokens: list[str] = []  # streamed before the widget existed: it starts with them
         self.widget: Any = None
+        if display_id:
+            update_display(_Placeholder(), display_id=self.display_id)
+        else:
+            display(_Placeholder(), display_id=self.display_id)
+        # The widget (its front-end code is ~185 KB a cell) is made once the run has gone on for LIVE_AFTER_S,
+        # while it waits (for its model, a tool, a person), never before its request leaves: a run that ends
+        # sooner goes straight to its record, as a progress bar is shown only for work that lasts. Tokens that
+        # came meanwhile are the widget's first.
+        try:
+            self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(LIVE_AFTER_S, self._create)
+        except RuntimeError:  # no event loop (a plain script): now
+            self._timer = None
+            self._create()
+
+    def _create(self) -> None:
+        if self._finished or self.widget is not None:
+            return
+        from IPython.display import update_display
+
         try:
             from ..ui.widget import RunView
 
-            self.widget = RunView(decider=host.decider if agent.decider is host.decider else None)
-            self.widget.on_rendered = host.frontend_rendered
-            show(self.widget)
-            if run_id is not None:
-                self.widget.push(self.view())
+            widget = RunView(decider=self.host.decider if self.agent.decider is self.host.decider else None)
+            widget.on_rendered = self.host.frontend_rendered
+            update_display(widget, display_id=self.display_id)
         except Exception as exc:  # no widget support here: the record alone will do
             log.debug("no live view: %s", exc)
-            self.widget = None
-            show(_Placeholder())
+            return
+        self.widget = widget
+        for text in self._tokens:
+            widget.token(text)
+        self._tokens.clear()
+        if self.run_id is not None:
+            widget.push(self.view())
 
     def on_bus(self, kind: str, data: Any) -> None:
         if kind == "event":
@@ -66,13 +84,21 @@ class LiveDisplay:
             if self.run_id is None and event.type == "run_started" and isinstance(event.payload, RunStarted) \
                     and event.payload.parent_run_id is None:
                 self.run_id = event.run_id
-            if event.type == "llm_called" and event.run_id == self.run_id and self.widget is not None:
-                self.widget.reset_tokens()  # the reply is now a step of its own: the stream shows the next turn only
+            if event.type == "llm_called" and event.run_id == self.run_id:
+                # the reply is now a step of its own: the stream shows the next turn only
+                self._tokens.clear()
+                if self.widget is not None:
+                    self.widget.reset_tokens()
             self._schedule()
-        elif self.widget is not None and kind == "token" and data[0] == self.run_id:
-            self.widget.token(data[1])
-        elif self.widget is not None and kind == "token_reset" and data == self.run_id:
-            self.widget.reset_tokens()
+        elif kind == "token" and data[0] == self.run_id:
+            if self.widget is not None:
+                self.widget.token(data[1])
+            else:
+                self._tokens.append(data[1])
+        elif kind == "token_reset" and data == self.run_id:
+            self._tokens.clear()
+            if self.widget is not None:
+                self.widget.reset_tokens()
         elif self.widget is not None and kind == "next_call" and data[0] == self.run_id:
             self.widget.announce(data[1])
 
@@ -117,7 +143,12 @@ class LiveDisplay:
     def finish(self) -> None:
         from IPython.display import update_display
 
-        if self.run_id is None:
+        self._finished = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.run_id is None:  # it failed before its run began: the placeholder must not say it runs
+            if self.widget is None:
+                update_display({"text/plain": "nbagent: no run was started."}, raw=True, display_id=self.display_id)
             return
         view = self.final_view = self.view()
         record = bundle(view)  # text/plain, text/html and the JSON: every copy of the record carries all three
