@@ -243,34 +243,39 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, Cont
             previous_run_id = None if parent_run_id else self.latest_run_id()
         options = {**(options or {}), **({"tools": tools} if tools is not None else {}),
                    **({"context": self._context} if self._context is not None else {})}
-        run = self.store.create_run(
-            self.session.id, self.redactor.text(prompt), model=self.model, autonomy=self.autonomy, cell_id=cell_id,
-            previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options, lease=True,
-        )
-        try:  # the lease taken with the run is held until it has been driven
-            self.bus.event(self.store.run_events(run.id)[0])
-            if fork_of is not None:
-                for old in self.successors(fork_of):
-                    if self.store.in_progress(old):
-                        continue  # another kernel is running it now: the two runs complete side by side, as siblings
-                    self._record(old, RunSuperseded(by_run_id=run.id))
-            history = self.conversation(previous_run_id) if previous_run_id else []
-            ctx = RunContext(run.id, run.id if turn is None else self._root_of(run.id), depth, turn or [0])
-            tool_names = [t["function"]["name"] for t in self._schemas(run.id)]
-            # a replay runs under the grants its recording ran under; its own chain lists them first, which is what
-            # backs them (grants.vouched): a grant appended to the log later names no such start
-            standing = [(new_id(), terms) for terms in self.decider.standing_grants] if parent_run_id is None else []
-            by = f"recorded:{self.replay_source or 'run'}"
-            self._record(run.id, ContextAssembled(
-                messages=context or [], tools=tool_names, from_run_id=previous_run_id,
-                system=self.system_prompt, history_messages=len(history),
-                grants=[{"grant_id": gid, "covers": grants_.covers_text(t), "by": by} for gid, t in standing],
-            ))
-            for gid, terms in standing:
-                self._give_grant(run.id, run.id, None, None, terms, by=by, expires_at=None, grant_id=gid)
-            return await self._drive(ctx)
-        finally:
-            self.store.release_lease(run.id)
+        # the run's checkpoints are committed per turn of the loop (Store.grouped): its start while the first
+        # request is in flight, its answer and its end together
+        with self.store.grouped():
+            run = self.store.create_run(
+                self.session.id, self.redactor.text(prompt), model=self.model, autonomy=self.autonomy,
+                cell_id=cell_id, previous_run_id=previous_run_id, parent_run_id=parent_run_id, options=options,
+                lease=True,
+            )
+            try:  # the lease taken with the run is held until it has been driven
+                self.bus.event(self.store.run_events(run.id)[0])
+                if fork_of is not None:
+                    for old in self.successors(fork_of):
+                        if self.store.in_progress(old):
+                            continue  # another kernel runs it now: the two complete side by side, as siblings
+                        self._record(old, RunSuperseded(by_run_id=run.id))
+                history = self.conversation(previous_run_id) if previous_run_id else []
+                ctx = RunContext(run.id, run.id if turn is None else self._root_of(run.id), depth, turn or [0])
+                tool_names = [t["function"]["name"] for t in self._schemas(run.id)]
+                # a replay runs under the grants its recording ran under; its own chain lists them first, which is
+                # what backs them (grants.vouched): a grant appended to the log later names no such start
+                standing = [(new_id(), terms) for terms in self.decider.standing_grants] \
+                    if parent_run_id is None else []
+                by = f"recorded:{self.replay_source or 'run'}"
+                self._record(run.id, ContextAssembled(
+                    messages=context or [], tools=tool_names, from_run_id=previous_run_id,
+                    system=self.system_prompt, history_messages=len(history),
+                    grants=[{"grant_id": gid, "covers": grants_.covers_text(t), "by": by} for gid, t in standing],
+                ))
+                for gid, terms in standing:
+                    self._give_grant(run.id, run.id, None, None, terms, by=by, expires_at=None, grant_id=gid)
+                return await self._drive(ctx)
+            finally:
+                self.store.release_lease(run.id)
 
     async def resume(self, run_id: str, verdict: Verdict | None = None, answer: Answer | str | None = None
                      ) -> RunResult:
@@ -285,13 +290,14 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, Cont
             raise RunStateError(f"run {run_id} is being run by another process (another kernel or `nbagent run` of "
                                 "this notebook); wait for it to end, then look at it with `nbagent show`")
         was = state.status  # (the store's state object is live: read it before it changes)
-        if verdict is not None or answer is not None:
-            self.answer_pending(run_id, verdict=verdict, answer=answer)
-        if was in (RunStatus.INTERRUPTED, RunStatus.WAITING):
-            self._record(run_id, RunResumed(by="resume"))
-        root = self._root_of(run_id)
-        ctx = RunContext(run_id, root, 0, [self._tree_attempts(root)])
-        return await self._drive(ctx)
+        with self.store.grouped():
+            if verdict is not None or answer is not None:
+                self.answer_pending(run_id, verdict=verdict, answer=answer)
+            if was in (RunStatus.INTERRUPTED, RunStatus.WAITING):
+                self._record(run_id, RunResumed(by="resume"))
+            root = self._root_of(run_id)
+            ctx = RunContext(run_id, root, 0, [self._tree_attempts(root)])
+            return await self._drive(ctx)
 
     def answer_pending(self, run_id: str, *, verdict: Verdict | None = None, answer: Answer | str | None = None
                        ) -> EventBase:

@@ -16,6 +16,11 @@ runs table at checkpoints (waits, decisions, ends), together with the chain's la
 same way in its sessions row, at every event of it (rare: a run's events never write the sessions table), so a
 deleted `grant_revoked` is caught too.
 
+While an agent drives a run on an event loop (`Store.grouped`), the checkpoints of a run's start and end
+(GROUPED_TYPES) are committed once per turn of that loop: each event is written to the log when `append` returns,
+and its fsync, row and anchor follow when the turn ends (the run's start while its first request is in flight; its
+answer and its end in one commit). Waits and decisions are committed at once, as everywhere else.
+
 Every file of the folder is read only if it is a regular file (`regular.py`): a FIFO in a file's place is a
 one-line `NotAFile`, never a reader waiting forever. Nothing inside the folder is followed if it is a symbolic link
 (`IsALink`: files opened with O_NOFOLLOW, folders checked with lstat), and the store folder itself must not be a
@@ -29,8 +34,11 @@ say (`integrity.chain_sound`, `nbagent verify`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +82,10 @@ LOCK_TIMEOUT_S = 30.0
 # loses at most the step in progress, as LangGraph's checkpoint per super-step); "event" at every event.
 DURABILITY = ("checkpoint", "step", "event")
 STEP_END_TYPES = frozenset({"llm_called", "tool_call_completed", "tool_call_failed", "authorization_denied"})
+# the checkpoints `grouped` may commit at the end of the loop's turn: a run's start and end, never a wait or a decision
+# (a person's yes is durable before the effect it allows)
+GROUPED_TYPES = frozenset({"run_started", "run_superseded", "answer_ready", "completed", "completed_with_errors",
+                           "interrupted", "error"})
 
 
 def store_path_for(notebook: str | Path) -> Path:
@@ -134,6 +146,9 @@ class Store(EventQueries):
         self.sessions = self._db.id_table("sessions")
         self.runs = self._db.id_table("runs")
         self._states: dict[str, RunState] = {}
+        # grouped(): the runs whose checkpoint waits for the loop's turn to end -> their last checkpoint record
+        self._group: tuple[asyncio.AbstractEventLoop, int] | None = None
+        self._uncommitted: dict[str, dict[str, Any]] = {}
         self._heads_seen: tuple[Any, dict[str, tuple[int, str | None]]] | None = None  # (tables.json, checkpoints)
         self.verified: dict[str, tuple[int, str | None]] = {}  # chain -> (events, last hash) checked by grants.vouched
         if not readonly:
@@ -175,6 +190,8 @@ class Store(EventQueries):
             self._tlock.release()
 
     def close(self) -> None:
+        if self._uncommitted and not self.readonly:
+            self.commit()
         self._log.close()
         self.anchors.close()
         if isinstance(self._flock, HeldLock):
@@ -198,6 +215,8 @@ class Store(EventQueries):
         """A chain's checkpoint (last seq, hash) as the tables keep it: a run's row, or a session's (`session:ID`);
         None when there is none (a session row written before sessions were checkpointed). Read once per version of
         tables.json, not once per grant checked (`grants.vouched`)."""
+        if self._uncommitted:
+            self.commit()
         try:
             st = os.lstat(self.tables_path)
             sig: Any = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -263,7 +282,9 @@ class Store(EventQueries):
             durable = sync if sync is not None else (
                 payload.event_type in CHECKPOINT_TYPES or self.durability == "event" or run_id is None
                 or (self.durability == "step" and payload.event_type in STEP_END_TYPES))
-            written = self._log.append(record, sync=durable)
+            later = durable and sync is None and run_id is not None and payload.event_type in GROUPED_TYPES \
+                and self._deferring()
+            written = self._log.append(record, sync=durable and not later)
             model = EVENT_MODELS.get(payload.event_type) if payload_json is not None else None
             if model is not None and type(payload) is PAYLOADS[payload.event_type]:
                 # what parse_event(written) gives, without validating the payload a second time
@@ -276,7 +297,12 @@ class Store(EventQueries):
                     state = self._states.get(run_id)
                     if state is not None and state.event_count == self._log.chain_len(run_id) - 1:
                         state.apply(event)
+            if later:
+                assert run_id is not None
+                self._uncommitted[run_id] = written
+                return event
             if run_id is not None and payload.event_type in CHECKPOINT_TYPES:
+                self._uncommitted.pop(run_id, None)  # this one commits the run's head now: what waited is covered
                 self._checkpoint(run_id)
             elif run_id is None and payload.event_type != "session_created":  # (create_session writes its row)
                 self._checkpoint_session(session_id, written)
@@ -309,6 +335,64 @@ class Store(EventQueries):
         """Flush appended events to disk (fsync); the runtime calls this at step boundaries."""
         with self.locked():
             self._log.sync()
+
+    @contextlib.contextmanager
+    def grouped(self) -> Iterator[None]:
+        """Inside (a run being driven), the checkpoints of a run's start and end made on this event loop
+        (GROUPED_TYPES) are committed (the log's fsync, the runs row, the anchor) once the loop's current turn
+        ends, and at the end of the group: once for all of one synchronous stretch (an answer and the run's
+        end), and the start while the run waits for its model instead of before the request leaves. Each event
+        is in the log when `append` returns, as before; only making it durable waits, for at most one turn of
+        the loop. Elsewhere (no loop, another thread, a script using the store) every checkpoint is committed at
+        once."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            yield
+            return
+        with self._tlock:
+            outer = self._group
+            if outer is None or outer[0] is loop:
+                self._group = (loop, (outer[1] if outer else 0) + 1)
+        try:
+            yield
+        finally:
+            with self._tlock:
+                if self._group is not None and self._group[0] is loop:
+                    self._group = (loop, self._group[1] - 1) if self._group[1] > 1 else None
+            self.commit()
+
+    def _deferring(self) -> bool:
+        group = self._group
+        if group is None:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        if loop is not group[0]:
+            return False
+        if not self._uncommitted:
+            loop.call_soon(self._commit_soon)
+        return True
+
+    def _commit_soon(self) -> None:
+        try:
+            self.commit()
+        except Exception:  # (a full disk): kept, and the group's own commit raises it in the run, as at once
+            return
+
+    def commit(self) -> None:
+        """Make every checkpoint `grouped` deferred durable now: one fsync of the log, then each run's row and
+        anchor, in the order an immediate checkpoint writes them (the event first, the truth)."""
+        with self.locked():
+            if not self._uncommitted:
+                return
+            self._log.sync()
+            for run_id, written in list(self._uncommitted.items()):
+                self._checkpoint(run_id)
+                self._anchor(chain_key(run_id, written["session_id"]), written, sync=False)
+                del self._uncommitted[run_id]  # (only once done: a failure leaves it for the next commit)
 
     def create_session(
         self, name: str = "default", *, notebook: str | None = None, defaults: dict[str, Any] | None = None

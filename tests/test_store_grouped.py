@@ -1,0 +1,206 @@
+"""`Store.grouped()`: inside a run driven on an event loop, a run's checkpoints are committed (the log's fsync, the
+runs row, the anchor) once per turn of the loop and at the group's end. What must hold: every event is in the log
+the moment `append` returns; once the turn or the group ends, the store is exactly as committing each checkpoint at
+once would leave it (verify finds it sound, each run's row and anchor at its last checkpoint); outside a group,
+on another thread or with no loop, nothing changes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nbagent.events import AnswerReady, Completed, LlmCalled, Thinking, WaitingForApproval
+from nbagent.store import Store
+from nbagent.verify import verify_store
+
+
+def log_types(store: Store) -> list[str]:
+    return [json.loads(line)["type"] for line in store.events_path.read_text().splitlines()]
+
+
+def row(store: Store, run_id: str) -> dict | None:
+    """The run's row as another reader sees it in tables.json (not this store's memory)."""
+    tables = json.loads(store.tables_path.read_text()) if store.tables_path.exists() else {}
+    return (tables.get("runs") or {}).get(run_id)
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors os.fsync was called on."""
+    seen: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        seen.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def log_fsyncs(store: Store, fds: list[int]) -> int:
+    log = os.stat(store.events_path)
+    n = 0
+    for fd in fds:
+        try:
+            st_ = os.fstat(fd)
+        except OSError:
+            continue
+        n += (st_.st_dev, st_.st_ino) == (log.st_dev, log.st_ino)
+    return n
+
+
+def test_an_answer_and_the_runs_end_are_committed_once_and_each_event_is_in_the_log_at_once(
+        tmp_path: Path, fsyncs: list[int]) -> None:
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session().id
+
+    async def drive() -> str:
+        with store.grouped():
+            run = store.create_run(session, "p")
+            assert log_types(store)[-1] == "run_started" and row(store, run.id) is None  # written, not committed
+            assert store.get_run(run.id).status.value == "running"  # the store's own reads go by the events
+            await asyncio.sleep(0)  # the loop's turn ends: committed (while a model call would be in flight)
+            assert row(store, run.id) is not None and row(store, run.id)["last_seq"] == 1
+            store.append(LlmCalled(model="m"), run_id=run.id)
+            fsyncs.clear()
+            store.append(AnswerReady(content="hi"), run_id=run.id)
+            store.append(Completed(), run_id=run.id)
+            assert log_types(store)[-2:] == ["answer_ready", "completed"]
+            assert row(store, run.id)["last_seq"] == 1 and log_fsyncs(store, fsyncs) == 0
+        assert log_fsyncs(store, fsyncs) == 1  # the group's end: one fsync for both checkpoints
+        return run.id
+
+    run_id = asyncio.run(drive())
+    assert row(store, run_id)["last_seq"] == 4 and row(store, run_id)["status"] == "completed"
+    assert store.anchored(run_id) is not None and store.anchored(run_id)[0] == 4
+    assert verify_store(Store(store.path, readonly=True)).ok
+
+
+def test_outside_a_group_on_another_thread_or_with_no_loop_every_checkpoint_is_committed_at_once(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session().id
+    run = store.create_run(session, "no loop")
+    assert row(store, run.id) is not None
+
+    async def outside() -> str:
+        return store.create_run(session, "a loop, no group").id
+
+    assert row(store, asyncio.run(outside())) is not None
+
+    async def other_thread() -> None:
+        with store.grouped():
+            found: list[str] = []
+            t = threading.Thread(target=lambda: found.append(store.create_run(session, "another thread").id))
+            t.start()
+            t.join()
+            assert row(store, found[0]) is not None  # no loop runs on that thread: at once
+
+    asyncio.run(other_thread())
+
+
+def test_a_checkpoint_read_and_close_commit_what_waits(tmp_path: Path) -> None:
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session().id
+
+    async def drive() -> None:
+        with store.grouped():
+            run = store.create_run(session, "p")
+            assert row(store, run.id) is None
+            assert store.checkpoint(run.id) == (1, store.run_events(run.id)[0].hash)  # committed first
+            assert row(store, run.id) is not None
+            run2 = store.create_run(session, "q")
+            store.close()  # (a kernel shutting down mid-turn)
+            assert row(store, run2.id) is not None
+
+    asyncio.run(drive())
+
+
+def test_a_commit_that_fails_is_kept_and_raised_by_the_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session().id
+    real = store._checkpoint
+    failing = [True]
+
+    def checkpoint(run_id: str) -> None:
+        if failing[0]:
+            raise OSError(28, "No space left on device")
+        real(run_id)
+
+    monkeypatch.setattr(store, "_checkpoint", checkpoint)
+
+    async def drive() -> str:
+        with pytest.raises(OSError, match="No space"), store.grouped():
+            run = store.create_run(session, "p")
+            await asyncio.sleep(0)  # the turn's commit fails quietly: kept for the group's end, which raises
+            assert row(store, run.id) is None
+        return run.id
+
+    run_id = asyncio.run(drive())
+    failing[0] = False
+    store.commit()
+    assert row(store, run_id) is not None
+
+
+STEP = st.sampled_from(["llm", "thinking", "wait", "answer", "end", "turn", "new"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEP, min_size=1, max_size=25))
+def test_after_a_group_the_store_is_as_committing_each_checkpoint_at_once_leaves_it(
+        tmp_path_factory: pytest.TempPathFactory, steps: list[str]) -> None:
+    """The same events written with and without a group give the same statuses and anchors, and both stores
+    verify. A grouped row is written when its turn ends, so it may name events written after its checkpoint in
+    that turn (never fewer: the log is fsynced before the row, so the row never names an event a power loss
+    could take)."""
+    def play(store: Store, grouped: bool) -> list[str]:
+        session = store.session().id
+        runs: list[str] = []
+
+        async def drive() -> None:
+            with store.grouped() if grouped else contextlib.nullcontext():
+                runs.append(store.create_run(session, "p").id)
+                for step in steps:
+                    run = runs[-1]
+                    if step == "turn":
+                        await asyncio.sleep(0)
+                    elif step == "new":
+                        runs.append(store.create_run(session, "p").id)
+                    elif step == "llm":
+                        store.append(LlmCalled(model="m"), run_id=run)
+                    elif step == "thinking":
+                        store.append(Thinking(text="t"), run_id=run)
+                    elif step == "wait":
+                        store.append(WaitingForApproval(request_id=f"r{len(log_types(store))}", plan_id="p"),
+                                     run_id=run)
+                    elif step == "answer":
+                        store.append(AnswerReady(content="a"), run_id=run)
+                    else:
+                        store.append(Completed(), run_id=run)
+
+        asyncio.run(drive())
+        return runs
+
+    seen = []
+    for grouped in (False, True):
+        store = Store(tmp_path_factory.mktemp("grouped") / "nb.ipynb")
+        runs = play(store, grouped)
+        rows = [(row(store, r) or {}).get("last_seq") or 0 for r in runs]
+        statuses = [(row(store, r) or {}).get("status") for r in runs]
+        anchors = [(store.anchored(r) or (0,))[0] for r in runs]
+        lengths = [len(store.run_events(r)) for r in runs]
+        assert verify_store(Store(store.path, readonly=True)).ok and not store.warnings
+        seen.append((rows, statuses, anchors, lengths))
+    (rows, statuses, anchors, lengths), (g_rows, g_statuses, g_anchors, g_lengths) = seen
+    assert (g_statuses, g_anchors, g_lengths) == (statuses, anchors, lengths)
+    assert all(a <= b <= n for a, b, n in zip(rows, g_rows, lengths, strict=True))
+
