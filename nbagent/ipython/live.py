@@ -42,6 +42,7 @@ class LiveDisplay:
         self._scheduled = False
         self._finished = False
         self._tokens: list[str] = []  # streamed before the widget existed: it starts with them
+        self._announced: Any = None  # the next call's estimate announced before then (its first token replaces it)
         self.widget: Any = None
         if display_id:
             update_display(_Placeholder(), display_id=self.display_id)
@@ -72,9 +73,12 @@ class LiveDisplay:
             log.debug("no live view: %s", exc)
             return
         self.widget = widget
+        if self._announced is not None and not self._tokens:
+            widget.announce(self._announced)
         for text in self._tokens:
             widget.token(text)
         self._tokens.clear()
+        self._announced = None
         if self.run_id is not None:
             widget.push(self.view())
 
@@ -87,6 +91,7 @@ class LiveDisplay:
             if event.type == "llm_called" and event.run_id == self.run_id:
                 # the reply is now a step of its own: the stream shows the next turn only
                 self._tokens.clear()
+                self._announced = None
                 if self.widget is not None:
                     self.widget.reset_tokens()
             self._schedule()
@@ -97,10 +102,14 @@ class LiveDisplay:
                 self._tokens.append(data[1])
         elif kind == "token_reset" and data == self.run_id:
             self._tokens.clear()
+            self._announced = None
             if self.widget is not None:
                 self.widget.reset_tokens()
-        elif self.widget is not None and kind == "next_call" and data[0] == self.run_id:
-            self.widget.announce(data[1])
+        elif kind == "next_call" and data[0] == self.run_id:
+            if self.widget is not None:
+                self.widget.announce(data[1])
+            else:
+                self._announced, self._tokens = data[1], []
 
     def _schedule(self) -> None:
         if self._scheduled or self.widget is None:
