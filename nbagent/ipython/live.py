@@ -32,8 +32,6 @@ class LiveDisplay:
 
     def __init__(self, agent: Agent, host: HostState, run_id: str | None = None,
                  display_id: str | None = None) -> None:
-        from IPython.display import display, update_display
-
         self.agent = agent
         self.host = host
         self.run_id: str | None = run_id  # known for a resumed run; a new one announces itself
@@ -44,33 +42,40 @@ class LiveDisplay:
         self._tokens: list[str] = []  # streamed before the widget existed: it starts with them
         self._announced: Any = None  # the next call's estimate announced before then (its first token replaces it)
         self.widget: Any = None
-        if display_id:
-            update_display(_Placeholder(), display_id=self.display_id)
-        else:
-            display(_Placeholder(), display_id=self.display_id)
-        # The widget (its front-end code is ~185 KB a cell) is made once the run has gone on for LIVE_AFTER_S,
-        # while it waits (for its model, a tool, a person), never before its request leaves: a run that ends
-        # sooner goes straight to its record, as a progress bar is shown only for work that lasts. Tokens that
-        # came meanwhile are the widget's first.
+        self._shown = display_id is not None
+        if display_id:  # the loading line says the run has begun
+            self._show(_Placeholder())
+        # The run's output (the widget, whose front-end code is ~185 KB a cell) appears once the run has gone on
+        # for LIVE_AFTER_S, while it waits (for its model, a tool, a person), never before its request leaves: a
+        # run that ends sooner goes straight to its record, as a progress bar is shown only for work that lasts.
+        # Tokens that came meanwhile are the widget's first.
         try:
             self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(LIVE_AFTER_S, self._create)
         except RuntimeError:  # no event loop (a plain script): now
             self._timer = None
             self._create()
 
+    def _show(self, obj: Any, raw: bool = False) -> None:
+        from IPython.display import display, update_display
+
+        if self._shown:
+            update_display(obj, raw=raw, display_id=self.display_id)
+        else:
+            display(obj, raw=raw, display_id=self.display_id)
+            self._shown = True
+
     def _create(self) -> None:
         if self._finished or self.widget is not None:
             return
-        from IPython.display import update_display
-
         try:
             from ..ui.widget import RunView
 
             widget = RunView(decider=self.host.decider if self.agent.decider is self.host.decider else None)
             widget.on_rendered = self.host.frontend_rendered
-            update_display(widget, display_id=self.display_id)
-        except Exception as exc:  # no widget support here: the record alone will do
+            self._show(widget)
+        except Exception as exc:  # no widget support here: the record alone will do, and a line until then
             log.debug("no live view: %s", exc)
+            self._show(_Placeholder())
             return
         self.widget = widget
         if self._announced is not None and not self._tokens:
@@ -150,14 +155,12 @@ class LiveDisplay:
         return view
 
     def finish(self) -> None:
-        from IPython.display import update_display
-
         self._finished = True
         if self._timer is not None:
             self._timer.cancel()
-        if self.run_id is None:  # it failed before its run began: the placeholder must not say it runs
-            if self.widget is None:
-                update_display({"text/plain": "nbagent: no run was started."}, raw=True, display_id=self.display_id)
+        if self.run_id is None:  # it failed before its run began: nothing shown may say it runs
+            if self._shown and self.widget is None:
+                self._show({"text/plain": "nbagent: no run was started."}, raw=True)
             return
         view = self.final_view = self.view()
         record = bundle(view)  # text/plain, text/html and the JSON: every copy of the record carries all three
@@ -167,7 +170,7 @@ class LiveDisplay:
                 self.widget.end(record)
             except Exception:
                 log.debug("final widget update failed", exc_info=True)
-        update_display(record, raw=True, display_id=self.display_id)
+        self._show(record, raw=True)
         if self.widget is not None:
             self.widget.close()
             self.widget = None
