@@ -144,8 +144,8 @@ class Kernel:
         if t == "comm_open" and c.get("target_name") == "jupyter.widget":
             state = dict(c["data"].get("state", {}))
             self.widgets[c["comm_id"]] = state
-            if is_run_view(state) and self.frontend:
-                self.custom(c["comm_id"], {"event": "rendered"})  # what the view's JS says once drawn
+            if (is_run_view(state) or "offer" in state) and self.frontend:
+                self.custom(c["comm_id"], {"event": "rendered"})  # what a run view's or Undo panel's JS says once drawn
         elif t == "comm_msg" and c["comm_id"] in self.widgets:
             data = c["data"]
             if data.get("method") == "update":

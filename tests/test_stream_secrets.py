@@ -99,10 +99,14 @@ def test_nbagent_run_keeps_env_secrets_out_of_the_notebook_the_log_and_the_outpu
     (tmp_path / "notes.txt").write_text(f"my token is {HF_TOKEN}\n")
     (tmp_path / "s.json").write_text(json.dumps({"turns": [
         {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
+        {"tool_calls": [{"name": "pause", "arguments": {}}]},
         {"content": f"Your key is {OPENAI_KEY} and the note says {HF_TOKEN} ok"},
     ]}))
+    # the run lasts past LIVE_AFTER_S (a tool that waits), so it has a live view, whose widget state is saved
+    pause = "import time\nfrom nbagent import tool\n@tool(risk='READ_ONLY')\ndef pause() -> str:\n" \
+            "    \"\"\"Waits a moment.\"\"\"\n    time.sleep(0.5)\n    return 'ok'"
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in ["%load_ext nbagent",
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in ["%load_ext nbagent", pause,
                                                            "%%agent --script s.json\nsummarise notes.txt"]]
     nbformat.write(nb, tmp_path / "a.ipynb")
     env = {**os.environ, "OPENAI_API_KEY": OPENAI_KEY, "HF_TOKEN": HF_TOKEN}
