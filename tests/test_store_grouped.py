@@ -108,6 +108,23 @@ def test_outside_a_group_on_another_thread_or_with_no_loop_every_checkpoint_is_c
     asyncio.run(other_thread())
 
 
+@pytest.mark.parametrize("durability", ["event", "step"])
+def test_a_store_that_promises_more_than_checkpoints_commits_at_once_even_in_a_group(
+        tmp_path: Path, fsyncs: list[int], durability: str) -> None:
+    store = Store(tmp_path / "nb.ipynb", durability=durability)
+    session = store.session().id
+
+    async def drive() -> None:
+        with store.grouped():
+            fsyncs.clear()
+            run = store.create_run(session, "p")
+            assert row(store, run.id) is not None and log_fsyncs(store, fsyncs) == 1
+            store.append(Completed(), run_id=run.id)
+            assert row(store, run.id)["status"] == "completed" and log_fsyncs(store, fsyncs) == 2
+
+    asyncio.run(drive())
+
+
 def test_a_checkpoint_read_and_close_commit_what_waits(tmp_path: Path) -> None:
     store = Store(tmp_path / "nb.ipynb")
     session = store.session().id

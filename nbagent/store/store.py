@@ -283,7 +283,7 @@ class Store(EventQueries):
                 payload.event_type in CHECKPOINT_TYPES or self.durability == "event" or run_id is None
                 or (self.durability == "step" and payload.event_type in STEP_END_TYPES))
             later = durable and sync is None and run_id is not None and payload.event_type in GROUPED_TYPES \
-                and self._deferring()
+                and self.durability == "checkpoint" and self._deferring()  # ("event"/"step" promise more)
             written = self._log.append(record, sync=durable and not later)
             model = EVENT_MODELS.get(payload.event_type) if payload_json is not None else None
             if model is not None and type(payload) is PAYLOADS[payload.event_type]:
