@@ -16,10 +16,10 @@ runs table at checkpoints (waits, decisions, ends), together with the chain's la
 same way in its sessions row, at every event of it (rare: a run's events never write the sessions table), so a
 deleted `grant_revoked` is caught too.
 
-While an agent drives a run on an event loop (`Store.grouped`), the checkpoints of a run's start and end
-(GROUPED_TYPES) are committed once per turn of that loop: each event is written to the log when `append` returns,
-and its fsync, row and anchor follow when the turn ends (the run's start while its first request is in flight; its
-answer and its end in one commit). Waits and decisions are committed at once, as everywhere else.
+While an agent drives a run on an event loop (`Store.grouped`; durability "checkpoint", the default), the
+checkpoints of a run's start and end (GROUPED_TYPES) are committed once per turn of that loop: each event is written
+to the log when `append` returns, and its fsync, row and anchor follow when the turn ends (the run's start while its
+first request is in flight; its answer and its end in one commit). Waits and decisions are committed at once.
 
 Every file of the folder is read only if it is a regular file (`regular.py`): a FIFO in a file's place is a
 one-line `NotAFile`, never a reader waiting forever. Nothing inside the folder is followed if it is a symbolic link
