@@ -34,11 +34,8 @@ say (`integrity.chain_sound`, `nbagent verify`).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +58,7 @@ from ..ids import new_id, now_iso
 from ..levels import Autonomy
 from ..state import RunState
 from .anchor import Anchor
+from .commits import GROUPED_TYPES, GroupedCommits
 from .errors import (
     RunNotFound,
     StoreError,
@@ -82,10 +80,6 @@ LOCK_TIMEOUT_S = 30.0
 # loses at most the step in progress, as LangGraph's checkpoint per super-step); "event" at every event.
 DURABILITY = ("checkpoint", "step", "event")
 STEP_END_TYPES = frozenset({"llm_called", "tool_call_completed", "tool_call_failed", "authorization_denied"})
-# the checkpoints `grouped` may commit at the end of the loop's turn: a run's start and end, never a wait or a decision
-# (a person's yes is durable before the effect it allows)
-GROUPED_TYPES = frozenset({"run_started", "run_superseded", "answer_ready", "completed", "completed_with_errors",
-                           "interrupted", "error"})
 
 
 def store_path_for(notebook: str | Path) -> Path:
@@ -94,7 +88,7 @@ def store_path_for(notebook: str | Path) -> Path:
     return nb.with_name(nb.stem + STORE_SUFFIX)
 
 
-class Store(EventQueries):
+class Store(GroupedCommits, EventQueries):
     """One notebook's store: the event log (the truth), the tables that cache it, and the runs' folded state.
 
     Writers go through `append` (every event: hash-chained, under the store's lock), `create_session` and
@@ -146,9 +140,8 @@ class Store(EventQueries):
         self.sessions = self._db.id_table("sessions")
         self.runs = self._db.id_table("runs")
         self._states: dict[str, RunState] = {}
-        # grouped(): the runs whose checkpoint waits for the loop's turn to end -> their last checkpoint record
-        self._group: tuple[asyncio.AbstractEventLoop, int] | None = None
-        self._uncommitted: dict[str, dict[str, Any]] = {}
+        self._group = None  # commits.py: the loop a run is grouped on, and how deep
+        self._uncommitted = {}
         self._heads_seen: tuple[Any, dict[str, tuple[int, str | None]]] | None = None  # (tables.json, checkpoints)
         self.verified: dict[str, tuple[int, str | None]] = {}  # chain -> (events, last hash) checked by grants.vouched
         if not readonly:
@@ -335,64 +328,6 @@ class Store(EventQueries):
         """Flush appended events to disk (fsync); the runtime calls this at step boundaries."""
         with self.locked():
             self._log.sync()
-
-    @contextlib.contextmanager
-    def grouped(self) -> Iterator[None]:
-        """Inside (a run being driven), the checkpoints of a run's start and end made on this event loop
-        (GROUPED_TYPES) are committed (the log's fsync, the runs row, the anchor) once the loop's current turn
-        ends, and at the end of the group: once for all of one synchronous stretch (an answer and the run's
-        end), and the start while the run waits for its model instead of before the request leaves. Each event
-        is in the log when `append` returns, as before; only making it durable waits, for at most one turn of
-        the loop. Elsewhere (no loop, another thread, a script using the store) every checkpoint is committed at
-        once."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            yield
-            return
-        with self._tlock:
-            outer = self._group
-            if outer is None or outer[0] is loop:
-                self._group = (loop, (outer[1] if outer else 0) + 1)
-        try:
-            yield
-        finally:
-            with self._tlock:
-                if self._group is not None and self._group[0] is loop:
-                    self._group = (loop, self._group[1] - 1) if self._group[1] > 1 else None
-            self.commit()
-
-    def _deferring(self) -> bool:
-        group = self._group
-        if group is None:
-            return False
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        if loop is not group[0]:
-            return False
-        if not self._uncommitted:
-            loop.call_soon(self._commit_soon)
-        return True
-
-    def _commit_soon(self) -> None:
-        try:
-            self.commit()
-        except Exception:  # (a full disk): kept, and the group's own commit raises it in the run, as at once
-            return
-
-    def commit(self) -> None:
-        """Make every checkpoint `grouped` deferred durable now: one fsync of the log, then each run's row and
-        anchor, in the order an immediate checkpoint writes them (the event first, the truth)."""
-        with self.locked():
-            if not self._uncommitted:
-                return
-            self._log.sync()
-            for run_id, written in list(self._uncommitted.items()):
-                self._checkpoint(run_id)
-                self._anchor(chain_key(run_id, written["session_id"]), written, sync=False)
-                del self._uncommitted[run_id]  # (only once done: a failure leaves it for the next commit)
 
     def create_session(
         self, name: str = "default", *, notebook: str | None = None, defaults: dict[str, Any] | None = None

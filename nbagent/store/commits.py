@@ -1,0 +1,96 @@
+"""`Store.grouped`: while an agent drives a run on an event loop, the checkpoints of the run's start and end are
+committed (the log's fsync, the runs row, the anchor) once per turn of that loop instead of at each event. Each
+event is still written when `append` returns; only making it durable waits, for at most one turn. A mixin of
+`Store` (store.py), kept apart because it is the one piece of the store that knows about event loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..events import chain_key
+
+if TYPE_CHECKING:
+    import threading
+
+    from .eventlog import EventLog
+    from .locks import Locked
+
+# the checkpoints `grouped` may commit at the end of the loop's turn: a run's start and end, never a wait or a decision
+# (a person's yes is durable before the effect it allows)
+GROUPED_TYPES = frozenset({"run_started", "run_superseded", "answer_ready", "completed", "completed_with_errors",
+                           "interrupted", "error"})
+
+
+class GroupedCommits:
+    """The grouping state and its commit; `Store` provides the log, the lock and the two checkpoint writers."""
+
+    _log: EventLog
+    _tlock: threading.RLock
+    _group: tuple[asyncio.AbstractEventLoop, int] | None
+    _uncommitted: dict[str, dict[str, Any]]  # run -> its last checkpoint record not yet committed
+
+    if TYPE_CHECKING:
+        def locked(self) -> Locked: ...
+        def _checkpoint(self, run_id: str) -> None: ...
+        def _anchor(self, key: str, written: dict[str, Any], *, sync: bool) -> None: ...
+
+    @contextlib.contextmanager
+    def grouped(self) -> Iterator[None]:
+        """Inside (a run being driven), the checkpoints of a run's start and end made on this event loop
+        (GROUPED_TYPES) are committed (the log's fsync, the runs row, the anchor) once the loop's current turn
+        ends, and at the end of the group: once for all of one synchronous stretch (an answer and the run's
+        end), and the start while the run waits for its model instead of before the request leaves. Each event
+        is in the log when `append` returns, as before; only making it durable waits, for at most one turn of
+        the loop. Elsewhere (no loop, another thread, a script using the store) every checkpoint is committed at
+        once."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            yield
+            return
+        with self._tlock:
+            outer = self._group
+            if outer is None or outer[0] is loop:
+                self._group = (loop, (outer[1] if outer else 0) + 1)
+        try:
+            yield
+        finally:
+            with self._tlock:
+                if self._group is not None and self._group[0] is loop:
+                    self._group = (loop, self._group[1] - 1) if self._group[1] > 1 else None
+            self.commit()
+
+    def _deferring(self) -> bool:
+        group = self._group
+        if group is None:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        if loop is not group[0]:
+            return False
+        if not self._uncommitted:
+            loop.call_soon(self._commit_soon)
+        return True
+
+    def _commit_soon(self) -> None:
+        try:
+            self.commit()
+        except Exception:  # (a full disk): kept, and the group's own commit raises it in the run, as at once
+            return
+
+    def commit(self) -> None:
+        """Make every checkpoint `grouped` deferred durable now: one fsync of the log, then each run's row and
+        anchor, in the order an immediate checkpoint writes them (the event first, the truth)."""
+        with self.locked():
+            if not self._uncommitted:
+                return
+            self._log.sync()
+            for run_id, written in list(self._uncommitted.items()):
+                self._checkpoint(run_id)
+                self._anchor(chain_key(run_id, written["session_id"]), written, sync=False)
+                del self._uncommitted[run_id]  # (only once done: a failure leaves it for the next commit)
