@@ -464,6 +464,8 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # killed: still stop the kernels, remove the worktree
     try:
         main()
+    except SystemExit:  # --help, or killed: argparse and the handler above already said what they had to
+        raise
     except BaseException:  # a benchmark reports; it never fails
         traceback.print_exc()
     sys.exit(0)
