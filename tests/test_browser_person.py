@@ -5,6 +5,8 @@ JupyterLab + Chromium (tests/test_browser.py's server, browser and helpers), cli
   card with its buttons in that cell, and a click there finishes the run;
 - a question that arrives while the person types in another cell leaves their typing where it is;
 - after save, kernel shut down and reopen, a record's "Undo…" works in the new kernel (the files come back);
+- runs that end before their live view would appear (0.1 s) show their record only, no live view drawn and
+  removed, and the record's Undo… works though no run widget was made in the kernel;
 - keyboard only: approve with Enter, Escape in the reason box, deny with a reason: focus stays in the run view,
   Cancel and Escape drop the draft, a waiting card and a question are announced (a polite live region).
 Each flow ends with the saved notebook: every record carries text/html and text/plain, no widget is left, no
@@ -193,6 +195,80 @@ def test_interrupt_then_resume_in_a_later_cell_decides_on_the_live_card(page: Pa
     assert text.count("Plan 1: Create report.md") == 2 and text.count("All written.") == 2
     assert len(re.findall(r"approved by (?:you|user)", text)) >= 2
     assert "continues run" in text and "from cell [2]" in text and "continued in cell [3]" in text
+
+
+# ---------------------------------------------------------------------------------------------- runs that end at once
+
+# every live run view the page ever draws, counted as it is added (a MutationObserver on the notebook)
+COUNT_LIVE_VIEWS = """() => {
+  window.__nbagentLiveViews = 0;
+  new MutationObserver((changes) => {
+    for (const c of changes) for (const n of c.addedNodes) {
+      if (!(n instanceof Element)) continue;
+      const found = [n, ...n.querySelectorAll('.nbagent-live')].filter(
+        (e) => e.classList.contains('nbagent-live') && !e.classList.contains('nbv-static'));
+      window.__nbagentLiveViews += found.length;
+    }
+  }).observe(document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook'),
+             {childList: true, subtree: true});
+}"""
+
+
+def test_runs_that_end_at_once_show_their_record_only_and_it_works(page: Page, lab: Lab) -> None:  # noqa: F811
+    """A run that ends before its live view would appear (0.1 s) shows nothing but its record, in its own cell: no
+    live view is drawn and removed, the record's Undo… works though no run widget was ever made in the kernel, and
+    the saved notebook and nbconvert's HTML say what happened."""
+    fast = "%%agent --model nbagent/scripted --script turns.json --autonomy L3"
+    answer = json.dumps({"turns": [{"content": "The folder holds **notes.md** and turns.json."}]})
+    notebook = notebook_of(lab, "p-at-once", [create("notes.md", "# N\n", "I'll write the notes."),
+                                              {"content": "Wrote **notes.md**."}],
+                           ["%load_ext nbagent", f"{fast}\nWrite the notes",
+                            f"{fast.replace('turns.json', 'answer.json')} --new\nWhat is here?"],
+                           files={"answer.json": answer})
+    folder = notebook.parent
+    open_notebook(page, lab, notebook)
+    wait_kernel_idle(page, lab, notebook)
+    page.evaluate(COUNT_LIVE_VIEWS)
+    run_cell(page, 0)
+    run_cell(page, 1)
+    run_cell(page, 2)
+    first, second = cell(page, 1).locator(RECORD), cell(page, 2).locator(RECORD)
+    expect(first).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=90_000)
+    expect(second).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=60_000)
+    wait_kernel_idle(page, lab, notebook)
+    assert page.evaluate("() => window.__nbagentLiveViews") == 0, "a live view was drawn for a run that ended at once"
+    for i in (1, 2):  # each cell: its record and nothing else (no placeholder line, no empty widget area)
+        expect(cell(page, i).locator(".jp-OutputArea-output")).to_have_count(1)
+    expect(first.locator(".nbv-effects")).to_contain_text("notes.md")
+    expect(first.locator(".nbv-answer strong")).to_have_text("notes.md")
+    expect(second.locator(".nbv-answer")).to_contain_text("The folder holds notes.md and turns.json.")
+    expect(second.locator(".nbv-answer strong")).to_have_text("notes.md")
+    expect(second.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)  # it changed nothing
+    assert (folder / "notes.md").read_text() == "# N\n"
+    first.scroll_into_view_if_needed()
+    shot(page, "p-at-once-1-records-only")
+
+    first.get_by_role("button", name="Undo…", exact=True).click()
+    below = cell(page, 2)  # the inserted `%agent undo RUN` cell, right below the run's cell
+    panel = below.locator(".nbagent-live.nbv-undo")
+    expect(panel).to_contain_text("Undo run", timeout=60_000)
+    panel.get_by_role("button", name="Undo", exact=True).click()
+    panel.get_by_role("button", name="Undo 1 change", exact=True).click()
+    wait_until(lambda: not (folder / "notes.md").exists(), 30, "notes.md removed by the undo")
+    expect(first.locator(".nbv-undone")).to_contain_text("Undone by run", timeout=30_000)
+    first.scroll_into_view_if_needed()
+    shot(page, "p-at-once-2-undone")
+
+    save(page, notebook)
+    wait_until(lambda: '"undone_by": "' in notebook.read_text() and WIDGET_MIME not in notebook.read_text(), 30,
+               "the undo saved as its outcome, the first record saved as undone")
+    records = check_saved(notebook)
+    assert [r["status"] for r in records] == ["completed", "completed"]
+    text = nbconvert_text(notebook)
+    assert re.search(r"Answer Wrote notes\.md ?\.", text) and "The folder holds notes.md and turns.json." in text
+    assert "Undone by run" in text and "No file was created, changed or deleted." in text
+    assert re.search(r"undone: 1 file put back", text), text[-2000:]
+    assert "nbagent: running" not in text  # the placeholder of a slow start is never saved for a fast run
 
 
 # ------------------------------------------------------------------------------------------------ the question box
