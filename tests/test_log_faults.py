@@ -288,6 +288,35 @@ def test_damaged_row_falls_back_to_the_events(tmp_path: Path) -> None:
     assert verdict(tmp_path, store_path)[0] == 0
 
 
+def test_an_older_tables_file_is_behind_the_events_and_no_alarm(tmp_path: Path) -> None:
+    """tables.json is not fsynced (the log is, first): after a power cut it may be a version from before the last
+    checkpoints. Its rows are behind the events, so the events say each run's state, and `verify` finds nothing
+    removed or replaced (a row never names an event the log lost)."""
+    (tmp_path / NB).write_text("{}")
+    store = Store(tmp_path / NB)
+    a = new_run(store, "summarise sales.csv", cell_id="cell-1")
+    older = (store.path / "tables.json").read_bytes()  # a's row says "running", at its first checkpoint
+    store.append(llm("North leads."), run_id=a)
+    store.append(E.AnswerReady(content="North leads."), run_id=a)
+    store.append(E.Completed(summary="done"), run_id=a)
+    b = new_run(store, "plot revenue", cell_id="cell-2")
+    store.close()
+    (store.path / "tables.json").write_bytes(older)  # the renames after it never reached the disk
+
+    reader = Store(tmp_path / NB, readonly=True)
+    assert {r.id: r.status for r in reader.list_runs()} == {a: RunStatus.COMPLETED, b: RunStatus.RUNNING}
+    assert not reader.warnings  # an older cache is not damage: it is behind, and the events are read
+    assert runs_by_id(tmp_path, store.path)[a]["status"] == "completed"
+    code, line, err = verdict(tmp_path, store.path)
+    assert code == 0 and line.startswith("ok:") and "every chain intact" in line, (line, err)
+    writer = Store(tmp_path / NB)
+    c = new_run(writer, "after the power cut")
+    assert {r.id: r.status for r in writer.list_runs()} == {
+        a: RunStatus.COMPLETED, b: RunStatus.RUNNING, c: RunStatus.RUNNING}  # b: no row until its next checkpoint
+    writer.close()
+    assert {a, c} <= set(json.loads((store.path / "tables.json").read_text())["runs"])
+
+
 def test_damaged_tables_do_not_hide_an_edited_log(tmp_path: Path) -> None:
     store_path, _, _ = build(tmp_path)
     (store_path / "tables.json").write_text("garbage")
