@@ -186,6 +186,16 @@ class Kernel:
                     return cid, pending
         raise TimeoutError(f"no run view waited for {kind} within {timeout} s")
 
+    def undo_panel(self, timeout: float = 30) -> str:
+        """The comm id of the latest Undo panel the kernel opened (its state has an `offer`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.pump(0.1)
+            found = [cid for cid, state in self.widgets.items() if state.get("offer")]
+            if found:
+                return str(found[-1])
+        raise TimeoutError(f"no Undo panel was opened within {timeout} s")
+
     def custom(self, comm_id: str, content: dict[str, Any]) -> str:
         """A custom widget message (ipywidgets' `{"method": "custom"}`); returns its msg id."""
         msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom",

@@ -89,15 +89,8 @@ def test_undo_in_a_kernel_after_a_real_restart(kernel: Kernel) -> None:
     undone = kernel.run(f"%agent undo {run_id}", cell_id="c3")
     assert undone.ok, error(undone) + undone.stderr
     # the harness draws the Undo panel as JupyterLab does (it says "rendered"): the undo runs on its click
-    import time
-
+    kernel.custom(kernel.undo_panel(), {"event": "undo"})
     deadline = time.monotonic() + 30
-    panel = None
-    while panel is None and time.monotonic() < deadline:
-        kernel.pump(0.1)
-        panel = next((cid for cid, state in kernel.widgets.items() if state.get("offer")), None)
-    assert panel is not None, "no Undo panel was opened"
-    kernel.custom(panel, {"event": "undo"})
     while (kernel.folder / "notes.md").read_text() != "mine\n" and time.monotonic() < deadline:
         kernel.pump(0.2)
     assert (kernel.folder / "notes.md").read_text() == "mine\n" and not (kernel.folder / "new.md").exists()

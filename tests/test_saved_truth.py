@@ -358,19 +358,6 @@ def test_the_saved_record_of_an_undone_run_says_undone_by(tmp_path: Path) -> Non
 # ---------------------------------------------------------------------------------------------- in a real kernel
 
 
-def panel_comm(k: Any, timeout: float = 30) -> str:
-    """The comm id of the Undo panel the kernel opened (its state has an `offer`)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        k.pump(0.1)
-        found = [cid for cid, state in k.widgets.items() if state.get("offer")]
-        if found:
-            return str(found[-1])
-    raise TimeoutError("no Undo panel was opened")
-
-
 def made_files(k: Any) -> str:
     from kernel_harness import script as kernel_script
 
@@ -390,7 +377,7 @@ def test_a_panel_clicked_in_a_kernel_leaves_its_outcome_as_html_and_text(kernel:
                       "panel.show()", cell_id="c2")
     assert cell.ok, cell.stderr
     assert WIDGET in cell.outputs[0]["data"]
-    kernel.custom(panel_comm(kernel), {"event": "undo"})  # what "Undo 1 change" sends
+    kernel.custom(kernel.undo_panel(), {"event": "undo"})  # what "Undo 1 change" sends
 
     def static() -> bool:
         kernel.pump(0.2)
@@ -413,7 +400,7 @@ def test_percent_agent_undo_leaves_the_panels_outcome_in_its_cell_and_marks_the_
     rid = made_files(kernel)
     cell = kernel.run(f"%agent undo {rid}", cell_id="c2")
     assert cell.ok, cell.stderr
-    kernel.custom(panel_comm(kernel), {"event": "undo"})
+    kernel.custom(kernel.undo_panel(), {"event": "undo"})
     deadline = time.monotonic() + 30
     while WIDGET in cell.outputs[0]["data"] and time.monotonic() < deadline:
         kernel.pump(0.2)
