@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import importlib
 import itertools
 import json
@@ -320,6 +321,11 @@ class _Child:
                 importlib.import_module(name)
             except ImportError:  # moved in another litellm: the first call imports it itself
                 continue
+        # The imports leave ~370,000 objects the collector tracks, none of which ever becomes garbage. The first
+        # full collection would walk them all, and the allocations of the first call are what set it off: it
+        # would stall the first answer for ~0.2 s (and a later call, now and then). Frozen, collections skip
+        # them. This process is nbagent's own, so its collector is ours to tune; the kernel's is never touched.
+        gc.freeze()
         self.send({"op": "ready", "seconds": time.perf_counter() - began})
 
     def environ(self, msg: dict[str, Any]) -> None:
