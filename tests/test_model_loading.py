@@ -208,3 +208,32 @@ def test_a_key_alone_loads_nothing_until_a_real_cell_needs_it(tmp_path: Path, st
         assert k.run(STATE, cell_id="state").stdout == "ready\n"
     finally:
         k.close()
+
+
+def test_what_a_waiting_cell_imports_ahead_is_all_a_first_run_needs(tmp_path: Path, stub: StubOpenAI) -> None:
+    """A `%%agent` cell that waits for the model process imports the run's own modules meanwhile (host._prepare);
+    the list must stay whole, or the first answer pays for the rest after the wait. So: after it, a first run that
+    writes a file (L3, no question), answers and shows its record and Undo imports no module of a package it names,
+    and none of nbagent's but its models'."""
+    stub.push(Reply(tool_calls=[{"name": "create_file", "arguments": {"path": "a.txt", "content": "a\n"}}]))
+    k = held_kernel(tmp_path, stub)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        entered(tmp_path, k)
+        ahead = k.run("import sys\nfrom nbagent.ipython import host, loading\n"
+                      "assert loading.status()['state'] == 'loading'\n_before = set(sys.modules)\n"
+                      "await host._prepare()\n_mods = set(sys.modules)\n"
+                      "print(sorted({m.split('.')[0] for m in _mods - _before}))", cell_id="ahead")
+        assert ahead.ok, ahead.stderr
+        release(tmp_path, k)
+        first = k.run("%%agent --new --autonomy L3\nwrite a.txt", cell_id="agent", timeout=120)
+        assert first.ok and answered(first), first.stderr
+        assert (tmp_path / "a.txt").read_text() == "a\n"
+        new = k.run("print(sorted(set(sys.modules) - _mods))", cell_id="new").stdout
+        packages = set(eval(ahead.stdout)) - {"nbagent"}  # what the modules it names import: ipywidgets...
+        assert {"anywidget", "ipywidgets", "markdown_it", "nh3"} <= packages, packages
+        later = [m for m in eval(new) if m.split(".")[0] in packages
+                 or (m.startswith("nbagent.") and not m.startswith("nbagent.models."))]
+        assert later == [], f"imported only by the run, after the wait: {later}; add them to host._RUN_MODULES"
+    finally:
+        k.close()

@@ -78,6 +78,29 @@ class _Status:
         return {"text/plain": self.text, "text/html": f"<p><em>{html.escape(self.text)}</em></p>"}
 
 
+# What a first run imports in the kernel after nbagent's own start: the live view's widget library, the record's
+# Markdown renderer and sanitiser, the file, cell and MCP tools, undo and verification. They are nbagent's own
+# modules and dependencies, imported by the cell that runs the agent, never by a timer or a thread.
+_RUN_MODULES = ("nbagent.ui.widget", "markdown_it", "nh3", "nbagent.ui.record_markdown", "nbagent.tools.files",
+                "nbagent.ipython.run_cell", "nbagent.ipython.trust", "nbagent.mcp", "nbagent.undo", "nbagent.verify",
+                "nbagent.replay", "nbagent.runtime.results", "nbagent.runtime.cell_images")
+
+
+async def _prepare() -> None:
+    """Import what the run will need while the cell waits for the model process anyway (~0.2 s of imports that a
+    first answer would otherwise pay after the ~2.5 s wait). One module at a time, so an interrupt ends the wait
+    between two; a module that fails here is left to fail, with its own message, where the run imports it."""
+    import importlib
+
+    for name in _RUN_MODULES:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                log.debug("not imported ahead: %s", name, exc_info=True)
+        await asyncio.sleep(0)
+
+
 async def _loaded(needs_model: bool) -> str | None:
     """Wait until the model library is loaded (loading.py), for a cell that calls a real provider; say so meanwhile.
     Returns the display id of that status line, for the run view to take over, or None when nothing waited."""
@@ -92,6 +115,10 @@ async def _loaded(needs_model: bool) -> str | None:
     display_id = f"nbagent-{uuid.uuid4().hex}"
     display(_Status(LOADING), display_id=display_id)
     try:
+        loading.start()  # (wait() would start it too) first, so that the process imports beside what follows
+        state = loading.status()
+        if state["state"] == "loading" and state["where"] == "process":
+            await _prepare()  # not beside a thread's import: two imports in one interpreter share its locks
         await loading.wait()
     except BaseException:  # interrupted (ipykernel cancels the awaiting cell) or failed: nothing is loading here
         from IPython.display import update_display
