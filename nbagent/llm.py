@@ -20,12 +20,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any
 
@@ -451,21 +452,37 @@ def missing_keys(settings: ModelSettings) -> list[str]:
 
 
 async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, Any]],
-                on_token: Callable[[str], None] | None) -> Any:
+                on_token: Callable[[str], None] | None,
+                rest: Callable[[Coroutine[Any, Any, None]], object] | None = None) -> Any:
+    """One litellm call; streamed when there is `on_token`. `rest`, where given, is handed the end of a stream
+    that is already whole (its finish reason and its usage are in) to run later: litellm's own bookkeeping at the
+    stream's end (its logging, ~1 ms) then no longer delays the answer. Only a long-lived event loop (the model
+    process's) can take it; without one the stream is read to its end here."""
     if on_token is None:
         return await litellm.acompletion(**kwargs)
     stream = await litellm.acompletion(**kwargs)
     chunks = []
+    finished = False
     async for chunk in stream:
         chunks.append(chunk)
-        delta = chunk.choices[0].delta.content if chunk.choices else None
-        if delta:
-            on_token(delta)
+        choice = chunk.choices[0] if chunk.choices else None
+        if choice is not None and choice.delta.content:
+            on_token(choice.delta.content)
+        finished = finished or bool(choice is not None and choice.finish_reason)
+        if rest is not None and finished and getattr(chunk, "usage", None) is not None:
+            rest(_drain(stream))
+            break
     if getattr(stream, "received_finish_reason", "unknown") is None:
         # the body ended without a finish chunk: litellm would invent finish_reason "stop" and pass a cut reply
         # off as complete, so this is treated as a dropped connection (and retried)
         raise IncompleteStream(f"the stream ended after {len(chunks)} chunk(s) without a finish reason")
     return litellm.stream_chunk_builder(chunks, messages=messages)
+
+
+async def _drain(stream: Any) -> None:
+    with contextlib.suppress(Exception):  # the answer is given: what litellm's end of stream does is its own
+        async for _ in stream:
+            pass
 
 
 class IncompleteStream(ConnectionError):

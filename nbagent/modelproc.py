@@ -42,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 __all__ = ["CALLS", "ModelProcess", "RemoteError", "current", "existing", "start"]
@@ -297,11 +297,18 @@ class _Child:
         self.out = out
         self.lock = threading.Lock()
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.rest: set[asyncio.Task[None]] = set()  # the ends of answered streams (llm._call's `rest`)
         self.litellm: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.early: list[bytes] = []  # requests that came while loading
         self.lines: asyncio.Queue[bytes] = asyncio.Queue()
         self.kernel_keys: set[str] = set(os.environ)  # the process started with the kernel's environment
+
+    def later(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` on this process's loop after the answer has gone (a task kept until it ends)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.rest.add(task)
+        task.add_done_callback(self.rest.discard)
 
     def send(self, msg: dict[str, Any]) -> None:
         line = json.dumps(msg, default=str) + "\n"
@@ -347,7 +354,7 @@ class _Child:
 
                 kwargs = msg["kwargs"]
                 on_token = (lambda t: self.send({"id": n, "token": t})) if msg.get("stream") else None
-                resp = await _call(self.litellm, kwargs, kwargs["messages"], on_token)
+                resp = await _call(self.litellm, kwargs, kwargs["messages"], on_token, rest=self.later)
                 result: Any = [_response_dict(resp), _cost(self.litellm, resp, kwargs["model"])]
             elif msg.get("op") == "call" and msg.get("name") in CALLS:
                 value = getattr(self.litellm, msg["name"])(**(msg.get("kwargs") or {}))

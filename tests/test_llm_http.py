@@ -506,3 +506,53 @@ def test_a_first_call_with_tools_loads_no_mcp_gateway_and_leaves_the_environment
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["hi", "True", "7", "[]", "False", "False"], out.stdout
+
+
+# ------------------------------------------------------------------------------------------- the stream's end
+
+
+def _streamed(stub: StubOpenAI, rest: Any) -> Any:
+    """One streamed call through llm._call, as the model process makes it (`rest`: what takes the stream's end)."""
+    from nbagent.llm import _call, _response_dict, import_litellm
+
+    kwargs = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "api_base": stub.base_url, "api_key": API_KEY,
+              "stream": True, "stream_options": {"include_usage": True}, "num_retries": 0}
+
+    async def go() -> Any:
+        tails: list[Any] = []
+        tokens: list[str] = []
+        try:
+            reply = await _call(import_litellm(), dict(kwargs), MESSAGES, tokens.append,
+                                rest=tails.append if rest else None)
+        finally:
+            for tail in tails:  # litellm's end of the stream, after the answer
+                await tail
+        return _response_dict(reply), tokens, len(tails)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("reply", [
+    Reply(content="The south sold most.", usage={"prompt_tokens": 31, "completion_tokens": 6, "total_tokens": 37}),
+    Reply(content="Reading it.", tool_calls=[tool_call("read_file", {"path": "data.csv"}, id="c1")]),
+    Reply(tool_calls=[tool_call("read_file", {"path": "a.csv"}, id="c1"),
+                      tool_call("read_file", {"path": "b.csv"}, id="c2")]),
+], ids=["text", "text-and-call", "two-calls"])
+def test_a_stream_handed_over_before_litellms_end_gives_the_same_answer(stub: StubOpenAI, reply: Reply) -> None:
+    stub.push(reply, reply)
+    early, tokens_early, tails = _streamed(stub, rest=True)
+    whole, tokens_whole, none = _streamed(stub, rest=False)
+    assert (tails, none) == (1, 0)  # the end was handed over once the finish reason and the usage were in
+    assert tokens_early == tokens_whole
+    for d in (early, whole):
+        d.pop("id", None), d.pop("created", None)
+    assert early["choices"] == whole["choices"] and early["usage"] == whole["usage"]
+    assert early["choices"][0]["finish_reason"] == ("tool_calls" if reply.tool_calls else "stop")
+
+
+def test_a_stream_cut_before_its_finish_is_never_handed_over_as_whole(stub: StubOpenAI) -> None:
+    from nbagent.llm import IncompleteStream
+
+    stub.push(Reply(content="one two three four", cut_after=2, cut="clean"))
+    with pytest.raises(IncompleteStream):
+        _streamed(stub, rest=True)
