@@ -328,10 +328,10 @@ class _Child:
                 importlib.import_module(name)
             except ImportError:  # moved in another litellm: the first call imports it itself
                 continue
-        # The imports leave ~370,000 objects the collector tracks, none of which ever becomes garbage. The first
-        # full collection would walk them all, and the allocations of the first call are what set it off: it
-        # would stall the first answer for ~0.2 s (and a later call, now and then). Frozen, collections skip
-        # them. This process is nbagent's own, so its collector is ours to tune; the kernel's is never touched.
+        # The imports leave ~370,000 objects the collector tracks, nearly all of which live as long as the process.
+        # The first full collection would walk them all, and the allocations of the first call are what set it
+        # off: it would stall the first answer for ~0.2 s (and a later call, now and then). Frozen, collections
+        # skip them. This process is nbagent's own, so its collector is ours to tune; the kernel's is never touched.
         gc.freeze()
         self.send({"op": "ready", "seconds": time.perf_counter() - began})
 
