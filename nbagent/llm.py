@@ -20,13 +20,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -453,11 +452,9 @@ def missing_keys(settings: ModelSettings) -> list[str]:
 
 async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, Any]],
                 on_token: Callable[[str], None] | None,
-                rest: Callable[[Coroutine[Any, Any, None]], object] | None = None) -> Any:
-    """One litellm call; streamed when there is `on_token`. `rest`, where given, is handed the end of a stream
-    that is already whole (its finish reason and its usage are in) to run later: litellm's own bookkeeping at the
-    stream's end (its logging, ~1 ms) then no longer delays the answer. Only a long-lived event loop (the model
-    process's) can take it; without one the stream is read to its end here."""
+                rest: Callable[[Any], object] | None = None) -> Any:
+    """One litellm call, streamed when there is `on_token`. `rest` (a long-lived loop's: the model process's) is
+    handed a stream whose reply is whole (finish reason and usage in), to read to its end after the answer."""
     if on_token is None:
         return await litellm.acompletion(**kwargs)
     stream = await litellm.acompletion(**kwargs)
@@ -470,19 +467,13 @@ async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, A
             on_token(choice.delta.content)
         finished = finished or bool(choice is not None and choice.finish_reason)
         if rest is not None and finished and getattr(chunk, "usage", None) is not None:
-            rest(_drain(stream))
+            rest(stream)  # litellm's end of stream (its logging, ~1 ms) no longer delays the answer
             break
     if getattr(stream, "received_finish_reason", "unknown") is None:
         # the body ended without a finish chunk: litellm would invent finish_reason "stop" and pass a cut reply
         # off as complete, so this is treated as a dropped connection (and retried)
         raise IncompleteStream(f"the stream ended after {len(chunks)} chunk(s) without a finish reason")
     return litellm.stream_chunk_builder(chunks, messages=messages)
-
-
-async def _drain(stream: Any) -> None:
-    with contextlib.suppress(Exception):  # the answer is given: what litellm's end of stream does is its own
-        async for _ in stream:
-            pass
 
 
 class IncompleteStream(ConnectionError):

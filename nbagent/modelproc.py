@@ -42,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["CALLS", "ModelProcess", "RemoteError", "current", "existing", "start"]
@@ -292,6 +292,11 @@ def _describe(exc: BaseException) -> list[dict[str, Any]]:
     return out
 
 
+async def _read_to_end(stream: Any) -> None:
+    with contextlib.suppress(Exception):  # the answer is given: what litellm's end of stream does is its own
+        [_ async for _ in stream]  # the chunks after the usage (none, or litellm's last), dropped
+
+
 class _Child:
     def __init__(self, out: Any) -> None:
         self.out = out
@@ -304,9 +309,10 @@ class _Child:
         self.lines: asyncio.Queue[bytes] = asyncio.Queue()
         self.kernel_keys: set[str] = set(os.environ)  # the process started with the kernel's environment
 
-    def later(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` on this process's loop after the answer has gone (a task kept until it ends)."""
-        task = asyncio.get_running_loop().create_task(work)
+    def later(self, stream: Any) -> None:
+        """Read an answered stream to its end on this process's loop, after the answer has gone (llm._call's
+        `rest`): a task kept until it ends."""
+        task = asyncio.get_running_loop().create_task(_read_to_end(stream))
         self.rest.add(task)
         task.add_done_callback(self.rest.discard)
 

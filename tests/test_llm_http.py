@@ -525,8 +525,8 @@ def _streamed(stub: StubOpenAI, rest: Any) -> Any:
             reply = await _call(import_litellm(), dict(kwargs), MESSAGES, tokens.append,
                                 rest=tails.append if rest else None)
         finally:
-            for tail in tails:  # litellm's end of the stream, after the answer
-                await tail
+            for tail in tails:  # litellm's end of the stream, after the answer: no text of the reply is left in it
+                assert not [c for c in [_ async for _ in tail] if c.choices and c.choices[0].delta.content]
         return _response_dict(reply), tokens, len(tails)
 
     return asyncio.run(go())
