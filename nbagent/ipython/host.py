@@ -93,11 +93,10 @@ async def _prepare() -> None:
     import importlib
 
     for name in _RUN_MODULES:
-        if name not in sys.modules:
-            try:
-                importlib.import_module(name)
-            except Exception:
-                log.debug("not imported ahead: %s", name, exc_info=True)
+        try:
+            importlib.import_module(name)  # (one already imported: a dictionary lookup)
+        except Exception:
+            log.debug("not imported ahead: %s", name, exc_info=True)
         await asyncio.sleep(0)
 
 
