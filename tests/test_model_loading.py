@@ -211,17 +211,17 @@ def test_a_key_alone_loads_nothing_until_a_real_cell_needs_it(tmp_path: Path, st
 
 
 def test_what_a_waiting_cell_imports_ahead_is_all_a_first_run_needs(tmp_path: Path, stub: StubOpenAI) -> None:
-    """A `%%agent` cell that waits for the model process imports the run's own modules meanwhile (host._prepare);
-    the list must stay whole, or the first answer pays for the rest after the wait. So: after it, a first run that
-    writes a file (L3, no question), answers and shows its record and Undo imports no module of a package it names,
-    and none of nbagent's but its models'."""
+    """A `%%agent` cell that waits for the model process imports the run's own modules meanwhile (host._prepare,
+    host.FIRST_RUN_MODULES; the idle kernel imports the same list); the list must stay whole, or the first answer
+    pays for the rest after the wait. So: after it, a first run that writes a file (L3, no question), answers and
+    shows its record and Undo imports no module of a package it names, and none of nbagent's but its models'."""
     stub.push(Reply(tool_calls=[{"name": "create_file", "arguments": {"path": "a.txt", "content": "a\n"}}]))
     k = held_kernel(tmp_path, stub)
     try:
-        assert k.run("%load_ext nbagent", cell_id="load").ok
+        assert k.run("%load_ext nbagent\nimport sys\n_before = set(sys.modules)", cell_id="load").ok
         entered(tmp_path, k)
-        ahead = k.run("import sys\nfrom nbagent.ipython import host, loading\n"
-                      "assert loading.status()['state'] == 'loading'\n_before = set(sys.modules)\n"
+        ahead = k.run("from nbagent.ipython import host, loading\n"
+                      "assert loading.status()['state'] == 'loading'\n"
                       "await host._prepare()\n_mods = set(sys.modules)\n"
                       "print(sorted({m.split('.')[0] for m in _mods - _before}))", cell_id="ahead")
         assert ahead.ok, ahead.stderr
@@ -231,9 +231,46 @@ def test_what_a_waiting_cell_imports_ahead_is_all_a_first_run_needs(tmp_path: Pa
         assert (tmp_path / "a.txt").read_text() == "a\n"
         new = k.run("print(sorted(set(sys.modules) - _mods))", cell_id="new").stdout
         packages = set(eval(ahead.stdout)) - {"nbagent"}  # what the modules it names import: ipywidgets...
-        assert {"anywidget", "ipywidgets", "markdown_it", "nh3"} <= packages, packages
+        assert {"anywidget", "ipywidgets", "markdown_it", "nh3", "tinydb", "filelock"} <= packages, packages
         later = [m for m in eval(new) if m.split(".")[0] in packages
                  or (m.startswith("nbagent.") and not m.startswith("nbagent.models."))]
-        assert later == [], f"imported only by the run, after the wait: {later}; add them to host._RUN_MODULES"
+        assert later == [], f"imported only by the run, after the wait: {later}; add them to host.FIRST_RUN_MODULES"
+    finally:
+        k.close()
+
+
+# nbagent's modules a run needs and `%load_ext` must not import (the runtime and what it builds on)
+RUN_ONLY = ("nbagent.runtime", "nbagent.store", "nbagent.events", "nbagent.state", "nbagent.deciders",
+            "nbagent.grants", "nbagent.llm", "nbagent.ipython.live", "nbagent.ui.widget")
+LEFT = ("import sys\nfrom nbagent.ipython import host\n"
+        "print([m for m in host.FIRST_RUN_MODULES if m not in sys.modules])")
+
+
+def test_load_ext_is_light_and_the_idle_kernel_imports_the_first_run_ahead(tmp_path: Path, stub: StubOpenAI) -> None:
+    """`%load_ext` imports none of the runtime (its events, store, deciders and model layer: ~0.4 s). Once the model
+    process is loading, the idle kernel imports them (host.FIRST_RUN_MODULES), a module per turn of its loop and only
+    while no cell runs, so a first real cell after a pause pays for neither; each cell meanwhile runs as it would
+    (a cell pauses the imports, the next idle moment goes on), and the kernel's globals stay as they were."""
+    k = held_kernel(tmp_path, stub)
+    try:
+        before = k.run(GLOBALS + "_before = _globals()", cell_id="before")
+        assert before.ok, before.stderr
+        load = k.run(f"%load_ext nbagent\nprint([m for m in {RUN_ONLY!r} if m in sys.modules])", cell_id="load")
+        assert load.ok and load.stdout == "[]\n", load.stdout + load.stderr
+        entered(tmp_path, k)
+        left: list[str] = ["?"]
+        deadline = time.monotonic() + 60
+        while left and time.monotonic() < deadline:
+            k.pump(1.0)  # no cell: the idle kernel imports (each check below is a cell, which pauses it)
+            check = k.run(LEFT + "\nprint(_globals() == _before)\n" + STATE, cell_id="check")
+            assert check.ok and check.stderr == "" and check.outputs == [], check.stderr
+            listed, same, state = check.stdout.splitlines()
+            left = eval(listed)
+            assert (same, state) == ("True", "loading")  # the process is held: only the kernel's side went on
+        assert left == [], f"never imported while the kernel was idle: {left}"
+        release(tmp_path, k)
+        first = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
+        assert first.ok and answered(first), first.stderr
+        assert k.run("print(_globals() == _before)", cell_id="end").stdout == "True\n"
     finally:
         k.close()

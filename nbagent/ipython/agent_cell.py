@@ -16,18 +16,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..deciders import Decider, InteractiveDecider, PolicyDecider, RecordedDecider
-from ..policy import Budget
-from ..runtime import Agent as RuntimeAgent
-from ..runtime import RunResult
-from ..state import RunStatus
 from .hoststate import HostState
-from .live import LiveDisplay
 from .notes import ContinuationNote, InterruptNote, show_notes
 from .options import UsageError, cell_parser, parse
 
+# The runtime, the deciders and the live view are imported where a run needs them, not here: `%load_ext` imports
+# this module (a base of the host), and a real provider's first run imports them while it waits for the model
+# process (host._prepare) or once the kernel is idle (loading.py).
 if TYPE_CHECKING:
-    from .host import NotebookHost
+    from ..deciders import Decider
+    from ..runtime import Agent as RuntimeAgent
+    from ..runtime import RunResult
 
 HEADLESS_MESSAGE = (
     "nbagent: run {run_id} needs a decision ({what}), but nobody can answer here: no run view was shown by a "
@@ -39,21 +38,6 @@ HEADLESS_MESSAGE = (
 
 class HeadlessDecisionError(RuntimeError):
     """A run needs a person and none is there: fail the cell now rather than wait forever."""
-
-
-class KernelDecider(InteractiveDecider):
-    """Waits for a click, but only when a front end has shown that someone can click (see `someone_can_answer`)."""
-
-    def __init__(self, host: NotebookHost) -> None:
-        super().__init__()
-        self.host = host
-
-    async def _wait(self, request_id: str, request: Any) -> object | None:
-        if not await self.host.someone_can_answer():
-            self.host.unanswerable = request
-            return None
-        return await super()._wait(request_id, request)
-
 
 
 class CellPath(HostState):
@@ -76,6 +60,8 @@ class CellPath(HostState):
         await self.start_run(args, prompt, context)
 
     async def start_run(self, args: Any, prompt: str, context: list[dict[str, Any]]) -> None:
+        from ..state import RunStatus
+
         self.parameters.check()  # a bad papermill value fails here, in one line
         cfg = {k: v for k, (v, _) in self.settings(args).items()}
         store = self.store
@@ -119,6 +105,9 @@ class CellPath(HostState):
 
     def make_agent(self, cfg: dict[str, Any], *, session_name: str, replay: str | None = None,
                    recorded_from: str | None = None, cell_mcp: str | None = None) -> RuntimeAgent:
+        from ..policy import Budget
+        from ..runtime import Agent as RuntimeAgent
+
         decider = self.decider_for(cfg.get("approve") or "", recorded_from)
         script = self._path(cfg["script"]) if cfg.get("script") and not replay else None
         model = cfg.get("model") or None
@@ -149,6 +138,8 @@ class CellPath(HostState):
         )
 
     def decider_for(self, approve: str, recorded_from: str | None) -> Decider:
+        from ..deciders import PolicyDecider, RecordedDecider
+
         if approve in ("all", "none", "low"):
             return PolicyDecider(approve, answer=os.environ.get("NBAGENT_ANSWER"))
         if approve == "recorded":
@@ -163,6 +154,8 @@ class CellPath(HostState):
                     run_id: str | None = None) -> RunResult | None:
         """Show a live view, run, and leave the static record in the output whatever happens. A run continued
         here (`run_id` given) gets a line saying where it started, and its earlier records are updated."""
+        from .live import LiveDisplay
+
         if run_id is not None:
             from IPython.display import display
 

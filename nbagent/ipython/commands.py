@@ -12,14 +12,15 @@ import json
 import os
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..deciders import Verdict
-from ..runtime import Agent as RuntimeAgent
-from ..state import RunStatus
-from ..store import StoreError
 from .hoststate import HostState
 from .options import UsageError, cell_parser, line_parser, parse, set_override
+
+# the runtime, its deciders, states and store are imported by the commands that use them (see agent_cell.py)
+if TYPE_CHECKING:
+    from ..deciders import Verdict
+    from ..runtime import Agent as RuntimeAgent
 
 
 class Commands(HostState):
@@ -34,6 +35,8 @@ class Commands(HostState):
         return await getattr(self, "cmd_" + args.command)(args)
 
     async def cmd_status(self, args: Any) -> None:
+        from ..state import RunStatus
+
         runs = self.store.list_runs()
         if not runs:
             print(f"no runs yet; the log will be {self.store.path}")
@@ -126,6 +129,8 @@ class Commands(HostState):
         return None, " ".join(words)
 
     def _is_run(self, word: str) -> bool:
+        from ..store import StoreError
+
         try:
             self.store.resolve_run(word)
             return len(word) >= 6
@@ -163,10 +168,14 @@ class Commands(HostState):
         return spec
 
     async def cmd_approve(self, args: Any) -> None:
+        from ..deciders import Verdict
+
         grant = self._grant_spec(args, args.run, "allow")
         await self._decide(args.run, Verdict.approve(by="%agent approve", grant=grant))
 
     async def cmd_deny(self, args: Any) -> None:
+        from ..deciders import Verdict
+
         run, reason = self._split(args.words)
         grant = self._grant_spec(args, run, "reject")
         await self._decide(run, Verdict.deny(reason, by="%agent deny", grant=grant), command="deny")
@@ -188,6 +197,8 @@ class Commands(HostState):
         run, feedback = self._split(args.words)
         if not feedback.strip():
             raise UsageError("%agent refine: say what to change, e.g. %agent refine use report.md instead")
+        from ..deciders import Verdict
+
         await self._decide(run, Verdict.refine(feedback, by="%agent refine"), command="refine")
 
     async def cmd_answer(self, args: Any) -> None:
@@ -195,6 +206,8 @@ class Commands(HostState):
         await self._decide(run, answer=text, command="answer")
 
     async def cmd_resume(self, args: Any) -> None:
+        from ..state import RunStatus
+
         if args.run:
             run_id = self.store.resolve_run(args.run)
         else:
@@ -217,6 +230,8 @@ class Commands(HostState):
         if state.model == "nbagent/replay":
             raise UsageError(f"run {run_id} was a replay; re-run its cell to replay again")
         if state.session_id is None:  # (every run_started names its session: a log without one is not a run's)
+            from ..store import StoreError
+
             raise StoreError(f"{self.store.path}: run {run_id} has no session")
         session = self.store.get_session(state.session_id)
         return self.make_agent(cfg, session_name=session.name)

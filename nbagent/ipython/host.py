@@ -19,20 +19,23 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..models.base import ModelScriptError
-from ..runtime import RunStateError
-from ..store import Store, StoreError, store_path_for
-from ..tools.base import Tool
-from .agent_cell import HEADLESS_MESSAGE, CellPath, HeadlessDecisionError, KernelDecider
+from .agent_cell import HEADLESS_MESSAGE, CellPath, HeadlessDecisionError
 from .commands import Commands
 from .loading import LoadFailed
 from .notes import RecordNotes, Shown
 from .options import SETTINGS, NbAgent, UsageError, cell_parser, line_parser, parse, resolve
-from .references import UnknownVariable
 
-__all__ = ["HEADLESS_MESSAGE", "LOADING", "HeadlessDecisionError", "KernelDecider", "NotebookHost", "UsageError",
+# `%load_ext` imports this module, so it and its bases import only what loading needs; the runtime, store and
+# deciders come with a first run (FIRST_RUN_MODULES below: while it waits for the model process, or once the kernel is
+# idle, loading.py), or when a cell or command first uses them.
+if TYPE_CHECKING:
+    from ..store import Store
+    from ..tools.base import Tool
+    from .kernel_decider import KernelDecider
+
+__all__ = ["HEADLESS_MESSAGE", "LOADING", "HeadlessDecisionError", "NotebookHost", "UsageError",
            "current", "install", "redact", "run_cell", "run_line", "scrub"]
 
 _host: NotebookHost | None = None
@@ -61,7 +64,16 @@ async def run_line(line: str) -> Any:
     return await _shown(lambda: current().run_line(line), needs_model=lambda: current().line_needs_model_library(line))
 
 
-_EXPECTED = (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError)
+
+def _expected() -> tuple[type[BaseException], ...]:
+    """The errors a cell shows as one line: nbagent's own, about what the cell or the log says."""
+    from ..models.base import ModelScriptError
+    from ..runtime import RunStateError
+    from ..store import StoreError
+    from .references import UnknownVariable
+
+    return UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError
+
 
 LOADING = "nbagent: loading the model library (first run in this kernel)…"
 
@@ -78,21 +90,30 @@ class _Status:
         return {"text/plain": self.text, "text/html": f"<p><em>{html.escape(self.text)}</em></p>"}
 
 
-# What a first run imports in the kernel after nbagent's own start: the live view's widget library, the record's
-# Markdown renderer and sanitiser, the file, cell and MCP tools, undo and verification. They are nbagent's own
-# modules and dependencies, imported by the cell that runs the agent, never by a timer or a thread.
-_RUN_MODULES = ("nbagent.ui.widget", "markdown_it", "nh3", "nbagent.ui.record_markdown", "nbagent.tools.files",
-                "nbagent.ipython.run_cell", "nbagent.ipython.trust", "nbagent.mcp", "nbagent.undo", "nbagent.verify",
-                "nbagent.replay", "nbagent.runtime.results", "nbagent.runtime.cell_images")
+# What a first run imports in the kernel beyond what `%load_ext` did: the runtime (its events, grants, deciders,
+# store and model layer's kernel side), the live view and its widget library, the record's Markdown renderer and
+# sanitiser, the file, cell and MCP tools, undo and verification. They are nbagent's own modules and dependencies,
+# imported by the cell that runs the agent while it waits for the model process (_prepare), or on the kernel's
+# event loop while it is idle once the process is loading (loading.py), never by a thread. In the order they build
+# on each other, so that each step is one module's own import (the largest, nbagent.events, ~0.08 s). pydantic's
+# `_dataclasses` is what its JSON schemas (the tools' parameters) import on first use.
+FIRST_RUN_MODULES = (
+    "pydantic._internal._dataclasses", "nbagent.ids", "nbagent.tools.base", "nbagent.secrets", "nbagent.events", "nbagent.state", "nbagent.grant_terms",
+    "nbagent.grants", "nbagent.deciders", "nbagent.scope", "filelock", "tinydb", "nbagent.store.eventlog",
+    "nbagent.store", "nbagent.llm", "nbagent.models", "nbagent.runtime.context", "nbagent.runtime",
+    "nbagent.ipython.kernel_decider", "nbagent.ipython.references", "nbagent.ui.viewstate", "nbagent.ui.record",
+    "nbagent.ipython.live", "nbagent.ui.widget", "markdown_it", "nh3", "nbagent.ui.record_markdown",
+    "nbagent.tools.files", "nbagent.ipython.run_cell", "nbagent.ipython.trust", "nbagent.mcp", "nbagent.undo",
+    "nbagent.verify", "nbagent.replay", "nbagent.runtime.results", "nbagent.runtime.cell_images")
 
 
 async def _prepare() -> None:
-    """Import what the run will need while the cell waits for the model process anyway (~0.2 s of imports that a
+    """Import what the run will need while the cell waits for the model process anyway (~0.5 s of imports that a
     first answer would otherwise pay after the ~2.5 s wait). One module at a time, so an interrupt ends the wait
     between two; a module that fails here is left to fail, with its own message, where the run imports it."""
     import importlib
 
-    for name in _RUN_MODULES:
+    for name in FIRST_RUN_MODULES:
         try:
             importlib.import_module(name)  # (one already imported: a dictionary lookup)
         except Exception:
@@ -143,7 +164,7 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
         _host.status_display = status
     try:
         return await start()
-    except _EXPECTED as exc:
+    except _expected() as exc:
         raise _one_line(exc) from None
     except Exception as exc:
         shown = scrub(exc)
@@ -208,7 +229,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         if hasattr(shell, "configurables"):
             shell.configurables.append(self.config)
         self.overrides: dict[str, Any] = {}
-        self.decider = KernelDecider(self)
+        self._decider: KernelDecider | None = None
         self.frontend_seen = False  # a run view reported being rendered: a person can click
         self.unanswerable: Any = None  # the request a headless kernel could not get answered
         self._store: Store | None = None
@@ -295,7 +316,18 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         return self.notebook.parent
 
     @property
+    def decider(self) -> KernelDecider:
+        """The decider the notebook's cells share (clicks and `%agent approve` resolve it), made on first use."""
+        if self._decider is None:
+            from .kernel_decider import KernelDecider
+
+            self._decider = KernelDecider(self)
+        return self._decider
+
+    @property
     def store(self) -> Store:
+        from ..store import Store, store_path_for
+
         path = store_path_for(self.notebook)
         if self._store is None or self._store.path != path:
             self._store = Store(path)
@@ -369,6 +401,8 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         return bool(model) and not script and not str(model).startswith("nbagent/")
 
     def user_tools(self) -> list[Tool]:
+        from ..tools.base import Tool
+
         return [v for k, v in self.shell.user_ns.items() if isinstance(v, Tool) and not k.startswith("_")]
 
     def all_tools(self, mcp: str | None = None, *, approve: str | None = None, session: str | None = None,
@@ -380,6 +414,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         `session`'s chain); each other one is a line in the cell (`notes`) saying how to trust it (trust.py)."""
         from ..blobs import BlobStore
         from ..scope import Scope
+        from ..store import store_path_for
         from ..tools.files import file_tools
         from ..tools.kernel import kernel_tools
         from .agent_cells import list_cells_tool, replace_cell_tool

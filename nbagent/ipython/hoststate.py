@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from ..runtime import RunResult
     from ..store import Store
     from ..tools.base import Tool
-    from .agent_cell import KernelDecider
     from .agent_cells import Registry
+    from .kernel_decider import KernelDecider
     from .live import LiveDisplay
     from .notes import Shown
     from .outputs import OutputCapture
@@ -34,7 +34,6 @@ class HostState:
         # set by NotebookHost.__init__ (host.py), where each is described
         shell: Any
         overrides: dict[str, Any]
-        decider: KernelDecider
         frontend_seen: bool
         unanswerable: Any
         display_ids: dict[str, list[Shown]]
@@ -55,6 +54,8 @@ class HostState:
         def folder(self) -> Path: ...
         @property
         def store(self) -> Store: ...
+        @property
+        def decider(self) -> KernelDecider: ...
         def cell_id(self) -> str | None: ...
         def settings(self, args: Any | None = None) -> dict[str, tuple[Any, str]]: ...
         def all_tools(self, mcp: str | None = None, *, approve: str | None = None, session: str | None = None,

@@ -17,11 +17,12 @@ When it happens:
   one of the offline ones), once the kernel is idle (no cell has run for IDLE_S; `start_when_idle`), so that a
   `%%agent` cell run seconds later does not wait, and the cells Run All sends right after `%load_ext` do not share
   the machine with it. An API key alone loads nothing ahead: a kernel where the agent is never used stays light.
+  While the kernel stays idle, it then imports the kernel-side modules a first run needs (`_Idle.import_ahead`).
 - Otherwise the first `%%agent` cell that needs a real provider starts it.
 - A `%%agent` cell that needs the library before it is loaded awaits it (the kernel keeps handling messages) and
   shows "loading the model library…" meanwhile; an interrupt ends the wait and the cell, and the loading goes on.
   While it waits on a process, that cell imports the kernel-side modules its run needs (host._prepare), so the
-  first answer does not pay for them after the wait.
+  first answer does not pay for them after the wait (`%load_ext` imports none of them: they are ~0.4 s).
 
 A fork of the kernel: a child that needs the library starts a model process of its own (the parent's is the
 parent's). A load that failed (a package missing, a module that raised or exited at import) is one line in the
@@ -137,13 +138,20 @@ def start(context: contextvars.Context | None = None) -> bool:
 class _Idle:
     """Starts loading once no cell has run for IDLE_S, from the kernel's own event loop: IPython's pre/post_run_cell
     events say when a cell runs, and a timer on the loop (no thread) fires when the kernel has been idle long enough.
-    A cell that needs the library before then starts it itself (wait())."""
+    A cell that needs the library before then starts it itself (wait()).
 
-    def __init__(self, shell: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.shell, self.loop = shell, loop
+    Once the model process is loading, the idle kernel also imports `ahead` (the kernel-side modules a first run
+    needs, host.FIRST_RUN_MODULES), one module per turn of the loop and only while no cell runs: a cell sent
+    meanwhile waits for one module's import at most, and what is left waits for the next idle moment (or is
+    imported by the cell that runs the agent). Not beside the thread that imports litellm where there is no
+    process: two imports in one interpreter share its import locks."""
+
+    def __init__(self, shell: Any, loop: asyncio.AbstractEventLoop, ahead: tuple[str, ...]) -> None:
+        self.shell, self.loop, self.ahead = shell, loop, ahead
         self.context = contextvars.copy_context()  # the `%load_ext` cell's: what the import prints goes there
         self.running = 0  # cells running (a cell may run another: get_ipython().run_cell)
         self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None
         shell.events.register("pre_run_cell", self.cell_started)
         shell.events.register("post_run_cell", self.cell_ended)
 
@@ -155,14 +163,37 @@ class _Idle:
 
     def cell_ended(self, *_: Any) -> None:
         self.running = max(0, self.running - 1)
-        if self.running == 0 and _future is None:
+        if self.running == 0 and self.timer is None and (self.task is None or self.task.done()):
             self.timer = self.loop.call_later(IDLE_S, self.idle)
 
     def idle(self) -> None:
         self.timer = None
-        if self.running == 0:
-            self.stop()
+        if self.running:
+            return
+        if _future is None:
             start(self.context)
+        if _in_process or not self.left():
+            self.stop()
+            return
+        self.task = self.loop.create_task(self.import_ahead(), context=self.context.copy())
+
+    def left(self) -> list[str]:
+        import sys
+
+        return [name for name in self.ahead if name not in sys.modules]
+
+    async def import_ahead(self) -> None:
+        for name in self.left():
+            await asyncio.sleep(0)  # a cell sent meanwhile runs first
+            if self.running:
+                return  # the next idle moment goes on (cell_ended)
+            try:
+                importlib.import_module(name)
+            except Exception:  # left to fail, with its own message, where the run imports it
+                import logging
+
+                logging.getLogger(__name__).debug("not imported ahead: %s", name, exc_info=True)
+        self.stop()
 
     def stop(self) -> None:
         for name, callback in (("pre_run_cell", self.cell_started), ("post_run_cell", self.cell_ended)):
@@ -173,16 +204,16 @@ class _Idle:
 _idle: _Idle | None = None
 
 
-def start_when_idle(shell: Any) -> None:
-    """Start loading once the kernel is idle (see _Idle); at once where there is no running event loop to time it
-    (a terminal IPython) or no cell events. Loaded from a silent request (the lab extension's), it starts once the
-    person's first cell has ended."""
+def start_when_idle(shell: Any, ahead: tuple[str, ...] = ()) -> None:
+    """Start loading once the kernel is idle (see _Idle), then import `ahead` while it stays idle; at once where
+    there is no running event loop to time it (a terminal IPython) or no cell events. Loaded from a silent request
+    (the lab extension's), it starts once the person's first cell has ended."""
     global _idle
     if _future is not None or _idle is not None:
         return
     try:
         loop = asyncio.get_running_loop()
-        _idle = _Idle(shell, loop)  # `%load_ext` runs in a cell: its post_run_cell arms the timer
+        _idle = _Idle(shell, loop, ahead)  # `%load_ext` runs in a cell: its post_run_cell arms the timer
     except (RuntimeError, AttributeError):
         start()
 

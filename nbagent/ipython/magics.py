@@ -40,7 +40,7 @@ class AgentMagics(Magics):
 
 
 def register(ip: Any) -> None:
-    from .host import install
+    from .host import FIRST_RUN_MODULES, install
 
     problem = ipykernel_problem()
     if problem:
@@ -56,7 +56,7 @@ def register(ip: Any) -> None:
 
         modelproc.want(loading.MODULES)
     if host.model_configured():  # a real provider's model is configured: load the library once the kernel is idle
-        loading.start_when_idle(ip)
+        loading.start_when_idle(ip, ahead=FIRST_RUN_MODULES)
 
 
 def unregister(ip: Any) -> None:

@@ -12,7 +12,6 @@ import html
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..state import RunStatus
 from .hoststate import HostState
 
 if TYPE_CHECKING:
@@ -171,6 +170,7 @@ class RecordNotes(HostState):
         """Runs forked away get their static records re-rendered with the superseded banner, in place."""
         from IPython.display import update_display
 
+        from ..state import RunStatus
         from ..ui.record import RunRecord
         from ..ui.viewstate import run_view
 
