@@ -274,3 +274,21 @@ def test_load_ext_is_light_and_the_idle_kernel_imports_the_first_run_ahead(tmp_p
         assert k.run("print(_globals() == _before)", cell_id="end").stdout == "True\n"
     finally:
         k.close()
+
+
+def test_the_idle_kernel_imports_nothing_ahead_from_the_working_folder(tmp_path: Path, stub: StubOpenAI) -> None:
+    """A module in the notebook's folder that would stand in for one of nbagent's dependencies (an `nh3.py` from a
+    cloned repository) is never run by the imports the idle kernel makes ahead: nobody chose to run it. They wait
+    for a cell that runs the agent."""
+    (tmp_path / "nh3.py").write_text("open('ran-nh3', 'w').close()\n")
+    k = held_kernel(tmp_path, stub)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        entered(tmp_path, k)  # the model process is loading: the idle kernel would import ahead now
+        k.pump(3.0)
+        check = k.run(LEFT + "\n" + STATE, cell_id="check")
+        listed, state = check.stdout.splitlines()
+        assert state == "loading" and "nbagent.runtime" in eval(listed), check.stdout + check.stderr
+        assert not (tmp_path / "ran-nh3").exists()
+    finally:
+        k.close()

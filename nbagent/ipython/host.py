@@ -98,13 +98,14 @@ class _Status:
 # on each other, so that each step is one module's own import (the largest, nbagent.events, ~0.08 s). pydantic's
 # `_dataclasses` is what its JSON schemas (the tools' parameters) import on first use.
 FIRST_RUN_MODULES = (
-    "pydantic._internal._dataclasses", "nbagent.ids", "nbagent.tools.base", "nbagent.secrets", "nbagent.events", "nbagent.state", "nbagent.grant_terms",
-    "nbagent.grants", "nbagent.deciders", "nbagent.scope", "filelock", "tinydb", "nbagent.store.eventlog",
-    "nbagent.store", "nbagent.llm", "nbagent.models", "nbagent.runtime.context", "nbagent.runtime",
-    "nbagent.ipython.kernel_decider", "nbagent.ipython.references", "nbagent.ui.viewstate", "nbagent.ui.record",
-    "nbagent.ipython.live", "nbagent.ui.widget", "markdown_it", "nh3", "nbagent.ui.record_markdown",
-    "nbagent.tools.files", "nbagent.ipython.run_cell", "nbagent.ipython.trust", "nbagent.mcp", "nbagent.undo",
-    "nbagent.verify", "nbagent.replay", "nbagent.runtime.results", "nbagent.runtime.cell_images")
+    "pydantic._internal._dataclasses", "nbagent.ids", "nbagent.tools.base", "nbagent.secrets", "nbagent.events",
+    "nbagent.state", "nbagent.grant_terms", "nbagent.grants", "nbagent.deciders", "nbagent.scope", "filelock",
+    "tinydb", "nbagent.store.eventlog", "nbagent.store", "nbagent.llm", "nbagent.models", "nbagent.runtime.context",
+    "nbagent.runtime", "nbagent.ipython.kernel_decider", "nbagent.ipython.references", "nbagent.ui.viewstate",
+    "nbagent.ui.record", "nbagent.ipython.live", "nbagent.ui.widget", "markdown_it", "nh3",
+    "nbagent.ui.record_markdown", "nbagent.tools.files", "nbagent.ipython.run_cell", "nbagent.ipython.trust",
+    "nbagent.mcp", "nbagent.undo", "nbagent.verify", "nbagent.replay", "nbagent.runtime.results",
+    "nbagent.runtime.cell_images")
 
 
 async def _prepare() -> None:

@@ -144,7 +144,9 @@ class _Idle:
     needs, host.FIRST_RUN_MODULES), one module per turn of the loop and only while no cell runs: a cell sent
     meanwhile waits for one module's import at most, and what is left waits for the next idle moment (or is
     imported by the cell that runs the agent). Not beside the thread that imports litellm where there is no
-    process: two imports in one interpreter share its import locks."""
+    process: two imports in one interpreter share its import locks. Not when the working folder holds a module
+    that would stand in for one of nbagent's installed dependencies (nbagent/shadowing.py): what nobody chose to
+    run must not run because nbagent was loaded, so those imports wait for a cell that runs the agent."""
 
     def __init__(self, shell: Any, loop: asyncio.AbstractEventLoop, ahead: tuple[str, ...]) -> None:
         self.shell, self.loop, self.ahead = shell, loop, ahead
@@ -183,6 +185,13 @@ class _Idle:
         return [name for name in self.ahead if name not in sys.modules]
 
     async def import_ahead(self) -> None:
+        from ..shadowing import ShadowedLibrary, check
+
+        try:
+            check("nbagent")
+        except ShadowedLibrary:
+            self.stop()
+            return
         for name in self.left():
             await asyncio.sleep(0)  # a cell sent meanwhile runs first
             if self.running:
