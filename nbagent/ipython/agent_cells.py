@@ -25,11 +25,12 @@ import difflib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..levels import Risk
-from ..tools.base import Tool, ToolError
 from .cells import send, source_digest
+
+if TYPE_CHECKING:  # (imported by the tools' builders: the host makes a Registry at `%load_ext`, tools at a run)
+    from ..tools.base import Tool
 
 MAX_LISTED = 40  # cells list_cells shows (the newest)
 MAX_SOURCE_SHOWN = 400  # characters of each cell's source in list_cells
@@ -149,6 +150,9 @@ class Registry:
 
 
 def list_cells_tool(shell: Any, registry: Registry) -> Tool:
+    from ..levels import Risk
+    from ..tools.base import Tool
+
     def list_cells() -> dict[str, Any]:
         """List the notebook cells this kernel has run: the ones you wrote (run_cell, replace_cell) with their ids,
         and the person's, as the kernel's history holds them (In[n]); newest last.
@@ -208,6 +212,8 @@ def unified_diff(old: str, new: str, cell_id: str) -> str:
 
 def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[str | None, str | None]],
                       put_image: Callable[[bytes], str] | None = None) -> Tool:
+    from ..levels import Risk
+    from ..tools.base import Tool, ToolError
     from .run_cell import cell_source, fitted, keep_images, run_in_shell
 
     def _new_source(code: Any, explanation: Any, run_id: str | None) -> str:

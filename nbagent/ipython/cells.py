@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..levels import Risk
-from ..tools.base import Tool
+if TYPE_CHECKING:  # (imported by the tool's builder: the host imports this module at `%load_ext`, tools at a run)
+    from ..tools.base import Tool
 
 log = logging.getLogger("nbagent.ipython")
 COMM_TARGET = "nbagent.cells"
@@ -51,6 +51,9 @@ def _preview(arguments: dict[str, Any]) -> str | None:
 
 def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool:
     """The tool, bound to the host's current cell and run (`where() -> (cell_id, run_id)`)."""
+    from ..levels import Risk
+    from ..tools.base import Tool
+
     counter: dict[str, int] = {}
 
     def insert_code_cell(code: str, explanation: str = "") -> dict[str, Any]:
