@@ -292,3 +292,34 @@ def test_the_idle_kernel_imports_nothing_ahead_from_the_working_folder(tmp_path:
         assert not (tmp_path / "ran-nh3").exists()
     finally:
         k.close()
+
+
+def test_an_interrupt_that_lands_in_an_import_ahead_stops_it_and_stays_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT is the default handler while a kernel handles any request (a silent one, a comm message), so an
+    interrupt may land in an import the idle kernel makes ahead: that stops the imports, and never leaves the task,
+    where it would end the kernel's event loop."""
+    import asyncio
+    import importlib
+    from types import SimpleNamespace
+
+    from nbagent.ipython import loading
+
+    registered: list[object] = []
+    events = SimpleNamespace(register=lambda _name, cb: registered.append(cb),
+                             unregister=lambda _name, cb: registered.remove(cb))
+
+    def interrupted(name: str) -> None:
+        raise KeyboardInterrupt
+
+    async def go() -> None:
+        idle = loading._Idle(SimpleNamespace(events=events), asyncio.get_running_loop(),
+                             ahead=("nbagent_test_not_a_module",))
+        assert len(registered) == 2
+        monkeypatch.setattr(importlib, "import_module", interrupted)
+        await idle.import_ahead()
+
+    try:
+        asyncio.run(go())
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt left the import-ahead task")
+    assert registered == []  # stopped: no more idle moments are waited for

@@ -198,6 +198,10 @@ class _Idle:
                 return  # the next idle moment goes on (cell_ended)
             try:
                 importlib.import_module(name)
+            except KeyboardInterrupt:  # meant for a request being handled (a silent one, a comm's): stop here
+                # rather than let it out of this task, where it would end the kernel's event loop
+                self.stop()
+                return
             except Exception:  # left to fail, with its own message, where the run imports it
                 import logging
 
