@@ -88,6 +88,13 @@ def answered(cell: object) -> bool:
     return "hello from the stub" in str(getattr(cell, "outputs", ""))
 
 
+def answers_and_leaves_the_globals(k: Kernel) -> None:
+    """A first real run answers, and the kernel's globals are still those saved in `_before` (GLOBALS)."""
+    first = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
+    assert first.ok and answered(first), first.stderr
+    assert k.run("print(_globals() == _before)", cell_id="end").stdout == "True\n"
+
+
 def test_cells_run_after_load_ext_and_while_loading_get_their_own_output_only(tmp_path: Path,
                                                                                 stub: StubOpenAI) -> None:
     k = held_kernel(tmp_path, stub)
@@ -116,9 +123,7 @@ def test_cells_run_after_load_ext_and_while_loading_get_their_own_output_only(tm
         after = k.run("print(_globals() == _before, 'litellm' in sys.modules, loading.status()['where'])",
                       cell_id="after")
         assert after.stdout == "True False process\n", after.stdout + after.stderr
-        first = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
-        assert first.ok and answered(first), first.stderr
-        assert k.run("print(_globals() == _before)", cell_id="end").stdout == "True\n"
+        answers_and_leaves_the_globals(k)
     finally:
         k.close()
 
@@ -269,9 +274,7 @@ def test_load_ext_is_light_and_the_idle_kernel_imports_the_first_run_ahead(tmp_p
             assert (same, state) == ("True", "loading")  # the process is held: only the kernel's side went on
         assert left == [], f"never imported while the kernel was idle: {left}"
         release(tmp_path, k)
-        first = k.run("%%agent --new\nsay hello", cell_id="agent", timeout=120)
-        assert first.ok and answered(first), first.stderr
-        assert k.run("print(_globals() == _before)", cell_id="end").stdout == "True\n"
+        answers_and_leaves_the_globals(k)
     finally:
         k.close()
 

@@ -64,7 +64,6 @@ async def run_line(line: str) -> Any:
     return await _shown(lambda: current().run_line(line), needs_model=lambda: current().line_needs_model_library(line))
 
 
-
 def _expected() -> tuple[type[BaseException], ...]:
     """The errors a cell shows as one line: nbagent's own, about what the cell or the log says."""
     from ..models.base import ModelScriptError
