@@ -110,14 +110,11 @@ FIRST_RUN_MODULES = (
 async def _prepare() -> None:
     """Import what the run will need while the cell waits for the model process anyway (~0.5 s of imports that a
     first answer would otherwise pay after the ~2.5 s wait). One module at a time, so an interrupt ends the wait
-    between two; a module that fails here is left to fail, with its own message, where the run imports it."""
-    import importlib
+    between two (the interrupt is the cell's); a module that fails here is left to fail where the run imports it."""
+    from .loading import import_one
 
     for name in FIRST_RUN_MODULES:
-        try:
-            importlib.import_module(name)  # (one already imported: a dictionary lookup)
-        except Exception:
-            log.debug("not imported ahead: %s", name, exc_info=True)
+        import_one(name)
         await asyncio.sleep(0)
 
 

@@ -49,7 +49,8 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["IDLE_S", "MODULES", "LoadFailed", "ready", "start", "start_when_idle", "started", "status", "wait"]
+__all__ = ["IDLE_S", "MODULES", "LoadFailed", "import_one", "ready", "start", "start_when_idle", "started", "status",
+           "wait"]
 
 IDLE_S = 0.5  # how long the kernel must have been idle before loading starts ahead of need
 
@@ -197,21 +198,28 @@ class _Idle:
             if self.running:
                 return  # the next idle moment goes on (cell_ended)
             try:
-                importlib.import_module(name)
+                import_one(name)
             except KeyboardInterrupt:  # meant for a request being handled (a silent one, a comm's): stop here
                 # rather than let it out of this task, where it would end the kernel's event loop
                 self.stop()
                 return
-            except Exception:  # left to fail, with its own message, where the run imports it
-                import logging
-
-                logging.getLogger(__name__).debug("not imported ahead: %s", name, exc_info=True)
         self.stop()
 
     def stop(self) -> None:
         for name, callback in (("pre_run_cell", self.cell_started), ("post_run_cell", self.cell_ended)):
             with contextlib.suppress(ValueError):
                 self.shell.events.unregister(name, callback)
+
+
+def import_one(name: str) -> None:
+    """Import one module a run will need; one that fails is left to fail, with its own message, where the run
+    imports it (an interrupt is not caught: the caller decides where it goes)."""
+    try:
+        importlib.import_module(name)  # (one already imported: a dictionary lookup)
+    except Exception:
+        import logging
+
+        logging.getLogger(__name__).debug("not imported ahead: %s", name, exc_info=True)
 
 
 _idle: _Idle | None = None
