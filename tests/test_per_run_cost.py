@@ -8,11 +8,15 @@ table file is read, and that the tools each run makes share their argument model
 
 from __future__ import annotations
 
+import os
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import new_run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nbagent import events as E
 from nbagent.ipython.cells import insert_cell_tool
@@ -125,3 +129,94 @@ def test_a_row_edited_to_name_another_session_does_not_move_the_run(store: Store
     assert [(r.id, r.session_id) for r in store.list_runs(mine)] == [(run, mine)]
     assert store.get_run(run).session_id == mine
     assert store.list_runs(other) == []
+
+
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    import nbagent.store.tables as tables
+
+    parsed: list[int] = []
+    real = tables.json
+
+    def counted(text: Any, *a: Any, **k: Any) -> Any:
+        parsed.append(len(text))
+        return real.loads(text, *a, **k)
+
+    monkeypatch.setattr(tables, "json", types.SimpleNamespace(loads=counted, dumps=real.dumps))  # that module's only
+    return parsed
+
+
+def test_the_table_file_is_parsed_again_only_when_its_bytes_change(store: Store, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cell reads tables.json a dozen times and it holds every run's row: parsing it each time made a cell's
+    bookkeeping grow with the notebook's age. Read again unchanged (or as this store wrote it) it is not parsed;
+    written by another process, the next read sees the change, whatever its size or time stamp."""
+    runs = [new_run(store, f"request {i}") for i in range(5)]
+    store.runs.all()
+    parsed = _count_parses(monkeypatch)
+    for _ in range(3):
+        assert {str(r.doc_id) for r in store.runs.all()} >= set(runs)
+    store.append(E.Completed(answer="ok"), run_id=runs[0])  # this store's own write
+    assert store.runs.row(runs[0])["status"] == "completed"  # type: ignore[index]
+    assert parsed == []
+    other = Store(tmp_path / "analysis.ipynb")  # another writer (a second kernel, the CLI)
+    other.runs.update_row(runs[1], {"note": "x" * 3})
+    other.close()
+    parsed.clear()
+    assert store.runs.row(runs[1])["note"] == "xxx"  # type: ignore[index]
+    assert store.runs.row(runs[2]) is not None
+    assert len(parsed) == 1  # the new bytes, once
+
+
+def test_what_a_reader_changes_in_a_row_it_was_given_is_never_what_the_next_reader_gets(store: Store) -> None:
+    run = new_run(store)
+    row = store.runs.row(run)
+    assert row is not None
+    row["status"] = "edited in memory"
+    row.clear()
+    for table in store.runs._read_table(), store.runs._storage.read():  # TinyDB's own reads, which it changes
+        table.clear()
+    assert store.runs.row(run)["status"] == "running"  # type: ignore[index]
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 3), st.text(max_size=4)),
+    st.tuples(st.just("outside"), st.integers(0, 3), st.text(max_size=4)),  # another process's write
+    st.tuples(st.just("failed write"), st.integers(0, 3), st.text(max_size=4)),  # a full disk
+    st.tuples(st.just("failed update"), st.integers(0, 3), st.text(max_size=4)),  # TinyDB's updater raised
+), max_size=14)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_reads_through_the_kept_parse_are_what_the_file_says(tmp_path_factory: pytest.TempPathFactory,
+                                                             ops: list[tuple[str, int, str]]) -> None:
+    from nbagent.store.tables import open_tables
+
+    path = tmp_path_factory.mktemp("tables") / "tables.json"
+    mine, theirs = open_tables(path, False).id_table("runs"), open_tables(path, False).id_table("runs")
+    for op, n, value in ops:
+        doc = f"run{n}"
+        if op == "put":
+            mine.put(doc, {"v": value, "nested": {"v": value}})
+        elif op == "outside":
+            theirs.put(doc, {"v": value, "nested": {"v": value}})
+        elif op == "failed write":
+            real = os.replace
+            os.replace = lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device"))  # type: ignore
+            try:
+                with pytest.raises(Exception, match="No space"):
+                    mine.put(doc, {"v": value + "!"})
+            finally:
+                os.replace = real
+
+        else:
+            def fail(table: dict[Any, Any]) -> None:
+                for row in table.values():
+                    row["v"] = "half-done"
+                raise ValueError("updater failed")
+
+            with pytest.raises(ValueError):
+                mine._update_table(fail)
+        fresh = {str(d.doc_id): dict(d) for d in open_tables(path, True).id_table("runs").all()}
+        assert {str(d.doc_id): dict(d) for d in mine.all()} == fresh
+        assert {str(d.doc_id): dict(d) for d in theirs.all()} == fresh

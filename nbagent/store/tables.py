@@ -46,6 +46,9 @@ class AtomicJSONStorage(Storage):
         self.rebuild: Callable[[], dict[str, dict[str, Any]]] | None = None  # the tables, from the events
         self.on_damage: Callable[[str], None] | None = None  # told once per distinct damage
         self._rebuilt: tuple[tuple[int, int], dict[str, dict[str, Any]]] | None = None
+        # the file's bytes as last read or written, and their tables: a read of the same bytes (a store reads the
+        # file a dozen times a cell, and it holds every run's row) is not parsed again
+        self._parsed: tuple[bytes, dict[str, dict[str, Any]]] | None = None
 
     def read(self) -> dict[str, dict[str, Any]] | None:
         data, why = self._load()
@@ -60,14 +63,21 @@ class AtomicJSONStorage(Storage):
 
     def _load(self) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
         try:
-            data = json.loads(read_regular(self.path).decode("utf-8"))
+            raw = read_regular(self.path)
+            parsed = self._parsed
+            if parsed is not None and parsed[0] == raw:  # compared by content, never by a stat that could repeat
+                return _copy(parsed[1]), None
+            data = json.loads(raw.decode("utf-8"))
         except FileNotFoundError:
             return None, None
         except NotAFile as exc:  # a FIFO would block a reader, a link is never followed: damage like any other (the
             return None, f"not a regular file but a {exc.kind}"  # next write replaces it; a link, not its target)
         except ValueError as exc:  # also bad UTF-8
             return None, f"not valid JSON ({exc})"
-        return data, _shape_problem(data)
+        problem = _shape_problem(data)
+        if problem is None:
+            self._parsed = (raw, _copy(data))
+        return data, problem
 
     def _damaged(self, why: str) -> dict[str, dict[str, Any]] | None:
         """Serve tables rebuilt from the events; rebuilt once per version of the damaged file."""
@@ -85,8 +95,7 @@ class AtomicJSONStorage(Storage):
             sig = (0, 0)
         if self._rebuilt is None or self._rebuilt[0] != sig:
             self._rebuilt = (sig, self.rebuild())
-        # a copy: TinyDB modifies what read() returns (rows too) before writing it
-        return {name: {k: dict(row) for k, row in rows.items()} for name, rows in self._rebuilt[1].items()}
+        return _copy(self._rebuilt[1])
 
     def write(self, data: dict[str, dict[str, Any]]) -> None:
         if self.readonly:
@@ -96,14 +105,22 @@ class AtomicJSONStorage(Storage):
             fd, tmp = tempfile.mkstemp(prefix=".tables-", suffix=".tmp", dir=folder)
         except OSError as exc:
             raise _write_error(self.path, exc) from exc
+        raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")  # the C encoder
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps(data, ensure_ascii=False, separators=(",", ":")))  # the C encoder
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
             os.replace(tmp, self.path)  # (a link at tables.json is replaced itself, its target never written)
+            self._parsed = (raw, _copy(data))
         except OSError as exc:
             with contextlib.suppress(OSError):  # the temp file may already be gone; the write error matters
                 os.unlink(tmp)
             raise _write_error(self.path, exc) from exc
+
+
+def _copy(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A copy down to the rows: TinyDB changes what read() returns (its tables and rows) before writing it back, and
+    a row's values are replaced, never changed in place."""
+    return {name: {k: dict(row) for k, row in rows.items()} for name, rows in tables.items()}
 
 
 def _shape_problem(data: Any) -> str | None:
