@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from nbagent.events import AnswerReady, Completed, LlmCalled, Thinking, WaitingForApproval
 from nbagent.store import Store
+from nbagent.store.commits import HELD
 from nbagent.verify import verify_store
 
 
@@ -82,6 +83,37 @@ def test_an_answer_and_the_runs_end_are_committed_once_and_each_event_is_in_the_
     run_id = asyncio.run(drive())
     assert row(store, run_id)["last_seq"] == 4 and row(store, run_id)["status"] == "completed"
     assert store.anchored(run_id) is not None and store.anchored(run_id)[0] == 4
+    assert verify_store(Store(store.path, readonly=True)).ok
+
+
+def test_a_held_cell_commits_nothing_at_its_turns_or_its_groups_end_and_once_when_asked(
+        tmp_path: Path, fsyncs: list[int]) -> None:
+    """A kernel's `%%agent` cell holds its commits (`HELD`): its run's start and end wait for the one commit it
+    runs after its reply; a wait for a person is durable at once, with everything before it."""
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session().id
+
+    async def cell() -> tuple[str, str]:
+        HELD.set(asyncio.get_running_loop())
+        fsyncs.clear()
+        with store.grouped():
+            run = store.create_run(session, "p")
+            await asyncio.sleep(0)  # a model call in flight: nothing committed meanwhile
+            assert row(store, run.id) is None and log_fsyncs(store, fsyncs) == 0
+            store.append(AnswerReady(content="hi"), run_id=run.id)
+            store.append(Completed(), run_id=run.id)
+        assert row(store, run.id) is None and store.pending() and log_types(store)[-1] == "completed"
+        with store.grouped():
+            waiting = store.create_run(session, "q")
+            store.append(WaitingForApproval(request_id="r1", plan_id="p1"), run_id=waiting.id)
+            assert row(store, waiting.id)["status"] == "waiting" and log_fsyncs(store, fsyncs) == 1
+        return run.id, waiting.id
+
+    run_id, _ = asyncio.run(cell())
+    assert store.pending() and row(store, run_id) is None
+    store.commit()  # the cell's one commit
+    assert not store.pending() and row(store, run_id)["status"] == "completed" and log_fsyncs(store, fsyncs) == 2
+    assert store.anchored(run_id) is not None and store.anchored(run_id)[0] == 3
     assert verify_store(Store(store.path, readonly=True)).ok
 
 
@@ -179,12 +211,14 @@ def test_after_a_group_the_store_is_as_committing_each_checkpoint_at_once_leaves
     verify. A grouped row is written when its turn ends, so it may name events written after its checkpoint in
     that turn (never fewer: the log is fsynced before the row, so the row never names an event a power loss
     could take)."""
-    def play(store: Store, grouped: bool) -> list[str]:
+    def play(store: Store, mode: str) -> list[str]:
         session = store.session().id
         runs: list[str] = []
 
         async def drive() -> None:
-            with store.grouped() if grouped else contextlib.nullcontext():
+            if mode == "held":  # a kernel's cell: committed once it has answered
+                HELD.set(asyncio.get_running_loop())
+            with store.grouped() if mode != "at once" else contextlib.nullcontext():
                 runs.append(store.create_run(session, "p").id)
                 for step in steps:
                     run = runs[-1]
@@ -205,19 +239,22 @@ def test_after_a_group_the_store_is_as_committing_each_checkpoint_at_once_leaves
                         store.append(Completed(), run_id=run)
 
         asyncio.run(drive())
+        if mode == "held":
+            store.commit()  # (what the cell has run just after its reply)
         return runs
 
     seen = []
-    for grouped in (False, True):
+    for mode in ("at once", "grouped", "held"):
         store = Store(tmp_path_factory.mktemp("grouped") / "nb.ipynb")
-        runs = play(store, grouped)
+        runs = play(store, mode)
         rows = [(row(store, r) or {}).get("last_seq") or 0 for r in runs]
         statuses = [(row(store, r) or {}).get("status") for r in runs]
         anchors = [(store.anchored(r) or (0,))[0] for r in runs]
         lengths = [len(store.run_events(r)) for r in runs]
         assert verify_store(Store(store.path, readonly=True)).ok and not store.warnings
         seen.append((rows, statuses, anchors, lengths))
-    (rows, statuses, anchors, lengths), (g_rows, g_statuses, g_anchors, g_lengths) = seen
-    assert (g_statuses, g_anchors, g_lengths) == (statuses, anchors, lengths)
-    assert all(a <= b <= n for a, b, n in zip(rows, g_rows, lengths, strict=True))
+    (rows, statuses, anchors, lengths), *later = seen
+    for g_rows, g_statuses, g_anchors, g_lengths in later:
+        assert (g_statuses, g_anchors, g_lengths) == (statuses, anchors, lengths)
+        assert all(a <= b <= n for a, b, n in zip(rows, g_rows, lengths, strict=True))
 

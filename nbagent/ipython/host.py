@@ -57,7 +57,7 @@ def current() -> NotebookHost:
 
 async def run_cell(line: str, body: str) -> Any:
     return await _shown(lambda: current().run_cell(line, body),
-                        needs_model=lambda: current().cell_needs_model_library(line))
+                        needs_model=lambda: current().cell_needs_model_library(line), hold=True)
 
 
 async def run_line(line: str) -> Any:
@@ -145,10 +145,11 @@ async def _loaded(needs_model: bool) -> str | None:
     return display_id
 
 
-async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], bool] | None = None) -> Any:
+async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], bool] | None = None,
+                 hold: bool = False) -> Any:
     """Run a cell's work. An nbagent error (bad options, an unknown `{name}`, no run waiting...) fails the cell
     with one clear line and no traceback, so Run All and `nbagent run` stop there; whatever the cell shows is
-    redacted."""
+    redacted. With `hold` (an `%%agent` cell), its runs' start and end are committed just after its reply."""
     try:
         needed = needs_model() if needs_model is not None else False
     except Exception:  # options that do not parse: the cell reports them once it runs
@@ -159,6 +160,10 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
         raise _one_line(exc) from None
     if _host is not None:
         _host.status_display = status
+    if hold:
+        from ..store.commits import HELD
+
+        held = HELD.set(asyncio.get_running_loop())
     try:
         return await start()
     except _expected() as exc:
@@ -169,11 +174,33 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
             raise
         raise shown from None
     finally:
+        if hold:
+            HELD.reset(held)
+            store = _host._store if _host is not None else None
+            if store is not None and store.pending():
+                _after_reply(store.commit)
         if _host is not None and _host.status_display is not None:  # no run view took the status line's place
             from IPython.display import update_display
 
             update_display({"text/plain": ""}, raw=True, display_id=_host.status_display)
             _host.status_display = None
+
+
+def _after_reply(commit: Callable[[], None]) -> None:
+    """Run the cell's commit (store/commits.py: `HELD`) once the cell has answered. ipykernel finds the cell's
+    task done in the loop's next turn and sends the reply in that same turn, so a callback that schedules the
+    commit from that turn runs it in the one after the reply. (Were ipykernel to wait between the two, the commit
+    would simply come before the reply.) A commit that fails says so on stderr; what failed waits for the next."""
+    loop = asyncio.get_running_loop()
+
+    def commit_now() -> None:
+        try:
+            commit()
+        except Exception as exc:
+            print(redact(f"nbagent: the run's end is in the log but could not be made durable yet ({exc}); "
+                         "the next cell tries again"), file=sys.stderr)
+
+    loop.call_soon(loop.call_soon, commit_now)
 
 
 def _one_line(exc: BaseException) -> BaseException:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,15 @@ if TYPE_CHECKING:
 
 # the checkpoints `grouped` may commit at the end of the loop's turn: a run's start and end, never a wait or a decision
 # (a person's yes is durable before the effect it allows)
+# Set (to its loop) by a kernel's `%%agent` cell for its duration: what `grouped` would commit at the end of a turn
+# or of the group waits for the cell's end, and the cell then has that one commit run just after its reply
+# (ipython/host.py). A cell waits for its answer, not for the fsync and the table and anchor writes of its run's
+# start and end: on two cores, a commit while the model call was in flight slowed the call itself. Each event is
+# in the log when `append` returns, as before; anything that asks (`checkpoint`, `close`) or an event that must be
+# durable at once (a decision, a wait) commits everything first, as before.
+HELD: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar("nbagent_commits_held",
+                                                                                          default=None)
+
 GROUPED_TYPES = frozenset({"run_started", "run_superseded", "answer_ready", "completed", "completed_with_errors",
                            "interrupted", "error"})
 
@@ -61,7 +71,15 @@ class GroupedCommits:
             with self._tlock:
                 if self._group is not None and self._group[0] is loop:
                     self._group = (loop, self._group[1] - 1) if self._group[1] > 1 else None
-            self.commit()
+            if not self._holding(loop):
+                self.commit()
+
+    def _holding(self, loop: asyncio.AbstractEventLoop) -> bool:
+        return HELD.get() is loop
+
+    def pending(self) -> bool:
+        """Whether checkpoints wait to be committed (`commit`)."""
+        return bool(self._uncommitted)
 
     def _deferring(self) -> bool:
         group = self._group
@@ -73,7 +91,7 @@ class GroupedCommits:
             return False
         if loop is not group[0]:
             return False
-        if not self._uncommitted:
+        if not self._uncommitted and not self._holding(loop):
             loop.call_soon(self._commit_soon)
         return True
 
