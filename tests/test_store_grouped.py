@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from nbagent.events import AnswerReady, Completed, LlmCalled, Thinking, WaitingForApproval
 from nbagent.store import Store
-from nbagent.store.commits import HELD
+from nbagent.store.commits import HELD, Hold
 from nbagent.verify import verify_store
 
 
@@ -94,7 +94,7 @@ def test_a_held_cell_commits_nothing_at_its_turns_or_its_groups_end_and_once_whe
     session = store.session().id
 
     async def cell() -> tuple[str, str]:
-        HELD.set(asyncio.get_running_loop())
+        HELD.set(Hold(asyncio.get_running_loop()))
         fsyncs.clear()
         with store.grouped():
             run = store.create_run(session, "p")
@@ -115,6 +115,30 @@ def test_a_held_cell_commits_nothing_at_its_turns_or_its_groups_end_and_once_whe
     assert not store.pending() and row(store, run_id)["status"] == "completed" and log_fsyncs(store, fsyncs) == 2
     assert store.anchored(run_id) is not None and store.anchored(run_id)[0] == 3
     assert verify_store(Store(store.path, readonly=True)).ok
+
+
+def test_a_task_that_outlives_its_cell_commits_per_turn_again(tmp_path: Path) -> None:
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session().id
+
+    async def cell() -> None:
+        hold = Hold(asyncio.get_running_loop())
+        HELD.set(hold)
+        started = asyncio.Event()
+
+        async def lingering() -> None:  # (its context is a copy of the cell's: the same hold)
+            await started.wait()
+            with store.grouped():
+                run = store.create_run(session, "after the cell")
+                await asyncio.sleep(0)
+                assert row(store, run.id) is not None  # the hold is closed: committed at the turn's end
+
+        task = asyncio.get_running_loop().create_task(lingering())
+        hold.open = False  # the cell ended
+        started.set()
+        await task
+
+    asyncio.run(cell())
 
 
 def test_outside_a_group_on_another_thread_or_with_no_loop_every_checkpoint_is_committed_at_once(
@@ -217,7 +241,7 @@ def test_after_a_group_the_store_is_as_committing_each_checkpoint_at_once_leaves
 
         async def drive() -> None:
             if mode == "held":  # a kernel's cell: committed once it has answered
-                HELD.set(asyncio.get_running_loop())
+                HELD.set(Hold(asyncio.get_running_loop()))
             with store.grouped() if mode != "at once" else contextlib.nullcontext():
                 runs.append(store.create_run(session, "p").id)
                 for step in steps:

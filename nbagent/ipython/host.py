@@ -161,9 +161,10 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
     if _host is not None:
         _host.status_display = status
     if hold:
-        from ..store.commits import HELD
+        from ..store.commits import HELD, Hold
 
-        held = HELD.set(asyncio.get_running_loop())
+        cell_hold = Hold(asyncio.get_running_loop())
+        held = HELD.set(cell_hold)
     try:
         return await start()
     except _expected() as exc:
@@ -175,6 +176,7 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
         raise shown from None
     finally:
         if hold:
+            cell_hold.open = False
             HELD.reset(held)
             store = _host._store if _host is not None else None
             if store is not None and store.pending():

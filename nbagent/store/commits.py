@@ -21,14 +21,22 @@ if TYPE_CHECKING:
 
 # the checkpoints `grouped` may commit at the end of the loop's turn: a run's start and end, never a wait or a decision
 # (a person's yes is durable before the effect it allows)
-# Set (to its loop) by a kernel's `%%agent` cell for its duration: what `grouped` would commit at the end of a turn
+# Set by a kernel's `%%agent` cell for its duration: what `grouped` would commit at the end of a turn
 # or of the group waits for the cell's end, and the cell then has that one commit run just after its reply
 # (ipython/host.py). A cell waits for its answer, not for the fsync and the table and anchor writes of its run's
 # start and end: on two cores, a commit while the model call was in flight slowed the call itself. Each event is
 # in the log when `append` returns, as before; anything that asks (`checkpoint`, `close`) or an event that must be
 # durable at once (a decision, a wait) commits everything first, as before.
-HELD: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar("nbagent_commits_held",
-                                                                                          default=None)
+class Hold:
+    """A cell's hold on its commits, on its loop, while it is open (a task the cell started that outlives it sees
+    the same object, closed, and commits per turn again)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.open = True
+
+
+HELD: contextvars.ContextVar[Hold | None] = contextvars.ContextVar("nbagent_commits_held", default=None)
 
 GROUPED_TYPES = frozenset({"run_started", "run_superseded", "answer_ready", "completed", "completed_with_errors",
                            "interrupted", "error"})
@@ -75,7 +83,8 @@ class GroupedCommits:
                 self.commit()
 
     def _holding(self, loop: asyncio.AbstractEventLoop) -> bool:
-        return HELD.get() is loop
+        hold = HELD.get()
+        return hold is not None and hold.open and hold.loop is loop
 
     def pending(self) -> bool:
         """Whether checkpoints wait to be committed (`commit`)."""
