@@ -160,6 +160,8 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
         raise _one_line(exc) from None
     if _host is not None:
         _host.status_display = status
+    # (in a kernel only: its loop runs on after the cell; a terminal IPython's stops at each cell's end)
+    hold = hold and _host is not None and getattr(_host.shell, "kernel", None) is not None
     if hold:
         from ..store.commits import HELD, Hold
 
