@@ -1,7 +1,8 @@
 """`Store.grouped`: while an agent drives a run on an event loop, the checkpoints of the run's start and end are
 committed (the log's fsync, the runs row, the anchor) once per turn of that loop instead of at each event. Each
-event is still written when `append` returns; only making it durable waits, for at most one turn. A mixin of
-`Store` (store.py), kept apart because it is the one piece of the store that knows about event loops."""
+event is still written when `append` returns; only making it durable waits, for at most one turn (in a kernel's
+`%%agent` cell, `HELD`: until just after the cell's reply). A mixin of `Store` (store.py), kept apart because it
+is the one piece of the store that knows about event loops."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 
 # the checkpoints `grouped` may commit at the end of the loop's turn: a run's start and end, never a wait or a decision
 # (a person's yes is durable before the effect it allows)
+GROUPED_TYPES = frozenset({"run_started", "run_superseded", "answer_ready", "completed", "completed_with_errors",
+                           "interrupted", "error"})
+
 # Set by a kernel's `%%agent` cell for its duration: what `grouped` would commit at the end of a turn
 # or of the group waits for the cell's end, and the cell then has that one commit run just after its reply
 # (ipython/host.py). A cell waits for its answer, not for the fsync and the table and anchor writes of its run's
@@ -37,9 +41,6 @@ class Hold:
 
 
 HELD: contextvars.ContextVar[Hold | None] = contextvars.ContextVar("nbagent_commits_held", default=None)
-
-GROUPED_TYPES = frozenset({"run_started", "run_superseded", "answer_ready", "completed", "completed_with_errors",
-                           "interrupted", "error"})
 
 
 class GroupedCommits:

@@ -101,11 +101,11 @@ class AtomicJSONStorage(Storage):
         if self.readonly:
             raise StoreReadOnly(self.path, "the store was opened read-only")
         folder = self.path.parent
+        raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")  # the C encoder
         try:
             fd, tmp = tempfile.mkstemp(prefix=".tables-", suffix=".tmp", dir=folder)
         except OSError as exc:
             raise _write_error(self.path, exc) from exc
-        raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")  # the C encoder
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(raw)
