@@ -220,3 +220,53 @@ def test_reads_through_the_kept_parse_are_what_the_file_says(tmp_path_factory: p
         fresh = {str(d.doc_id): dict(d) for d in open_tables(path, True).id_table("runs").all()}
         assert {str(d.doc_id): dict(d) for d in mine.all()} == fresh
         assert {str(d.doc_id): dict(d) for d in theirs.all()} == fresh
+
+
+RUN_OPS = st.lists(st.tuples(
+    st.sampled_from(["run", "continued run", "child run", "completed", "superseded"]),
+    st.sampled_from(["mine", "theirs"]),  # this kernel's store, or another kernel's on the same notebook
+    st.integers(0, 7), st.integers(0, 7), st.sampled_from(["a", "b"]), st.sampled_from([None, "c0", "c1"]),
+), max_size=16)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=RUN_OPS)
+def test_states_read_once_for_many_runs_are_the_runs_and_their_records(
+        tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str, int, int, str, str | None]]) -> None:
+    """`run_states` and `session_states` (what a cell asks of every run, the log read once) say what `run_state`
+    and `list_runs` say, run by run, and what a fresh reader of the files folds, whoever wrote the events."""
+    path = tmp_path_factory.mktemp("nb") / "analysis.ipynb"
+    stores = {"mine": Store(path), "theirs": Store(path)}
+    try:
+        runs: list[str] = []
+        made: dict[str, tuple[str, str | None, str | None, str | None]] = {}
+        for op, who, i, j, session_name, cell in ops:
+            s = stores[who]
+            session = s.session(session_name, notebook=path.name).id
+            if op == "completed" and runs:
+                s.append(E.Completed(answer="ok"), run_id=runs[i % len(runs)])
+            elif op == "superseded" and len(runs) > 1:
+                s.append(E.RunSuperseded(by_run_id=runs[j % len(runs)]), run_id=runs[i % len(runs)])
+            elif op in ("run", "continued run", "child run"):
+                earlier = runs[i % len(runs)] if runs else None
+                runs.append(s.create_run(session, "go", model="scripted/test", cell_id=cell,
+                                         previous_run_id=earlier if op == "continued run" else None,
+                                         parent_run_id=earlier if op == "child run" else None).id)
+                made[runs[-1]] = (session_name, cell, earlier if op == "child run" else None,
+                                  earlier if op == "continued run" else None)
+            mine = stores["mine"]
+            fresh = Store(path, readonly=True)
+            ids = fresh.run_ids()
+            assert mine.run_states(ids) == [fresh.run_state(r) for r in ids]  # (first: nothing else read the log)
+            assert mine.run_states(ids) == [mine.run_state(r) for r in ids]
+            for name in ("a", "b"):  # the session's runs, oldest first, as they were made
+                assert [(x.run_id, x.cell_id, x.parent_run_id, x.previous_run_id)
+                        for x in mine.session_states(mine.session(name, notebook=path.name).id)] == \
+                    [(r, *made[r][1:]) for r in runs if made[r][0] == name]
+            for sid in [None, *(mine.session(n, notebook=path.name).id for n in ("a", "b"))]:
+                assert [(x.run_id, x.status, x.cell_id, x.parent_run_id, x.previous_run_id)
+                        for x in mine.session_states(sid)] == \
+                    [(r.id, r.status, r.cell_id, r.parent_run_id, r.previous_run_id) for r in mine.list_runs(sid)]
+    finally:
+        for s in stores.values():
+            s.close()

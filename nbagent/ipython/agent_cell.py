@@ -69,18 +69,18 @@ class CellPath(HostState):
         cell_id = self.cell_id()
         previous: Any = "auto"
         fork_of = None
-        cell_runs = [r for r in store.list_runs(session.id) if cell_id and r.cell_id == cell_id
-                     and r.parent_run_id is None]
+        cell_runs = [s for s in store.session_states(session.id) if s.run_id and s.cell_id == cell_id
+                     and s.parent_run_id is None] if cell_id else []
         if args.new:
             previous = None
         elif cell_runs and cell_runs[-1].status != RunStatus.SUPERSEDED:
-            fork_of = cell_runs[-1].id  # re-running a cell: start from before its last run
+            fork_of = cell_runs[-1].run_id  # re-running a cell: start from before its last run
         replay = None
         if args.replay is not None:
             if args.replay:
                 replay = store.resolve_run(args.replay)
             elif cell_runs:
-                replay = cell_runs[-1].id
+                replay = cell_runs[-1].run_id
             else:
                 raise UsageError("%%agent --replay: this cell has no recorded run; name one: --replay RUN")
         options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
@@ -92,7 +92,7 @@ class CellPath(HostState):
         if cfg["script"]:
             options["script"] = str(self._path(cfg["script"]))
         agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay,
-                                recorded_from=cell_runs[-1].id if cell_runs else None, cell_mcp=args.mcp)
+                                recorded_from=cell_runs[-1].run_id if cell_runs else None, cell_mcp=args.mcp)
         from .references import for_model
 
         # images: parts for a model that takes them (a replay: as the recorded run's model did), else described

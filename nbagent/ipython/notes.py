@@ -174,10 +174,11 @@ class RecordNotes(HostState):
         from ..ui.record import RunRecord
         from ..ui.viewstate import run_view
 
-        for run_id, shown in list(self.display_ids.items()):
-            state = self.store.run_state(run_id)
+        store = self.store  # (once: every run this kernel showed is looked at, and finding the store costs more)
+        shown_runs = list(self.display_ids.items())
+        for (run_id, shown), state in zip(shown_runs, store.run_states(r for r, _ in shown_runs), strict=True):
             if state.status == RunStatus.SUPERSEDED:
-                record = RunRecord(run_view(self.store, run_id))
+                record = RunRecord(run_view(store, run_id))
                 for s in shown:
                     update_display(record, display_id=s.display_id)
                 del self.display_ids[run_id]

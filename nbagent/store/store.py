@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -439,6 +440,15 @@ class Store(GroupedCommits, EventQueries):
         """The run's state, folded from its events; kept current incrementally."""
         run_id = run_id if run_id in self._states else self.resolve_run(run_id)
         self._log.refresh()
+        return self._folded(run_id)
+
+    def run_states(self, run_ids: Iterable[str]) -> list[RunState]:
+        """`run_state` of each, the log read once for all (a per-cell look at every run stays ~1 µs a run)."""
+        self._log.refresh()
+        return [self._folded(r if r in self._states else self.resolve_run(r)) for r in run_ids]
+
+    def _folded(self, run_id: str) -> RunState:
+        """The state of a full run id with every event indexed so far applied (callers refresh first)."""
         with self._fold:
             state = self._states.get(run_id)
             if state is None:
@@ -452,9 +462,14 @@ class Store(GroupedCommits, EventQueries):
         state = self.run_state(run_id)
         return current_record(state, self.runs.row(state.run_id) if state.run_id is not None else None)
 
+    def session_states(self, session_id: str | None = None) -> list[RunState]:
+        """The folded states of the session's runs (every run's with None), oldest first: what `list_runs` gives,
+        without a record built and validated for each run (a per-cell question about a few of them)."""
+        return [s for s in self.run_states(self.run_ids()) if session_id is None or s.session_id == session_id]
+
     def list_runs(self, session_id: str | None = None) -> list[RunRecord]:
         # the session's runs by their events, then one read of the table for their rows (not one read per run)
-        states = [s for s in map(self.run_state, self.run_ids()) if session_id is None or s.session_id == session_id]
+        states = self.session_states(session_id)
         rows = {str(doc.doc_id): doc for doc in self.runs.all()} if states else {}
         return [current_record(s, rows.get(s.run_id) if s.run_id is not None else None) for s in states]
 
