@@ -234,3 +234,8 @@ class RecordingKernel(Kernel):
 def script(path: Path, *turns: Any) -> Path:
     path.write_text(json.dumps({"turns": list(turns)}))
     return path
+
+
+def answer(text: str) -> dict[str, Any]:
+    """A script turn that answers in text (no tool call)."""
+    return {"content": text}

@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from kernel_harness import Kernel, script
+from kernel_harness import Kernel, answer, script
 
 from nbagent.store import Store, store_path_for
 from nbagent.verify import verify_store
@@ -28,10 +28,6 @@ def _counted(self, _c=_commit):
 _S.commit = _counted
 get_ipython().events.register("post_run_cell", lambda *a: _seen.append("post_run_cell"))
 '''
-
-
-def answer(text: str) -> dict:
-    return {"content": text}
 
 
 def rows(folder: Path) -> dict:

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from kernel_harness import RUN_MIME, WIDGET_MIME, Kernel, is_run_view, script
+from kernel_harness import RUN_MIME, WIDGET_MIME, Kernel, answer, is_run_view, script
 
 from nbagent.state import RunStatus
 from nbagent.store import Store
@@ -15,10 +15,6 @@ from nbagent.store import Store
 
 def create(path: str, content: str = "hello\n", text: str = "I'll write it.") -> dict:
     return {"content": text, "tool_calls": [{"name": "create_file", "arguments": {"path": path, "content": content}}]}
-
-
-def answer(text: str) -> dict:
-    return {"content": text}
 
 
 def store(k: Kernel) -> Store:
