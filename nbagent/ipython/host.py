@@ -469,7 +469,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         found = notebook_toolset(self.folder, setting or None, taken={t.name for t in tools}, trusted=gate)
         for line in found.problems:
             print(redact(f"nbagent: {line}"), file=sys.stderr)
-        if notes:
+        if notes and found.untrusted:
             own = (cell_mcp, str(self._path(cell_mcp))) if cell_mcp and not cell_mcp.lstrip().startswith("{") else None
             trust.show(found.untrusted, gate.trusts, approve, own)
         return tools + found.tools

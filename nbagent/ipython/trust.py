@@ -22,6 +22,7 @@ cloned repository, was written on another machine, or was appended by hand is as
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import html
@@ -111,7 +112,11 @@ class Gate:
 
     def __init__(self, store: Store, session: Any, approve: str | None) -> None:
         self.store, self.session, self.approve = store, session, approve or ""
-        self.trusts = recorded(store)
+
+    @functools.cached_property
+    def trusts(self) -> list[McpServerTrusted]:
+        """The log's trusts, read when a listing first meets a server (a notebook without one never reads them)."""
+        return recorded(self.store)
 
     def __call__(self, entry: Entry) -> bool:
         if state(self.trusts, entry) == "trusted":
