@@ -258,6 +258,7 @@ def test_states_read_once_for_many_runs_are_the_runs_and_their_records(
             fresh = Store(path, readonly=True)
             ids = fresh.run_ids()
             assert mine.run_states(ids) == [fresh.run_state(r) for r in ids]  # (first: nothing else read the log)
+            fresh.close()
             assert mine.run_states(ids) == [mine.run_state(r) for r in ids]
             for name in ("a", "b"):  # the session's runs, oldest first, as they were made
                 assert [(x.run_id, x.cell_id, x.parent_run_id, x.previous_run_id)
