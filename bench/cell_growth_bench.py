@@ -26,6 +26,7 @@ Medians; new ÷ baseline at each size. No targets: it reports, and exits 0.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -83,8 +84,6 @@ def sent(k: Kernel) -> float:
 def measured(k: Kernel) -> dict[str, list[float]]:
     """The kernel's times since the last report: each cell's part, each commit (ms). The report cell's own
     `pre_run_cell` came before it cleared them, its `post_run_cell` after: that one is dropped."""
-    import json
-
     got = json.loads(k.run(REPORT).stdout.strip().splitlines()[-1])
     pre, post = got["pre"], got["post"][1:]
     return {"cell": [(b - a) * 1000 for a, b in zip(pre, post, strict=False)],

@@ -69,7 +69,7 @@ class CellPath(HostState):
         cell_id = self.cell_id()
         previous: Any = "auto"
         fork_of = None
-        cell_runs = [s for s in store.session_states(session.id) if s.run_id and s.cell_id == cell_id
+        cell_runs = [s for s in store.session_states(session.id) if s.cell_id == cell_id
                      and s.parent_run_id is None] if cell_id else []
         if args.new:
             previous = None

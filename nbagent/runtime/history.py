@@ -19,13 +19,13 @@ class History(AgentBase):
     def latest_run_id(self) -> str | None:
         """The session's latest top-level run that was not forked away: what a new run continues."""
         for run in reversed(self.store.session_states(self.session.id)):
-            if run.run_id and run.parent_run_id is None and run.status != RunStatus.SUPERSEDED:
+            if run.parent_run_id is None and run.status != RunStatus.SUPERSEDED:
                 return run.run_id
         return None
 
     def successors(self, run_id: str) -> list[str]:
         """The run and every run that continues it, directly or not (what a fork supersedes)."""
-        runs = [s for s in self.store.session_states(self.session.id) if s.run_id]
+        runs = self.store.session_states(self.session.id)
         chain = {run_id}
         for r in runs:  # ULID order: a successor is always newer than what it continues
             if r.previous_run_id in chain:

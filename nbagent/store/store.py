@@ -463,9 +463,11 @@ class Store(GroupedCommits, EventQueries):
         return current_record(state, self.runs.row(state.run_id) if state.run_id is not None else None)
 
     def session_states(self, session_id: str | None = None) -> list[RunState]:
-        """The folded states of the session's runs (every run's with None), oldest first: what `list_runs` gives,
-        without a record built and validated for each run (a per-cell question about a few of them)."""
-        return [s for s in self.run_states(self.run_ids()) if session_id is None or s.session_id == session_id]
+        """The folded states of the session's runs (every run's with None), oldest first, each with its run id:
+        what `list_runs` gives, without a record built and validated for each run (a per-cell question about a few
+        of them)."""
+        return [s for s in self.run_states(self.run_ids())
+                if s.run_id is not None and (session_id is None or s.session_id == session_id)]
 
     def list_runs(self, session_id: str | None = None) -> list[RunRecord]:
         # the session's runs by their events, then one read of the table for their rows (not one read per run)
