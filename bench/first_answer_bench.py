@@ -53,6 +53,17 @@ arrives; products interleaved in each round, in an order rotated per round, one 
   done). Slowdown = median with ÷ median baseline. Also `imports` (`import numpy, matplotlib.pyplot`) when both
   interpreters have them.
 
+**The call alone** (`second` only; a reference, not a product): an nbagent kernel whose second cell makes only the
+model call nbagent's agent made in its first `%%agent` cell — the same messages and tool schemas, as the server
+received them, through nbagent's model layer (`nbagent.llm.complete`: litellm, streamed, in the kernel's model
+process) — and shows the answer as Markdown, as jupyter-ai does: no run, no log, no gate, no record. The request is
+written beside the notebook and read by an untimed cell before the timed one. nbagent's second cell less this one
+is what nbagent's own work around the call costs; this one ÷ jupyter-ai is what the call alone costs against
+jupyter-ai's whole cell.
+
+**Intervals.** Beside each ratio of medians, a 95% bootstrap interval (10,000 resamples of each side's kernels,
+numpy's generator, seed 0): with 9 single cells a side, a ratio near its limit is not told apart from it.
+
 **Targets** (nbagent ÷ jupyter-ai, medians): at once ≤ 2.0x, after 6 s idle ≤ 1.0x, second cell ≤ 2.0x, memory
 after the first answer ≤ 1.5x; nbagent's computing cell slowed ≤ 1.5x (client wall). Prints PASS/FAIL, always
 exits 0.
@@ -99,8 +110,20 @@ PROMPT = "say hello"
 COMPUTE = {"cpu": "def f(n):\n    return sum(i * i % 7 for i in range(n))\n_ = [f(20_000) for _ in range(400)]",
            "imports": "import numpy, matplotlib.pyplot"}
 TIMED = "import time as _t\n_t0 = _t.perf_counter()\n{code}\nprint(round(_t.perf_counter() - _t0, 4))"
+CALL_REQUEST = "agent-request.json"
+CALL_SETUP = f"""import json as _json
+from IPython.display import Markdown as _Markdown, display as _display
+from nbagent.llm import ModelSettings as _Settings, complete as _complete
+with open({CALL_REQUEST!r}, encoding="utf-8") as _f:
+    _REQUEST = _json.load(_f)
+async def _call_alone():
+    reply = await _complete(_Settings(model="openai/gpt-4o-mini"), _REQUEST["messages"], _REQUEST["tools"],
+                            on_token=lambda text: None)
+    _display(_Markdown(reply.content))
+"""
 TIMEOUT = 120.0
 IDLE_S, SETTLE_S = 6.0, 8.0
+CALL = "the call alone"  # a reference: see the module's docstring
 STUB = StubOpenAI()
 STUB.fallback = Reply(content="hello")
 perf = time.perf_counter
@@ -244,6 +267,24 @@ def idle_session(p: Product, out: dict[str, float], second: bool) -> None:
             out["second"] = timed_ai(p, k)
 
 
+def call_alone(p: Product, out: dict[str, float], agent: Product) -> None:
+    """`second` for the call alone (see the module's docstring): `agent`'s load and first AI cell, its request
+    written beside the notebook, an untimed cell that reads it, then the timed cell that sends it again."""
+    with p.kernel() as k:
+        must_be_ok(k, k.submit(agent.load, cell_id="load"), "the load cell")
+        time.sleep(IDLE_S)
+        sent_before = len(STUB.completion_requests)
+        first = k.submit(agent.ai, cell_id="ai")
+        reply_time(k, first)
+        check_answer(agent, k, first, sent_before)
+        body = STUB.completion_requests[-1].body
+        if PROMPT not in json.dumps(body.get("messages")) or not body.get("tools"):
+            raise Failed("the agent's request has no prompt or no tools")
+        (k.folder / CALL_REQUEST).write_text(json.dumps({"messages": body["messages"], "tools": body["tools"]}))
+        must_be_ok(k, k.submit(CALL_SETUP, cell_id="setup"), "the cell that reads the request")
+        out["second"] = timed_ai(p, k)
+
+
 def bare(p: Product, out: dict[str, float]) -> None:
     with p.kernel() as k:
         must_be_ok(k, k.submit("pass"), "an empty cell")
@@ -343,10 +384,12 @@ def ratios(names: list[str], results: Results, variants: list[str]) -> None:
     def med(key: str, n: str) -> float | None:
         return statistics.median(results[(key, n)]) if results.get((key, n)) else None
 
-    def show(a: float | None, b: float | None, limit: float | None) -> str:
+    def show(a: float | None, b: float | None, limit: float | None, key: str = "", n: str = "") -> str:
         if a is None or not b:
             return "n/a"
-        return f"{a / b:.2f}x" + ("" if limit is None else (" PASS" if a / b <= limit else " FAIL"))
+        low_high = interval(results.get((key, n), []), results.get((key, jai), [])) if key else None
+        return f"{a / b:.2f}x" + (f" [{low_high[0]:.2f}-{low_high[1]:.2f}]" if low_high else "") \
+            + ("" if limit is None else (" PASS" if a / b <= limit else " FAIL"))
 
     mine, jai = [n for n in names if n != "jupyter-ai"], "jupyter-ai"
     print("\n| target | " + " | ".join([*mine, jai]) + " | limit |\n|---|" + "---:|" * (len(mine) + 2))
@@ -354,15 +397,34 @@ def ratios(names: list[str], results: Results, variants: list[str]) -> None:
                               ("second cell", "second", 2.0), ("memory after first answer", "memory", 1.5),
                               ("memory with the kernel's child processes (not a target)", "memory-tree", None)]:
         if any(results.get((key, n)) for n in names):
-            cells = [show(med(key, n), med(key, jai), limit) for n in mine]
+            cells = [show(med(key, n), med(key, jai), None if n == CALL else limit, key, n) for n in mine]
             print(f"| {label}, ÷ jupyter-ai | " + " | ".join(cells) + " | — | "
                   + (f"≤ {limit:.1f}x |" if limit else "info |"))
+    alone = med("second", CALL)
+    for n in [m for m in mine if m != CALL]:
+        whole = med("second", n)
+        if whole is not None and alone is not None:
+            print(f"\n{n}'s second cell less the call alone (nbagent's own work around the call): "
+                  f"{1000 * (whole - alone):.1f} ms (medians)")
     for v in variants:
         for suffix, slow, where in (("", 1.5, "client wall"), ("/in", None, "in kernel")):
             cells = [show(med(f"{v}/load{suffix}", n), med(f"{v}/idle{suffix}", n), slow if n != jai else None)
                      for n in [*mine, jai]]
             print(f"| {v} cell slowed by the load ({where}), with ÷ baseline | " + " | ".join(cells)
                   + f" | {f'≤ {slow:.1f}x (nbagent)' if slow else 'info'} |")
+
+
+def interval(mine: list[float], theirs: list[float], n: int = 10_000) -> tuple[float, float] | None:
+    """A 95% percentile-bootstrap interval of median(mine) ÷ median(theirs), each side resampled on its own."""
+    if len(mine) < 3 or len(theirs) < 3:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = np.median(rng.choice(np.asarray(mine), (n, len(mine))), axis=1)
+    b = np.median(rng.choice(np.asarray(theirs), (n, len(theirs))), axis=1)
+    low, high = np.percentile(a / b, [2.5, 97.5])
+    return float(low), float(high)
 
 
 # ============================================================================================ main
@@ -376,6 +438,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="3 kernels each")
     ap.add_argument("--baseline", help="a git revision of nbagent to measure too, interleaved (e.g. 04a31dc)")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"some of {','.join(SCENARIOS)}")
+    ap.add_argument("--no-call", action="store_true", help="without the call alone (a reference for `second`)")
     args = ap.parse_args()
     if args.print_setup:
         print("\n".join(" ".join(cmd) for cmd in setup_commands()))
@@ -389,18 +452,25 @@ def main() -> None:
     jai = Product("jupyter-ai", "%load_ext jupyter_ai_magics", f"%%ai openai-chat:gpt-4o-mini\n{PROMPT}",
                   lambda c: any("hello" in str(o.get("data", {}).get("text/markdown", "")) for o in c.outputs),
                   python=JAI_PYTHON)
+    call = Product(CALL, nb.load, "await _call_alone()",
+                   lambda c: any("hello" in str(o.get("data", {}).get("text/markdown", "")) for o in c.outputs),
+                   nb.env)
     products = [nb] + ([jai] if JAI_PYTHON.exists() else [])
     if not JAI_PYTHON.exists():
         print("bench/.jai-venv is missing: run with --setup (or see --print-setup); nbagent only", file=sys.stderr)
     probe = "import numpy, matplotlib; print('ok')"
     variants = ["cpu"] + (["imports"] if all(ask(p.python or sys.executable, probe) == "ok" for p in products)
                           else [])
-    units: list[tuple[list[str], Callable[[Product, dict[str, float]], None]]] = []
+    Unit = tuple[list[str], Callable[[Product, dict[str, float]], None]]
+    units: list[Unit] = []
+    alone: list[Unit] = []  # the call alone's (measured once a round, after the products')
     if "at-once" in chosen:
         units.append((["at-once"], at_once))
     if {"idle", "second", "memory"} & set(chosen):
         second = "second" in chosen
         units.append((["idle", "memory", *(["second"] if second else [])], partial(idle_session, second=second)))
+    if "second" in chosen and not args.no_call:
+        alone.append((["second"], partial(call_alone, agent=nb)))
     if "memory" in chosen:
         units.append((["bare"], bare))
     for v in variants if "computing" in chosen else []:
@@ -424,8 +494,9 @@ def main() -> None:
                 mod = "nbagent" if p.name.startswith("nbagent") else "jupyter_ai_magics"
                 print(f"{p.name} kernel: {k.run(where.format(mod), timeout=TIMEOUT).stdout.strip()}", file=sys.stderr)
         for r in range(n):
-            for keys, fn in units:
-                for p in products[r % len(products):] + products[:r % len(products)]:
+            rotated = products[r % len(products):] + products[:r % len(products)]
+            for keys, fn, who in [(k, f, rotated) for k, f in units] + [(k, f, [call]) for k, f in alone]:
+                for p in who:
                     out: dict[str, float] = {}
                     try:
                         fn(p, out)
@@ -452,6 +523,8 @@ def main() -> None:
         dists = ("ipykernel", "jupyter-ai-magics", "langchain-openai", "langchain", "openai")
         print(f"jupyter-ai venv: {ask(JAI_PYTHON, VERSIONS.format(dists=dists))}")
     names = [p.name for p in products]
+    if results.get(("second", CALL)) or fails.get(("second", CALL)):
+        names.insert(names.index("jupyter-ai") if "jupyter-ai" in names else len(names), CALL)
     table(names, results, fails, variants if "computing" in chosen else [])
     if "jupyter-ai" in names:
         ratios(names, results, variants if "computing" in chosen else [])
