@@ -400,18 +400,18 @@ def ratios(names: list[str], results: Results, variants: list[str]) -> None:
             cells = [show(med(key, n), med(key, jai), None if n == CALL else limit, key, n) for n in mine]
             print(f"| {label}, ÷ jupyter-ai | " + " | ".join(cells) + " | — | "
                   + (f"≤ {limit:.1f}x |" if limit else "info |"))
-    alone = med("second", CALL)
-    for n in [m for m in mine if m != CALL]:
-        whole = med("second", n)
-        if whole is not None and alone is not None:
-            print(f"\n{n}'s second cell less the call alone (nbagent's own work around the call): "
-                  f"{1000 * (whole - alone):.1f} ms (medians)")
     for v in variants:
         for suffix, slow, where in (("", 1.5, "client wall"), ("/in", None, "in kernel")):
             cells = [show(med(f"{v}/load{suffix}", n), med(f"{v}/idle{suffix}", n), slow if n != jai else None)
                      for n in [*mine, jai]]
             print(f"| {v} cell slowed by the load ({where}), with ÷ baseline | " + " | ".join(cells)
                   + f" | {f'≤ {slow:.1f}x (nbagent)' if slow else 'info'} |")
+    alone = med("second", CALL)
+    for n in [m for m in mine if m != CALL]:
+        whole = med("second", n)
+        if whole is not None and alone is not None:
+            print(f"\n{n}'s second cell less the call alone (nbagent's own work around the call): "
+                  f"{1000 * (whole - alone):.1f} ms (medians)")
 
 
 def interval(mine: list[float], theirs: list[float], n: int = 10_000) -> tuple[float, float] | None:
