@@ -61,7 +61,7 @@ written beside the notebook and read by an untimed cell before the timed one. nb
 is what nbagent's own work around the call costs; this one ÷ jupyter-ai is what the call alone costs against
 jupyter-ai's whole cell.
 
-**Intervals.** Beside each ratio of medians, a 95% bootstrap interval (10,000 resamples of each side's kernels,
+**Intervals.** Beside each target's ratio of medians, a 95% bootstrap interval (10,000 resamples of each side's kernels,
 numpy's generator, seed 0): with 9 single cells a side, a ratio near its limit is not told apart from it.
 
 **Targets** (nbagent ÷ jupyter-ai, medians): at once ≤ 2.0x, after 6 s idle ≤ 1.0x, second cell ≤ 2.0x, memory
@@ -430,6 +430,11 @@ def interval(mine: list[float], theirs: list[float], n: int = 10_000) -> tuple[f
 # ============================================================================================ main
 
 
+def shows_hello(cell: Cell) -> bool:
+    """jupyter-ai's answer, and the call alone's: "hello" in a Markdown output."""
+    return any("hello" in str(o.get("data", {}).get("text/markdown", "")) for o in cell.outputs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--setup", action="store_true", help="create bench/.jai-venv with jupyter-ai, then run")
@@ -449,12 +454,9 @@ def main() -> None:
     nb = Product("nbagent", "%load_ext nbagent", f"%%agent --new\n{PROMPT}",  # its record: completed, "hello"
                  lambda c: any(r.get("status") == "completed" and "hello" in str(r.get("answer")) for r in c.records),
                  {"NBAGENT_MODEL": "openai/gpt-4o-mini"})
-    jai = Product("jupyter-ai", "%load_ext jupyter_ai_magics", f"%%ai openai-chat:gpt-4o-mini\n{PROMPT}",
-                  lambda c: any("hello" in str(o.get("data", {}).get("text/markdown", "")) for o in c.outputs),
+    jai = Product("jupyter-ai", "%load_ext jupyter_ai_magics", f"%%ai openai-chat:gpt-4o-mini\n{PROMPT}", shows_hello,
                   python=JAI_PYTHON)
-    call = Product(CALL, nb.load, "await _call_alone()",
-                   lambda c: any("hello" in str(o.get("data", {}).get("text/markdown", "")) for o in c.outputs),
-                   nb.env)
+    call = Product(CALL, nb.load, "await _call_alone()", shows_hello, nb.env)
     products = [nb] + ([jai] if JAI_PYTHON.exists() else [])
     if not JAI_PYTHON.exists():
         print("bench/.jai-venv is missing: run with --setup (or see --print-setup); nbagent only", file=sys.stderr)
