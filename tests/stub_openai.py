@@ -38,6 +38,7 @@ import hashlib
 import importlib.util
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -99,6 +100,10 @@ class Recorded:
     cached_tokens: int | None = None  # with cache=True, for an answered request
     refused: bool = False  # over max_input_tokens: answered 400 context_length_exceeded
     output_tokens: int | None = None  # the reply's completion tokens, when counting
+    # time.perf_counter() when the handler had the request's line and headers, and when it had written its answer (a
+    # chat request) or given up: CLOCK_MONOTONIC on Linux, one clock for every process (bench/second_cell_timeline.py)
+    received_at: float | None = None
+    answered_at: float | None = None
 
 
 def tool_call(name: str, arguments: dict[str, Any] | str, id: str | None = None) -> dict[str, Any]:
@@ -430,6 +435,7 @@ class StubOpenAI:
                 pass
 
             def do_POST(self) -> None:
+                received = time.perf_counter()
                 self.close_connection = True  # one request per connection: nothing lingers at shutdown
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
@@ -437,7 +443,8 @@ class StubOpenAI:
                     body = json.loads(raw) if raw else None
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
-                record = Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                record = Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+                                  received_at=received)
                 chat = self.path.rstrip("/").endswith("/chat/completions")
                 if chat and stub.count_tokens:
                     stub._count(record)
@@ -456,6 +463,8 @@ class StubOpenAI:
                     self._serve(behaviour, n, body if isinstance(body, dict) else {})
                 except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
                     pass  # the client gave up (a timeout): nothing to answer
+                finally:
+                    record.answered_at = time.perf_counter()
 
             def _serve(self, behaviour: Behaviour, n: int, body: dict[str, Any]) -> None:
                 if isinstance(behaviour, Delay):
