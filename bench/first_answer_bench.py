@@ -435,6 +435,13 @@ def shows_hello(cell: Cell) -> bool:
     return any("hello" in str(o.get("data", {}).get("text/markdown", "")) for o in cell.outputs)
 
 
+NBAGENT = Product("nbagent", "%load_ext nbagent", f"%%agent --new\n{PROMPT}",  # its record: completed, "hello"
+                  lambda c: any(r.get("status") == "completed" and "hello" in str(r.get("answer")) for r in c.records),
+                  {"NBAGENT_MODEL": "openai/gpt-4o-mini"})
+JUPYTER_AI = Product("jupyter-ai", "%load_ext jupyter_ai_magics", f"%%ai openai-chat:gpt-4o-mini\n{PROMPT}",
+                     shows_hello, python=JAI_PYTHON)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--setup", action="store_true", help="create bench/.jai-venv with jupyter-ai, then run")
@@ -451,11 +458,7 @@ def main() -> None:
     if args.setup and not setup():
         return
     n, chosen = 3 if args.quick else args.kernels, args.scenarios.split(",")
-    nb = Product("nbagent", "%load_ext nbagent", f"%%agent --new\n{PROMPT}",  # its record: completed, "hello"
-                 lambda c: any(r.get("status") == "completed" and "hello" in str(r.get("answer")) for r in c.records),
-                 {"NBAGENT_MODEL": "openai/gpt-4o-mini"})
-    jai = Product("jupyter-ai", "%load_ext jupyter_ai_magics", f"%%ai openai-chat:gpt-4o-mini\n{PROMPT}", shows_hello,
-                  python=JAI_PYTHON)
+    nb, jai = NBAGENT, JUPYTER_AI
     call = Product(CALL, nb.load, "await _call_alone()", shows_hello, nb.env)
     products = [nb] + ([jai] if JAI_PYTHON.exists() else [])
     if not JAI_PYTHON.exists():

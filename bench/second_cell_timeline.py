@@ -114,11 +114,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30, help="cells per product in each kernel (default 30)")
     ap.add_argument("--kernels", type=int, default=1, help="kernels per product, one pair after another (default 1)")
     args = ap.parse_args()
-    nb = fab.Product("nbagent", "%load_ext nbagent", f"%%agent --new\n{fab.PROMPT}",
-                     lambda c: any(r.get("status") == "completed" and "hello" in str(r.get("answer"))
-                                   for r in c.records), {"NBAGENT_MODEL": "openai/gpt-4o-mini"})
-    jai = fab.Product("jupyter-ai", "%load_ext jupyter_ai_magics", f"%%ai openai-chat:gpt-4o-mini\n{fab.PROMPT}",
-                      fab.shows_hello, python=fab.JAI_PYTHON)
+    nb, jai = fab.NBAGENT, fab.JUPYTER_AI
     if not fab.JAI_PYTHON.exists():
         print("bench/.jai-venv is missing (first_answer_bench.py --setup): nbagent only", file=sys.stderr)
     fab.STUB.start()
