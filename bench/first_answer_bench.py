@@ -277,12 +277,18 @@ def call_alone(p: Product, out: dict[str, float], agent: Product) -> None:
         first = k.submit(agent.ai, cell_id="ai")
         reply_time(k, first)
         check_answer(agent, k, first, sent_before)
-        body = STUB.completion_requests[-1].body
-        if PROMPT not in json.dumps(body.get("messages")) or not body.get("tools"):
-            raise Failed("the agent's request has no prompt or no tools")
-        (k.folder / CALL_REQUEST).write_text(json.dumps({"messages": body["messages"], "tools": body["tools"]}))
-        must_be_ok(k, k.submit(CALL_SETUP, cell_id="setup"), "the cell that reads the request")
+        set_up_call(k)
         out["second"] = timed_ai(p, k)
+
+
+def set_up_call(k: Kernel) -> None:
+    """The request the server received last (an agent's first), written beside `k`'s notebook and read by a cell
+    there, ready for `await _call_alone()`."""
+    body = STUB.completion_requests[-1].body
+    if PROMPT not in json.dumps(body.get("messages")) or not body.get("tools"):
+        raise Failed("the agent's request has no prompt or no tools")
+    (k.folder / CALL_REQUEST).write_text(json.dumps({"messages": body["messages"], "tools": body["tools"]}))
+    must_be_ok(k, k.submit(CALL_SETUP, cell_id="setup"), "the cell that reads the request")
 
 
 def bare(p: Product, out: dict[str, float]) -> None:
@@ -440,6 +446,7 @@ NBAGENT = Product("nbagent", "%load_ext nbagent", f"%%agent --new\n{PROMPT}",  #
                   {"NBAGENT_MODEL": "openai/gpt-4o-mini"})
 JUPYTER_AI = Product("jupyter-ai", "%load_ext jupyter_ai_magics", f"%%ai openai-chat:gpt-4o-mini\n{PROMPT}",
                      shows_hello, python=JAI_PYTHON)
+CALL_ALONE = Product(CALL, NBAGENT.load, "await _call_alone()", shows_hello, NBAGENT.env)  # after set_up_call
 
 
 def main() -> None:
@@ -458,8 +465,7 @@ def main() -> None:
     if args.setup and not setup():
         return
     n, chosen = 3 if args.quick else args.kernels, args.scenarios.split(",")
-    nb, jai = NBAGENT, JUPYTER_AI
-    call = Product(CALL, nb.load, "await _call_alone()", shows_hello, nb.env)
+    nb, jai, call = NBAGENT, JUPYTER_AI, CALL_ALONE
     products = [nb] + ([jai] if JAI_PYTHON.exists() else [])
     if not JAI_PYTHON.exists():
         print("bench/.jai-venv is missing: run with --setup (or see --print-setup); nbagent only", file=sys.stderr)

@@ -42,7 +42,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,29 +63,26 @@ get_ipython().events.callbacks["post_run_cell"].insert(0, _stamp_post)
 """
 READ = "print(__import__('json').dumps(_STAMPS)); _STAMPS.clear()"
 SEGMENTS = ("to the cell", "before the request", "the server", "after the answer", "to the reply")
-CALL = fab.CALL
 
 
-def timeline(k: Kernel, code: str, answered: Callable[[fab.Cell], bool]) -> dict[str, float]:
-    """One cell's segments (ms), checked: ok, "hello" shown, one request to the server."""
+def timeline(k: Kernel, p: fab.Product) -> dict[str, float]:
+    """One cell of `p`'s (ms a segment), checked as `first_answer_bench` checks an answer, and one request only."""
     fab.must_be_ok(k, k.submit("pass"), "the cell before")
     before = len(fab.STUB.completion_requests)
     sent = time.perf_counter()
-    cell = k.submit(code, cell_id="timed")
+    cell = k.submit(p.ai, cell_id="timed")
     reply = fab.reply_time(k, cell)
-    fab.must_be_ok(k, cell, "the timed cell")
-    if not answered(cell):
-        raise fab.Failed(f"no 'hello' in the cell's output: {json.dumps(cell.outputs)[:300]}")
+    fab.check_answer(p, k, cell, before)
     requests = fab.STUB.completion_requests[before:]
-    if len(requests) != 1 or fab.PROMPT not in json.dumps(requests[0].body):
-        raise fab.Failed(f"the cell sent {len(requests)} requests to the server, not one with the prompt")
+    if len(requests) != 1:
+        raise fab.Failed(f"the cell sent {len(requests)} requests to the server, not one")
     read = k.submit(READ)
     fab.must_be_ok(k, read, "the cell that reads the stamps")
     stamps = json.loads(read.stdout.strip().splitlines()[-1])
-    received, answered_at = requests[0].received_at, requests[0].answered_at
-    if received is None or answered_at is None:
+    received, answered = requests[0].received_at, requests[0].answered_at
+    if received is None or answered is None:
         raise fab.Failed("the server did not stamp the request")
-    points = [sent, stamps["pre"], received, answered_at, stamps["post"], reply]  # one more than SEGMENTS
+    points = [sent, stamps["pre"], received, answered, stamps["post"], reply]  # one more than SEGMENTS
     return {name: (points[i + 1] - points[i]) * 1000 for i, name in enumerate(SEGMENTS)}
 
 
@@ -100,41 +97,30 @@ def ready(p: fab.Product) -> Iterator[Kernel]:
         yield k
 
 
-def write_request(k: Kernel) -> str:
-    """The call alone's request: the last one the server received (the agent's first), beside the notebook."""
-    body = fab.STUB.completion_requests[-1].body
-    if fab.PROMPT not in json.dumps(body.get("messages")) or not body.get("tools"):
-        raise fab.Failed("the agent's request has no prompt or no tools")
-    (k.folder / fab.CALL_REQUEST).write_text(json.dumps({"messages": body["messages"], "tools": body["tools"]}))
-    return fab.CALL_SETUP
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--rounds", type=int, default=30, help="cells per product in each kernel (default 30)")
     ap.add_argument("--kernels", type=int, default=1, help="kernels per product, one pair after another (default 1)")
     args = ap.parse_args()
-    nb, jai = fab.NBAGENT, fab.JUPYTER_AI
+    nb, call, jai = fab.NBAGENT, fab.CALL_ALONE, fab.JUPYTER_AI
     if not fab.JAI_PYTHON.exists():
         print("bench/.jai-venv is missing (first_answer_bench.py --setup): nbagent only", file=sys.stderr)
+    products = [nb, call] + ([jai] if fab.JAI_PYTHON.exists() else [])
+    runs: dict[str, list[list[dict[str, float]]]] = {p.name: [] for p in products}  # per kernel, per cell
     fab.STUB.start()
-    runs: dict[str, list[list[dict[str, float]]]] = {"nbagent": [], CALL: []}  # per product, per kernel, per cell
-    if fab.JAI_PYTHON.exists():
-        runs["jupyter-ai"] = []
     try:
         for _ in range(args.kernels):
             with contextlib.ExitStack() as stack:
                 k_nb = stack.enter_context(ready(nb))
-                # the call alone's setup reads the request the agent's first cell sent: it runs in that kernel
-                fab.must_be_ok(k_nb, k_nb.submit(write_request(k_nb)), "the cell that reads the request")
-                k_jai = stack.enter_context(ready(jai)) if "jupyter-ai" in runs else None
+                fab.set_up_call(k_nb)  # the call alone runs in the nbagent kernel, on its agent's first request
+                kernels = {nb.name: k_nb, call.name: k_nb}
+                if jai in products:
+                    kernels[jai.name] = stack.enter_context(ready(jai))
                 for rows in runs.values():
                     rows.append([])
                 for _ in range(args.rounds):
-                    runs["nbagent"][-1].append(timeline(k_nb, nb.ai, nb.answered))
-                    runs[CALL][-1].append(timeline(k_nb, "await _call_alone()", fab.shows_hello))
-                    if k_jai is not None:
-                        runs["jupyter-ai"][-1].append(timeline(k_jai, jai.ai, jai.answered))
+                    for p in products:
+                        runs[p.name][-1].append(timeline(kernels[p.name], p))
     finally:
         fab.STUB.stop()
     report(runs)
