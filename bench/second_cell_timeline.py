@@ -103,9 +103,10 @@ def main() -> None:
     ap.add_argument("--kernels", type=int, default=1, help="kernels per product, one pair after another (default 1)")
     args = ap.parse_args()
     nb, call, jai = fab.NBAGENT, fab.CALL_ALONE, fab.JUPYTER_AI
-    if not fab.JAI_PYTHON.exists():
+    with_jai = fab.JAI_PYTHON.exists()
+    if not with_jai:
         print("bench/.jai-venv is missing (first_answer_bench.py --setup): nbagent only", file=sys.stderr)
-    products = [nb, call] + ([jai] if fab.JAI_PYTHON.exists() else [])
+    products = [nb, call] + ([jai] if with_jai else [])
     runs: dict[str, list[list[dict[str, float]]]] = {p.name: [] for p in products}  # per kernel, per cell
     fab.STUB.start()
     try:
@@ -114,7 +115,7 @@ def main() -> None:
                 k_nb = stack.enter_context(ready(nb))
                 fab.set_up_call(k_nb)  # the call alone runs in the nbagent kernel, on its agent's first request
                 kernels = {nb.name: k_nb, call.name: k_nb}
-                if jai in products:
+                if with_jai:
                     kernels[jai.name] = stack.enter_context(ready(jai))
                 for rows in runs.values():
                     rows.append([])
@@ -129,8 +130,9 @@ def main() -> None:
 def report(runs: dict[str, list[list[dict[str, float]]]]) -> None:
     names = list(runs)
     cells = {n: [cell for kernel in runs[n] for cell in kernel] for n in names}
-    kernels = len(runs["nbagent"])
-    print(f"\n{len(cells['nbagent'])} cells per product ({kernels} kernel(s) each), medians (ms); the whole cell is "
+    nb, jai = fab.NBAGENT.name, fab.JUPYTER_AI.name
+    kernels = len(runs[nb])
+    print(f"\n{len(cells[nb])} cells per product ({kernels} kernel(s) each), medians (ms); the whole cell is "
           "the median of the sums")
     print(f"{'segment':<22}" + "".join(f"{n:>18}" for n in names))
     for seg in SEGMENTS:
@@ -140,9 +142,9 @@ def report(runs: dict[str, list[list[dict[str, float]]]]) -> None:
     print(f"{'the whole cell':<22}" + "".join(f"{wholes[n]:>18.2f}" for n in names))
     print(f"{'the first timed cell':<22}" + "".join(f"{firsts[n]:>18.2f}" for n in names)
           + f"   (median of {kernels}: the second AI cell for nbagent and jupyter-ai)")
-    if "jupyter-ai" in wholes:
-        for label, values in (("whole ÷ jupyter-ai", wholes), ("first ÷ jupyter-ai", firsts)):
-            print(f"{label:<22}" + "".join(f"{values[n] / values['jupyter-ai']:>17.2f}x" for n in names))
+    if jai in wholes:
+        for label, values in ((f"whole ÷ {jai}", wholes), (f"first ÷ {jai}", firsts)):
+            print(f"{label:<22}" + "".join(f"{values[n] / values[jai]:>17.2f}x" for n in names))
 
 
 if __name__ == "__main__":
