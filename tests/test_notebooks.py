@@ -32,6 +32,22 @@ def execute(folder: Path, name: str, approve: str, status: int = 0, *extra: str
     return result, nbformat.read(folder / name, as_version=4)
 
 
+def as_told(folder: Path, name: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run the notebook exactly as its own text says (its "`nbagent run NAME ...` runs it and exits N"), from its
+    folder, and check it exits as the text promises."""
+    import re
+    import shlex
+
+    text = "\n".join(c.source for c in nbformat.read(NOTEBOOKS / name, as_version=4).cells if c.cell_type == "markdown")
+    found = re.findall(rf"`(nbagent run {re.escape(name)}[^`]*)` runs it and exits (\d)", text)
+    assert len(found) == 1, f"{name} does not say how to run it headless, and with what exit status"
+    (command, status), = found
+    argv = [str(Path(sys.executable).with_name("nbagent")), *shlex.split(command)[1:]]
+    result = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == int(status), result.stdout + result.stderr
+    return result, nbformat.read(folder / name, as_version=4)
+
+
 def streams(nb: Any) -> str:
     return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "stream")
 
@@ -61,7 +77,7 @@ def test_quickstart(folder: Path) -> None:
 
 
 def test_autonomy_levels_side_by_side(folder: Path) -> None:
-    _, nb = execute(folder, "autonomy.ipynb", "none", 1)  # every write denied: the runs did not do all they say
+    _, nb = as_told(folder, "autonomy.ipynb")  # every proposed write denied, on purpose (exit 1 without the flag)
     outcomes = [o["text"].split() for c in nb.cells for o in c.get("outputs", [])
                 if o["output_type"] == "stream" and "read_file" in o["text"]]
     assert outcomes == [
@@ -85,16 +101,18 @@ def test_file_scope_denials(folder: Path) -> None:
         assert any(line.startswith(target) and rule in line for line in out.splitlines()), (target, out)
     assert "sk-not-a-real-key" not in (folder / "file-scope.nbagent" / "events.jsonl").read_text()
     assert "root:x:0" not in (folder / "file-scope.nbagent" / "events.jsonl").read_text()
-    # the person who expects refusals says so: the same run, exit 0, and the verdict says what was allowed
-    allowed, _ = execute(folder, "file-scope.ipynb", "low", 0, "--allow-tool-errors")
+    # the person who expects refusals says so, as the notebook's text tells: exit 0, the verdict says what was allowed
+    allowed, _ = as_told(folder, "file-scope.ipynb")
     assert "ok, with tool errors allowed" in allowed.stdout
 
 
 def test_kernel_tools_change_the_dataframe(folder: Path) -> None:
-    _, nb = execute(folder, "kernel-tools.ipynb", "all")
+    _, nb = as_told(folder, "kernel-tools.ipynb")
     (record,) = records(nb)
     tools = [s.get("tool") for s in record["steps"] if s["kind"] == "tool"]
-    assert tools == ["inspect_variable", "run_python"] and record["plans"][0]["max_risk"] == "WRITE_HIGH_RISK"
+    assert tools == ["inspect_variable", "run_cell"] and record["plans"][0]["max_risk"] == "WRITE_HIGH_RISK"
+    ran = [c for c in nb.cells if (c.metadata.get("nbagent") or {}).get("ran")]
+    assert len(ran) == 1 and "df['share']" in ran[0].source  # the agent's cell, written into the notebook
     last = nb.cells[-1].outputs[0]["data"]["text/plain"]
     assert "share" in last and "0.338" in last
 

@@ -239,7 +239,9 @@ class Commands(HostState):
     async def cmd_tools(self, args: Any) -> None:
         from ..tools.control import CONTROL_TOOLS
 
-        tools = [*self.all_tools(approve=self.settings()["approve"][0] or None), *CONTROL_TOOLS.values()]
+        # the tools the model is offered: not one kept only so that recordings naming it still run (run_python)
+        tools = [t for t in self.all_tools(approve=self.settings()["approve"][0] or None) if t.offered]
+        tools += CONTROL_TOOLS.values()
         width = max([20, *(len(t.name) for t in tools)])  # MCP tools' names (mcp__SERVER__TOOL) are longer
         for t in tools:
             server = getattr(t, "server", None)  # an MCP server's tool (nbagent/mcp/): say which, and why that risk
