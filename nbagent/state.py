@@ -188,7 +188,7 @@ class RunState(BaseModel):
         if p.cost is None:
             self.cost_known = False
         else:
-            self.cost += p.cost
+            self.cost += max(0.0, p.cost)
         message = assistant_message(p.response)
         if message is not None:
             calls = message.get("tool_calls") or []
@@ -291,7 +291,7 @@ class RunState(BaseModel):
         if p.usage.total_tokens or p.usage.prompt_tokens:  # the summary request is a model call of the run
             self.usage = added(self.usage, p.usage)
         if p.cost is not None:
-            self.cost += p.cost
+            self.cost += max(0.0, p.cost)
 
     def _on_error(self, p: Any, e: EventBase) -> None:
         self.error = p.message
@@ -381,9 +381,11 @@ def assistant_message(response: dict[str, Any]) -> dict[str, Any] | None:
 def added(a: Usage, b: Usage) -> Usage:
     """Two usages summed (`cached_tokens`, input read from a provider's cache, only when there were any)."""
     cached = (getattr(a, "cached_tokens", 0) or 0) + (getattr(b, "cached_tokens", 0) or 0)
-    return Usage(prompt_tokens=a.prompt_tokens + b.prompt_tokens,
-                 completion_tokens=a.completion_tokens + b.completion_tokens,
-                 total_tokens=a.total_tokens + (b.total_tokens or b.prompt_tokens + b.completion_tokens),
+    # a count below zero (a log written by anything but this runtime, which floors usage: usage.py) adds nothing:
+    # a fold never subtracts, so no recorded event can refill a budget
+    prompt, completion, total = (max(0, n) for n in (b.prompt_tokens, b.completion_tokens, b.total_tokens))
+    return Usage(prompt_tokens=a.prompt_tokens + prompt, completion_tokens=a.completion_tokens + completion,
+                 total_tokens=a.total_tokens + (total or prompt + completion),
                  **({"cached_tokens": cached} if cached else {}))
 
 

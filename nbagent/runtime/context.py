@@ -24,7 +24,7 @@ from ..state import RunState, RunStatus
 if TYPE_CHECKING:
     from ..bus import EventBus
     from ..deciders import Decider
-    from ..llm import Fingerprint, ModelError, ModelSettings, ToolCallRequest
+    from ..llm import Fingerprint, ModelError, ModelReply, ModelSettings, ToolCallRequest
     from ..models.base import LocalModel
     from ..policy import Authorizer, AuthPolicy, Budget
     from ..scope import ScopeGuard
@@ -139,6 +139,8 @@ class AgentBase:
         def _estimate(self, ctx: RunContext, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                       exact: bool = False) -> dict[str, Any] | None: ...
         def _window_options(self) -> dict[str, Any] | None: ...
+        def _spent(self, ctx: RunContext, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                   reply: ModelReply, counted: int | None = None) -> tuple[Usage, float | None]: ...
         # history.py
         def _prefix(self, ctx: RunContext, state: RunState) -> list[dict[str, Any]]: ...
         def _history(self, ctx: RunContext, state: RunState) -> None: ...

@@ -15,12 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..events import CompactedResult, ContextCompacted, Error
-from ..llm import ModelError, complete
+from ..events import CompactedResult, ContextCompacted, Error, Usage
+from ..llm import ModelError, ModelReply, complete
 from ..state import RunState
+from ..usage import floored, priced
 from .compaction import Compactions, candidates, capped, extract, transcript, view
 from .context import AgentBase, RunContext
-from .window import Counter, Window, price_in, window_for
+from .window import Counter, Window, price_in, prices, window_for
 
 SUMMARY_PROMPT = (
     "You summarise a conversation between a researcher and an assistant working in a Jupyter notebook, so that the "
@@ -192,13 +193,14 @@ class ContextFitting(AgentBase):
             if counter.text(text) > budget:  # the most recent part: what the next request most likely needs
                 text = text[-budget * 3:]
             try:
-                reply = await complete(self.settings, [{"role": "system", "content": SUMMARY_PROMPT},
-                                                       {"role": "user", "content": text}], [])
+                request = [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": text}]
+                reply = await complete(self.settings, request, [])
             except ModelError as exc:
                 error = str(exc)
             else:
                 said = (reply.content or "").strip()
-                usage = {"usage": reply.usage, "cost": reply.cost}
+                spent, cost = self._spent(ctx, request, [], reply, counted=counter.request(request, []))
+                usage = {"usage": spent, "cost": cost}
                 if said:
                     return {**fields, **usage, "summary": counter.head(said, cap), "summary_by": "model"}
                 error = "the model returned an empty summary"
@@ -255,3 +257,25 @@ class ContextFitting(AgentBase):
                 out["cost"] = round(n * full, 8)
         return out
 
+    def _spent(self, ctx: RunContext, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+               reply: ModelReply, counted: int | None = None) -> tuple[Usage, float | None]:
+        """The usage and cost recorded for a call that sent `messages`: the provider's report, raised to nbagent's own
+        count of what was sent and received where a budget counts tokens or cost, or where the report says nothing
+        was (none, zero, negative: usage.floored). `counted`: the request's tokens, when they were counted already."""
+        reported = reply.usage
+        said = bool(reply.content) or bool(reply.tool_calls)
+        strict = self.budget.max_tokens is not None or self.budget.max_cost is not None
+        sent = received = 0
+        if strict or reported.prompt_tokens <= 0:  # every request sends something: none said is not none sent
+            counter = self.counter()
+            if counted is None:
+                exact = ctx.next_tokens if ctx.next_tokens is not None and ctx.next_tokens[1] else None
+                counted = exact[0] if exact is not None else counter.request(messages, tools)
+            sent = counted
+            if said and (strict or reported.completion_tokens <= 0):
+                received = counter.text(reply.content or "") + sum(
+                    counter.text(c.name) + counter.text(c.arguments_raw) for c in reply.tool_calls)
+        usage = floored(reported, sent=sent, received=received)
+        # offline models have nominal prices of their own (models/provider.py), and no litellm to ask
+        return usage, priced(reply.cost, reported, usage,
+                             lambda: prices(self.model) if self._local is None else (None, None))

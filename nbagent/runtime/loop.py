@@ -171,8 +171,9 @@ class RunLoop(AgentBase):
             request["images_sent"] = images_sent
         if estimate is not None:
             request["input_tokens"] = estimate
+        usage, spent = self._spent(ctx, messages, tools, reply)  # never less than nbagent's own count (fitting.py)
         called = self._record(run_id, LlmCalled(
-            model=self.model, request=request, response=reply.response, usage=reply.usage, cost=reply.cost,
+            model=self.model, request=request, response=reply.response, usage=usage, cost=spent,
             latency_ms=round(reply.latency_ms, 3), retry_count=reply.retry_count, fingerprint=fingerprint,
             call_ids=None if self._legacy_ids else assign_call_ids(state.model_calls + 1, _count_calls(reply.response)),
         ))

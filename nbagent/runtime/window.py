@@ -95,6 +95,19 @@ def price_in(model: str) -> tuple[float | None, float | None]:
             float(cached) if isinstance(cached, int | float) else None)
 
 
+def prices(model: str) -> tuple[float | None, float | None]:
+    """(dollars per input token, per output token) from litellm's table; None where unknown."""
+    from ..llm import library
+
+    try:
+        info = library("get_model_info", model=model)
+    except Exception:
+        return None, None
+    per_in, per_out = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    return (float(per_in) if isinstance(per_in, int | float) else None,
+            float(per_out) if isinstance(per_out, int | float) else None)
+
+
 class Counter:
     """Tokens of messages and texts for one model; counts of messages already seen are kept (by content)."""
 

@@ -124,6 +124,8 @@ def sent_line(p: Any) -> str:
     cached = getattr(p.usage, "cached_tokens", 0)
     if cached:
         out += f" · {cached:,} read from the provider's cache"
+    if getattr(p.usage, "counted", None):  # usage.floored: the provider reported less than nbagent counted, or none
+        out += " · usage by nbagent's count (the provider reported less, or none)"
     return out
 
 
