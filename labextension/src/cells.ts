@@ -25,6 +25,7 @@ import { IApp, ISignal, onNotebooks } from './app';
 import { ICodeCellLike, IIOPubMessage, OutputRouter, parentOf } from './outputs';
 import { UNDO_EVENT } from './view';
 import records from './records';
+import undo from './undo';
 
 export const COMM_TARGET = 'nbagent.cells';
 
@@ -97,6 +98,7 @@ interface INotebookLike {
     model?: { sharedModel?: ISharedNotebook; cells?: ICellModelList } | null;
     widgets?: readonly { node: HTMLElement }[];
     activeCellIndex?: number;
+    scrollToItem?(index: number, align?: string): unknown;
   };
 }
 
@@ -350,12 +352,18 @@ export function undoBelow(app: IApp, target: Node, runId: string): boolean {
     const content = panel.content;
     const inserted = nb.cells[at + 1]?.id;
     content.activeCellIndex = at + 1;
+    void content.scrollToItem?.(at + 1, 'center'); // where the Undo panel (or why not) will be: in view
     // the load goes to the kernel before the cell's own execute request (the kernel runs them in order)
     void loadNbagent(panel).finally(() => {
       const now = nb.cells.findIndex(cell => cell.id === inserted); // cells may have moved meanwhile
       if (now >= 0) {
         content.activeCellIndex = now;
-        void app.commands?.execute('notebook:run-cell');
+        void app.commands?.execute('notebook:run-cell')?.then(() => {
+          const at = nb.cells.findIndex(cell => cell.id === inserted);
+          if (at >= 0) {
+            void content.scrollToItem?.(at, 'center'); // its output, drawn now, in view
+          }
+        });
       }
     });
     return true;
@@ -369,13 +377,29 @@ const plugin = {
   autoStart: true,
   activate: (app: IApp): void => {
     onNotebooks(app, () => scan(app));
-    document.addEventListener(UNDO_EVENT, event => {
-      const runId = (event as CustomEvent<{ run_id?: string }>).detail?.run_id;
-      if (runId && /^[0-9A-Za-z]+$/.test(runId) && event.target instanceof Node) {
-        undoBelow(app, event.target, runId);
-      }
-    });
+    document.addEventListener(UNDO_EVENT, event => answerUndo(app, event as CustomEvent<IUndoClick>));
   }
 };
 
-export default [plugin, records];
+/** What a click on a record's Undo… carries: the run, and where to say what came of it (index.ts). */
+export interface IUndoClick {
+  run_id?: string;
+  done?: (text: string, ok: boolean) => void;
+}
+
+/** A click on Undo…: `%agent undo RUN` in a new cell below, run; the click is told where that is, or why not. */
+export function answerUndo(app: IApp, event: CustomEvent<IUndoClick>): void {
+  const runId = event.detail?.run_id;
+  const done = typeof event.detail?.done === 'function' ? event.detail.done : () => undefined;
+  if (!runId || !/^[0-9A-Za-z]+$/.test(runId)) {
+    done(`not undone: ${JSON.stringify(runId ?? null)} is not a run id`, false);
+  } else if (!(event.target instanceof Node) || !undoBelow(app, event.target, runId)) {
+    done(`not undone from here: this record is not in a notebook cell of this page; run %agent undo ${runId} `
+      + 'in its notebook', false);
+  } else {
+    done(`↓ %agent undo ${runId} runs in the new cell below: its Undo panel lists each change and asks before any`,
+      true);
+  }
+}
+
+export default [plugin, records, undo];

@@ -8,7 +8,8 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
 import { followFocus } from './focus';
-import { IRunView, renderView, UNDO_EVENT } from './view';
+import type { IUndoOffer } from './undo';
+import { IRunView, renderView, UNDO_ASK_EVENT, UNDO_EVENT } from './view';
 
 export const MIME_TYPE = 'application/vnd.nbagent.run+json';
 
@@ -18,6 +19,7 @@ export const RECORD_CLASS = 'jp-nbagent-RunRecord';
 export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
   private readonly mimeType: string;
   private readonly open = new Map<string, boolean>();
+  private view: IRunView | null = null; // the record drawn, whose Undo… the kernel is asked about once attached
 
   constructor(options: IRenderMime.IRendererOptions) {
     super();
@@ -36,7 +38,10 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
       root.setAttribute('tabindex', '-1'); // focusable by the page (focus.ts), not a stop of Tab
       root.setAttribute('role', 'region');
       root.setAttribute('aria-label', `nbagent run ${String((data as IRunView).run_id ?? '')}`);
-      offerUndo(this.node, data as IRunView);
+      this.view = data as IRunView;
+      if (this.node.isConnected) {
+        askUndo(this.node, this.view);
+      }
       followFocus(root, String((data as IRunView).run_id ?? ''));
     } catch (err) {
       this.node.replaceChildren();
@@ -47,28 +52,92 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
     }
     return Promise.resolve();
   }
+
+  // the ask bubbles up to the page: only once the record is in it (JupyterLab renders before attaching)
+  protected onAfterAttach(msg: any): void { // eslint-disable-line @typescript-eslint/no-explicit-any
+    super.onAfterAttach(msg);
+    if (this.view) {
+      askUndo(this.node, this.view);
+    }
+  }
 }
 
 /**
- * A finished run that changed files: its record's "↶ Undo %agent undo RUN" line gets a button. A record has no
- * kernel of its own, so the button asks the notebook (an event the cells plugin handles) to insert that very line
- * in a new cell below and run it: the Undo panel there shows what will change and asks before anything does.
+ * A finished run's record offers Undo… only where undo can act, which the record alone cannot tell (any run id can
+ * be in a saved notebook): it asks the notebook's kernel, through the undo plugin (undo.ts), which reads this
+ * notebook's log. No answer (no kernel running nbagent, a page without the plugin): no button.
  */
-function offerUndo(node: HTMLElement, view: IRunView): void {
-  const hint = node.querySelector('.nbv-undo-hint');
-  if (!hint || !view.run_id) {
+export function askUndo(node: HTMLElement, view: IRunView): void {
+  clearOffer(node);
+  const status = String(view.status ?? 'running');
+  if (!view.run_id || status === 'running' || status === 'waiting') {
     return;
   }
-  const button = document.createElement('button');
+  const runId = String(view.run_id);
+  node.dispatchEvent(new CustomEvent(UNDO_ASK_EVENT, {
+    bubbles: true, detail: { run_id: runId, answer: (offer: IUndoOffer | null) => showOffer(node, runId, offer) }
+  }));
+}
+
+const OFFER_PARTS = '.nbv-undo-offer, .nbv-undo-status, .nbv-undo-why, .nbv-undo-added';
+
+function clearOffer(node: HTMLElement): void {
+  node.querySelectorAll(OFFER_PARTS).forEach(el => el.remove());
+}
+
+function el(tag: string, cls: string, text?: string): HTMLElement {
+  const e = document.createElement(tag);
+  e.className = cls;
+  if (text !== undefined) {
+    e.textContent = text;
+  }
+  return e;
+}
+
+/**
+ * The kernel's word on undoing this run: Undo… on the record's "↶ Undo" line (made from the kernel's words when the
+ * record has none: a run that changed only cells), or why not beside that line. A click always says what came of
+ * it: where the Undo panel is, or why there is none.
+ */
+export function showOffer(node: HTMLElement, runId: string, offer: IUndoOffer | null): void {
+  clearOffer(node);
+  const root = node.querySelector('.nbagent-live.nbv-static');
+  if (!root || root.getAttribute('data-run-id') !== runId || !offer) {
+    return;
+  }
+  let hint = root.querySelector('.nbv-undo-hint');
+  if (!offer.undo) {
+    if (hint && offer.why) {
+      hint.appendChild(el('span', 'nbv-undo-why nbv-dim', ` — not undoable here: ${offer.why}`));
+    }
+    return;
+  }
+  if (!hint) {
+    const [command, rest] = String(offer.line || `%agent undo ${runId} undoes this run's changes`).split(' undoes ');
+    hint = el('p', 'nbv-undo-hint nbv-undo-added');
+    hint.append(el('strong', '', '↶ Undo '), el('code', '', command), ` undoes ${rest ?? ''}`);
+    root.insertBefore(hint, root.querySelector('.nbv-foot'));
+  }
+  const button = el('button', 'nbv-btn nbv-quiet nbv-undo-offer', 'Undo…') as HTMLButtonElement;
   button.type = 'button';
-  button.className = 'nbv-btn nbv-quiet nbv-undo-offer';
-  button.textContent = 'Undo…';
-  button.title = `insert and run %agent undo ${view.run_id} below: it shows what will change and asks first`;
+  button.title = offer.title || `insert and run %agent undo ${runId} below: it shows what will change and asks first`;
+  const said = el('span', 'nbv-undo-status');
+  said.setAttribute('role', 'status');
   button.addEventListener('click', () => {
-    node.dispatchEvent(new CustomEvent(UNDO_EVENT, { bubbles: true, detail: { run_id: view.run_id } }));
+    button.disabled = true;
+    let answered = false;
+    const done = (text: string, ok: boolean): void => {
+      answered = true;
+      said.textContent = ` ${text}`;
+      said.classList.toggle('nbv-bad', !ok);
+      button.disabled = ok; // (one cell per click: a second one would undo nothing)
+    };
+    node.dispatchEvent(new CustomEvent(UNDO_EVENT, { bubbles: true, detail: { run_id: runId, done } }));
+    if (!answered) {
+      done(`nothing on this page can run it: run %agent undo ${runId} in a cell of the notebook`, false);
+    }
   });
-  hint.appendChild(document.createTextNode(' '));
-  hint.appendChild(button);
+  hint.append(' ', button, said);
 }
 
 export const rendererFactory: IRenderMime.IRendererFactory = {

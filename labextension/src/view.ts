@@ -74,3 +74,7 @@ export const denyLabel: (plan: IPlan) => string = shared.denyLabel;
 
 /** The DOM event a record's Undo button sends (index.ts); the cells plugin (cells.ts) answers it in the notebook. */
 export const UNDO_EVENT = 'nbagent-undo';
+
+/** The DOM event a record sends to learn whether to offer Undo… (index.ts); the undo plugin (undo.ts) asks the
+ * notebook's kernel and calls `detail.answer` back. */
+export const UNDO_ASK_EVENT = 'nbagent-undo-ask';

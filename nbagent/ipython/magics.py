@@ -49,7 +49,9 @@ def register(ip: Any) -> None:
     if transform not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.insert(0, transform)
     host = install(ip)
-    from . import loading
+    from . import loading, undo_offers
+
+    undo_offers.announce(ip)  # the lab extension asks which saved records may offer Undo… (undo_offers.py)
 
     if loading.use_process():  # this kernel's model calls, however made, go to its model process
         from .. import modelproc

@@ -1,0 +1,117 @@
+"""Which saved records may offer Undo…: the kernel answers from this notebook's log, never the record itself.
+
+A record is data in the notebook: any run id can be in it (a cell copied from another notebook, a repository cloned
+without its logs, a run undone since from another kernel). So the lab extension draws a record's Undo… button only
+for a run the kernel says undo can act on: in this notebook's log, with file or cell changes, not undone already.
+
+`%load_ext nbagent` opens the comm `nbagent.undo` to the front end (nothing is imported for it but `comm`, which
+ipykernel has loaded). The lab extension sends `{"id": n, "ask": [run ids]}` on it; the kernel answers `{"id": n,
+"offers": {run_id: offer}}`, each offer `{"undo": true, "line", "title"}` or `{"undo": false, "why"}` (one line: what
+stands in the way). A front end without the extension closes the comm, and nothing more happens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TARGET = "nbagent.undo"
+MAX_ASK = 500  # run ids answered per message (a notebook holds far fewer records)
+_open: list[Any] = []  # the comm of this kernel (kept referenced while open)
+
+
+def announce(shell: Any) -> None:
+    """Open the comm for this kernel's front end, once (a terminal or a headless kernel has no one to tell)."""
+    if getattr(shell, "kernel", None) is None or os.environ.get("NBAGENT_HEADLESS") == "1" or _open:
+        return
+    try:
+        from comm import create_comm
+
+        comm = create_comm(target_name=TARGET, data={"version": 1})
+    except Exception as exc:  # no comm support here: no record offers Undo… (the hint's line still says how)
+        log.debug("no undo comm: %s", exc)
+        return
+    _open.append(comm)
+    comm.on_msg(lambda msg: _answer(comm, msg))
+    comm.on_close(lambda _msg: _open.remove(comm) if comm in _open else None)
+
+
+def _answer(comm: Any, msg: dict[str, Any]) -> None:
+    data = (msg.get("content") or {}).get("data") or {}
+    ask = data.get("ask")
+    if not isinstance(ask, list):
+        return
+    run_ids = [r for r in ask if isinstance(r, str) and r.isalnum() and len(r) <= 64][:MAX_ASK]
+    from ..shadowing import ShadowedLibrary, check
+
+    try:  # the log is read with nbagent's dependencies: none may be a module of the working folder (shadowing.py)
+        check("nbagent")
+    except ShadowedLibrary as exc:
+        comm.send({"id": data.get("id"), "offers": {r: {"undo": False, "why": str(exc)} for r in run_ids}})
+        return
+    from .host import current
+
+    host = current()
+    try:
+        found = offers(host.notebook, run_ids, host.folder)
+    except Exception as exc:  # an answer always comes: a record whose run cannot be checked offers no Undo…
+        from ..secrets import Redactor
+
+        why = Redactor().text(f"nbagent could not read this notebook's log ({type(exc).__name__}: {exc})")
+        found = {r: {"undo": False, "why": why} for r in run_ids}
+    comm.send({"id": data.get("id"), "offers": found})
+
+
+def offers(notebook: Path, run_ids: list[str], folder: Path) -> dict[str, dict[str, Any]]:
+    """What Undo… can do for each run, read from `notebook`'s own log (never written: a notebook without a log
+    gets none), checked against `folder` as the Undo panel checks it (`undo_offer`)."""
+    from ..store import StoreError, store_path_for
+
+    path = store_path_for(notebook)
+    if not run_ids:
+        return {}
+    if not (path / "meta.json").exists():
+        why = f"not in this notebook's log: {notebook.name} has none ({path.name}); nothing here to undo"
+        return {r: {"undo": False, "why": why} for r in run_ids}
+    from ..store import Store
+
+    try:
+        store = Store(path, readonly=True)
+    except StoreError as exc:
+        return {r: {"undo": False, "why": str(exc)} for r in run_ids}
+    try:
+        return {r: _offer(store, r, folder) for r in dict.fromkeys(run_ids)}
+    finally:
+        store.close()
+
+
+def _offer(store: Any, run_id: str, folder: Path) -> dict[str, Any]:
+    from ..secrets import Redactor
+    from ..store import RunNotFound, StoreError
+    from ..ui.undo_view import undo_offer
+    from ..undo import UndoError
+
+    try:
+        offer = undo_offer(store, run_id, folder=folder)
+    except RunNotFound:
+        return {"undo": False, "why": f"not in this notebook's log ({store.path.name}): a record of another "
+                                      "notebook's run, or of a log since replaced; nothing here to undo"}
+    except (UndoError, StoreError, OSError) as exc:
+        return {"undo": False, "why": Redactor().text(str(exc))}
+    if offer["state"] == "undone":
+        return {"undo": False, "why": offer["why_not"]}
+    files = sum(1 for c in offer["changes"] if not str(c["path"]).startswith("cell "))
+    cells = len(offer["changes"]) - files
+    parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((files, "file"), (cells, "cell")) if n]
+    line = f"%agent undo {run_id} undoes this run's changes ({', '.join(parts)})"
+    title = f"insert and run %agent undo {run_id} below: it shows what will change and asks first"
+    if offer["state"] == "conflicts":
+        title += f"; {offer['why_not']}"
+    return {"undo": True, "line": line, "title": title, "conflicts": len(offer["conflicts"])}
+
+
+__all__ = ["TARGET", "announce", "offers"]

@@ -1,0 +1,128 @@
+"""Issue 45 in a real browser: a saved record's Undo… is drawn only where undo can act, and a click always says
+what came of it.
+
+One notebook holds a record copied from another notebook (its run is in no log beside this one) above an
+`%%agent` cell whose run creates report.md. Before nbagent is loaded nothing offers Undo…; once `%load_ext nbagent`
+ran, the kernel (which reads this notebook's log) says the copied run is not in it, and the record says so beside
+its "↶ Undo" line, with no button. The new run's record gets Undo…; a click says where the Undo panel is, the panel
+asks, the undo puts report.md back, and the record, brought up to date, offers Undo… no more. JupyterLab, the
+browser and the helpers are tests/test_browser.py's; screenshots go to test-artifacts/browser/ (undo-offer-*.png).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_browser import (  # noqa: F401  (browser, lab, page are fixtures)
+    ACTIVE,
+    LIVE,
+    RECORD,
+    RUN_MIME,
+    Lab,
+    browser,
+    button,
+    create,
+    expect,
+    lab,
+    open_notebook,
+    page,
+    shot,
+    wait_kernel_idle,
+    wait_until,
+    waiting_card,
+)
+
+pytest.importorskip("playwright.sync_api")
+
+from playwright.sync_api import Page
+
+PANEL = f"{ACTIVE} .nbagent-live.nbv-undo"
+OUTCOME = f"{ACTIVE} .jp-OutputArea-output .nbr-undo-record"
+
+
+def foreign_record(folder: Path) -> dict:
+    """The output holding the record of a run made in another notebook (in `folder`, by `nbagent run`)."""
+    folder.mkdir()
+    (folder / "s.json").write_text(json.dumps({"turns": [
+        {"tool_calls": [{"name": "create_file", "arguments": {"path": "theirs.md", "content": "x\n"}}]},
+        {"content": "Wrote theirs.md."}]}))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext nbagent"), nbformat.v4.new_code_cell("%%agent --script s.json\nw")]
+    nbformat.write(nb, folder / "theirs.ipynb")
+    done = subprocess.run([str(Path(sys.executable).with_name("nbagent")), "run", "theirs.ipynb", "--approve", "all"],
+                          cwd=folder, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = nbformat.read(folder / "theirs.ipynb", as_version=4)
+    return next(o for o in ran.cells[1].outputs if RUN_MIME in o.get("data", {}))
+
+
+def run_cell_at(page: Page, index: int) -> None:  # noqa: F811
+    page.evaluate("""(i) => { const w = window.jupyterapp.shell.currentWidget; w.content.activeCellIndex = i;
+                       void window.jupyterapp.commands.execute('notebook:run-cell'); }""", index)
+
+
+def test_undo_is_offered_only_where_it_can_act_and_a_click_says_where(
+        page: Page, lab: Lab, tmp_path: Path) -> None:  # noqa: F811
+    copied = foreign_record(tmp_path / "elsewhere")
+    folder = lab.root / "undo-offer"
+    folder.mkdir()
+    (folder / "turns.json").write_text(json.dumps({"turns": [create("report.md", "# Report\n"),
+                                                             {"content": "Wrote report.md."}]}))
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext nbagent"),
+                nbformat.v4.new_code_cell("# a cell copied from another notebook, with its output"),
+                nbformat.v4.new_code_cell("%%agent --model nbagent/scripted --script turns.json\nWrite report.md")]
+    nb.cells[1].outputs = [nbformat.from_dict(copied)]
+    notebook = folder / "analysis.ipynb"
+    nbformat.write(nb, notebook)
+    theirs = copied["data"][RUN_MIME]["run_id"]
+    foreign = page.locator(f'{ACTIVE} {RECORD}[data-run-id="{theirs}"]')
+
+    open_notebook(page, lab, notebook)
+    wait_kernel_idle(page, lab, notebook)
+    expect(foreign).to_be_visible(timeout=60_000)
+    expect(foreign.locator(".nbv-undo-hint")).to_contain_text(f"%agent undo {theirs}")  # the saved record's words
+    expect(foreign.locator("button")).to_have_count(0)  # no kernel has said undo can act on it: nothing to click
+
+    run_cell_at(page, 0)  # %load_ext nbagent: the kernel answers from this notebook's log
+    expect(foreign.locator(".nbv-undo-why")).to_contain_text("not undoable here: not in this notebook's log",
+                                                             timeout=30_000)
+    expect(foreign.locator("button")).to_have_count(0)
+    foreign.scroll_into_view_if_needed()
+    shot(page, "undo-offer-1-copied-record")
+
+    run_cell_at(page, 2)
+    waiting_card(page, 1, "Create report.md")
+    button(page, "Create report.md").click()
+    ours = page.locator(f"{ACTIVE} {RECORD}").filter(has_text="Wrote report.md.")
+    expect(ours).to_be_visible(timeout=60_000)
+    expect(page.locator(LIVE)).to_have_count(0)
+    assert (folder / "report.md").read_text() == "# Report\n"
+    offer = ours.get_by_role("button", name="Undo…", exact=True)
+    expect(offer).to_be_visible(timeout=30_000)  # the kernel said this run's change can be undone
+    expect(offer).to_have_attribute("title", "insert and run %agent undo " + (ours.get_attribute("data-run-id") or "")
+                                    + " below: it shows what will change and asks first")
+    expect(foreign.locator("button")).to_have_count(0)
+    offer.click()
+    expect(ours.locator(".nbv-undo-status")).to_contain_text("runs in the new cell below: its Undo panel lists each "
+                                                             "change and asks before any")
+    expect(offer).to_be_disabled()
+    panel = page.locator(PANEL).first
+    expect(panel).to_be_visible(timeout=60_000)
+    expect(panel).to_be_in_viewport()  # the page went to where the answer is
+    shot(page, "undo-offer-2-clicked")
+    panel.get_by_role("button", name="Undo", exact=True).click()
+    panel.get_by_role("button", name="Undo 1 change", exact=True).click()
+    expect(page.locator(OUTCOME).first).to_contain_text("1 file put back", timeout=30_000)
+    wait_until(lambda: not (folder / "report.md").exists(), 10, "report.md removed")
+    # the record, brought up to date by the undo, says so and offers nothing more
+    expect(ours.locator(".nbv-undone")).to_be_visible(timeout=30_000)
+    expect(ours.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)
+    ours.scroll_into_view_if_needed()
+    shot(page, "undo-offer-3-undone")
