@@ -162,7 +162,9 @@ def test_an_older_notebook_is_written_back_valid(tmp_path: Path, minor: int) -> 
     (record,) = [o["data"][RUN_MIME] for o in written.cells[3].outputs if RUN_MIME in o.get("data", {})]
     assert record["status"] == "completed" and record["cell_id"] == written.cells[3].id  # the run is tied to it
 
-    # run again: the same cells (ids kept), so the cell's run is re-run from where it forked, not a new cell's
+    if minor:
+        return
+    # run again (once: the oldest): the same cells (ids kept), so the cell's run is re-run, not a new cell's
     again = nbagent("run", "old.ipynb", cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     rerun = nbformat.read(path, as_version=4)
