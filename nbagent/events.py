@@ -192,6 +192,8 @@ class PlanApproved(Payload):
     by: str = "user"
     # grants this decision gave (the `grant_given` events in the session chain): id, scope, what they cover
     grants: list[dict[str, Any]] = Field(default_factory=list)
+    # why a grant asked for with this decision was not given, and what to do (a key that cannot be used...)
+    grant_error: str | None = None
 
 
 class PlanRejected(Payload):
@@ -202,6 +204,8 @@ class PlanRejected(Payload):
     by: str = "user"
     # grants this decision gave (the `grant_given` events in the session chain): id, scope, what they cover
     grants: list[dict[str, Any]] = Field(default_factory=list)
+    # why a grant asked for with this decision was not given, and what to do (a key that cannot be used...)
+    grant_error: str | None = None
 
 
 class PlanRefined(Payload):

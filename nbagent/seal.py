@@ -11,7 +11,6 @@ make every seal an HMAC anyone can compute. Anything but a good key is `KeyFileE
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import hmac
@@ -27,10 +26,13 @@ _FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK",
 
 
 class KeyFileError(ValueError):
-    """The key file is unusable (a link, a FIFO, another user's, too short): one line saying what and where."""
+    """The key file is unusable (a link, a FIFO, another user's, too short) or cannot be made (the data folder cannot
+    be written): one line saying what, where, and what to do."""
 
-    def __init__(self, path: Path, why: str) -> None:
-        super().__init__(f"{path}: the trust key is {why}; nbagent did not use it: remove it and a new one is made")
+    def __init__(self, path: Path, why: str, fix: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: the trust key is {why}; " + (
+            fix or "nbagent did not use it: remove it and a new one is made"))
 
 
 def data_dir() -> Path:
@@ -51,14 +53,24 @@ def key() -> bytes:
         return _read(path)
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".trust.key.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as exc:  # a read-only home, a data folder of another user's, a file where the folder should be
+        raise KeyFileError(path, f"missing and cannot be made ({exc.strerror or exc})",
+                           f"make {path.parent} a folder this user can write, or set XDG_DATA_HOME to one") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(secrets.token_bytes(KEY_BYTES))
-        with contextlib.suppress(FileExistsError):
+        try:
             os.link(tmp, path)  # the first writer wins; another process's key (or what is there) is read below
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise KeyFileError(path, f"missing and cannot be made ({exc.strerror or exc})",
+                               f"make {path.parent} a folder this user can write, or set XDG_DATA_HOME to one"
+                               ) from None
     finally:
         tmp.unlink(missing_ok=True)
     return _read(path)
@@ -73,6 +85,11 @@ def _read(path: Path) -> bytes:
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(path):
             raise KeyFileError(path, f"a symbolic link (to {os.readlink(path)})") from None
+        if exc.errno == errno.ENOTDIR or (exc.errno == errno.EACCES and not os.path.lexists(path)):
+            # the folder, not the key: there is nothing to remove
+            raise KeyFileError(path, f"out of reach ({exc.strerror or exc})",
+                               f"make {path.parent} a folder this user can read and write, or set XDG_DATA_HOME to "
+                               "one") from None
         raise KeyFileError(path, f"unreadable ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)

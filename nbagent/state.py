@@ -65,6 +65,7 @@ class Decision(BaseModel):
     ts: str
     event_id: str | None = None
     grants: list[dict[str, Any]] = Field(default_factory=list)  # what the decision also answers ahead (grants.py)
+    grant_error: str | None = None  # why the grant asked for was not given
 
 
 class PlanInfo(BaseModel):
@@ -339,7 +340,7 @@ class RunState(BaseModel):
     def _decide(self, kind: Any, p: Any, e: EventBase, text: str) -> None:
         self.decisions.append(Decision(
             kind=kind, request_id=p.request_id, plan_id=getattr(p, "plan_id", None), by=p.by, text=text, ts=e.ts,
-            event_id=e.id, grants=list(getattr(p, "grants", None) or []),
+            event_id=e.id, grants=list(getattr(p, "grants", None) or []), grant_error=getattr(p, "grant_error", None),
         ))
         if self.pending is not None and (p.request_id is None or p.request_id == self.pending.request_id):
             self.pending = None

@@ -22,6 +22,7 @@ from ..events import (
 )
 from ..ids import new_id
 from ..levels import Risk
+from ..seal import KeyFileError
 from ..state import RunState
 from .context import AgentBase, RunContext
 
@@ -43,9 +44,10 @@ class Decisions(AgentBase):
                 return False
             try:
                 self._record_verdict(ctx.run_id, request.plan_id, request.request_id, pending.event_id, verdict)
-            except grants_.GrantError:  # patterns that cover nothing: the decision stands, without the grant
+            except grants_.GrantError as exc:  # patterns that cover nothing: the decision stands, without the grant
                 self._record_verdict(ctx.run_id, request.plan_id, request.request_id, pending.event_id,
-                                     verdict.model_copy(update={"grant": None}))
+                                     verdict.model_copy(update={"grant": None}),
+                                     grant_error=f"the grant was not given: {exc}")
             return True
         question = QuestionRequest(run_id=ctx.run_id, request_id=pending.request_id, question=pending.question or "")
         answer = await self.decider.answer(question)
@@ -55,10 +57,12 @@ class Decisions(AgentBase):
                                                     call_id=pending.call_id, by=answer.by), parent=pending.event_id)
         return True
 
-    def _record_verdict(self, run_id: str, plan_id: str, request_id: str, parent: str, verdict: Verdict
-                        ) -> EventBase:
+    def _record_verdict(self, run_id: str, plan_id: str, request_id: str, parent: str, verdict: Verdict,
+                        grant_error: str | None = None) -> EventBase:
         """Record a decision, and the grants it gives (checked first: a grant that cannot be given is a
-        `GrantError` and nothing is recorded)."""
+        `GrantError` and nothing is recorded). A grant that cannot be sealed (this user's key cannot be read or
+        made) is not given, and the decision is recorded without it, saying why (`grant_error`): the calls it
+        approves run, and the next calls of their kind are asked about again."""
         terms = self.grant_terms(run_id, plan_id, verdict)
         # everything the decision records is worked out before anything is written: a decision that fails records
         # nothing (an expiry past what a clock can hold, patterns that cover nothing)
@@ -73,14 +77,19 @@ class Decisions(AgentBase):
                   "expires_at": expires} for g, t in zip(ids, terms, strict=True)]
         root = self._root_of(run_id) if terms else run_id
         # each grant made and sealed before the decision is written (a key that cannot be used fails it here)
-        sealed = [self._grant_event(run_id, root, plan_id, request_id, t, by=verdict.by, expires_at=expires,
-                                    grant_id=g) for g, t in zip(ids, terms, strict=True)]
+        try:
+            sealed = [self._grant_event(run_id, root, plan_id, request_id, t, by=verdict.by, expires_at=expires,
+                                        grant_id=g) for g, t in zip(ids, terms, strict=True)]
+        except (KeyFileError, OSError) as exc:  # the decision is kept: only what it would answer ahead is lost
+            sealed, given = [], []
+            grant_error = f"the grant was not given (it could not be sealed): {exc}"
         payload: Payload
         if verdict.action == "approve":
-            payload = PlanApproved(plan_id=plan_id, request_id=request_id, by=verdict.by, grants=given)
+            payload = PlanApproved(plan_id=plan_id, request_id=request_id, by=verdict.by, grants=given,
+                                   grant_error=grant_error)
         elif verdict.action == "deny":
             payload = PlanRejected(plan_id=plan_id, request_id=request_id, reason=verdict.text, by=verdict.by,
-                                   grants=given)
+                                   grants=given, grant_error=grant_error)
         else:
             payload = PlanRefined(plan_id=plan_id, request_id=request_id, feedback=verdict.text, by=verdict.by)
         event = self._record(run_id, payload, parent=parent)

@@ -145,7 +145,8 @@ class Anchor:
             self.note(key, written["seq"], written["hash"], sync=sync)
         except OSError as exc:
             self._warn_once("", warn, f"{self.path}: cannot write this store's anchor ({exc.strerror or exc}); "
-                                      "events cut off the end of a chain from now on may go unnoticed")
+                                      "events cut off the end of a chain from now on may go unnoticed: make "
+                                      f"{seal.data_dir()} a folder this user can write, or set XDG_DATA_HOME to one")
 
     def _warn_once(self, key: str, warn: Callable[[str], None], message: str) -> None:
         if key not in self.warned:

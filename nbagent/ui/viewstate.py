@@ -177,6 +177,8 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
             text = getattr(p, "reason", "") or getattr(p, "feedback", "")
             verb = {"plan_approved": "approved", "plan_rejected": "denied", "plan_refined": "refined"}[e.type]
             detail = f"plan {verb} by {p.by}" + (f": {text}" if text else "")
+            if getattr(p, "grant_error", None):
+                detail += f" · {p.grant_error}"
         return {**base, "kind": "info", "title": e.type.replace("_", " "), "detail": detail, "status": "info"}
     return None
 
