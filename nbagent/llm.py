@@ -51,6 +51,12 @@ class ModelError(Exception):
 # 1,000 steps and growing). Set for the import only, unless set already: the environment is left as it was.
 _IMPORT_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
                "MAX_BASE64_LENGTH_FOR_LOGGING": "0"}
+# Set for the import whatever they were, then put back: litellm's `__init__` calls python-dotenv's `load_dotenv()`
+# in its "DEV" mode (the default), which fills the environment from the first `.env` found walking up from the
+# working folder (a kernel) or from litellm's own install (a `.venv/` inside a project), so a cloned repository's
+# `OPENAI_BASE_URL` would carry the person's key to another server. No dotfile steers the model layer:
+# docs/configuration.md, "What nbagent reads".
+_NO_DOTENV = {"LITELLM_MODE": "PRODUCTION", "PYTHON_DOTENV_DISABLED": "1"}
 
 
 # what litellm's first call imports beyond `import litellm` (its proxy's file-id helpers, the stream builder's types,
@@ -96,15 +102,20 @@ def import_litellm() -> ModuleType:
     from .shadowing import check
 
     check()  # a litellm.py (or openai/, httpx.py...) in the working folder would run here: refused, in one line
-    added = [k for k in _IMPORT_ENV if k not in os.environ]
+    added = {k: v for k, v in _IMPORT_ENV.items() if k not in os.environ}
+    forced = {k: os.environ.get(k) for k in _NO_DOTENV}
     try:
-        for key in added:
-            os.environ[key] = _IMPORT_ENV[key]
+        os.environ.update(added)
+        os.environ.update(_NO_DOTENV)
         import litellm
     finally:
-        for key in added:  # unless the person set it meanwhile (another cell, another thread)
-            if os.environ.get(key) == _IMPORT_ENV[key]:
-                del os.environ[key]
+        for key, value in {**added, **_NO_DOTENV}.items():  # unless the person set it meanwhile (another cell)
+            if os.environ.get(key) == value:
+                before = forced.get(key)
+                if before is None:
+                    del os.environ[key]
+                else:
+                    os.environ[key] = before
     import logging
 
     if not os.environ.get("NBAGENT_LITELLM_DEBUG"):

@@ -47,6 +47,8 @@ from typing import Any
 
 __all__ = ["CALLS", "ModelProcess", "RemoteError", "current", "existing", "start"]
 
+# the variables litellm sets in this process for itself, kept when the kernel's environment replaces this one's
+LIBRARY_OWN = frozenset({"TIKTOKEN_CACHE_DIR"})
 CALLS = frozenset({"get_model_info", "token_counter", "encode", "decode", "supports_vision", "validate_environment"})
 _MESSAGE_MAX = 20_000
 
@@ -307,7 +309,6 @@ class _Child:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.early: list[bytes] = []  # requests that came while loading
         self.lines: asyncio.Queue[bytes] = asyncio.Queue()
-        self.kernel_keys: set[str] = set(os.environ)  # the process started with the kernel's environment
 
     def later(self, stream: Any) -> None:
         """Read an answered stream to its end on this process's loop, after the answer has gone (llm._call's
@@ -342,15 +343,16 @@ class _Child:
         self.send({"op": "ready", "seconds": time.perf_counter() - began})
 
     def environ(self, msg: dict[str, Any]) -> None:
-        """The kernel's environment over this process's: its variables as the kernel has them (one it removed is
-        removed here), and what the library set here for itself (tiktoken's cache folder) kept."""
+        """This process's environment becomes exactly the kernel's: every variable as the kernel has it, none the
+        kernel lacks (whatever set it here: a dotfile a library read, a library's own default), except the few the
+        library sets for itself and needs (LIBRARY_OWN: tiktoken's cache folder, else it downloads encodings)."""
         env = msg.get("env")
         if isinstance(env, dict):
             env = {str(k): str(v) for k, v in env.items()}
-            for key in self.kernel_keys - env.keys():
-                os.environ.pop(key, None)
+            for key in list(os.environ):
+                if key not in env and key not in LIBRARY_OWN:
+                    os.environ.pop(key, None)
             os.environ.update(env)
-            self.kernel_keys = set(env)
 
     async def handle(self, msg: dict[str, Any]) -> None:
         n = msg.get("id")

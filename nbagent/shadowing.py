@@ -1,11 +1,13 @@
-"""The model library is never loaded from the working folder: a module there that would stand in for one of its
-installed packages stops the load, in one line, before anything is imported.
+"""Neither nbagent nor the model library is loaded from the working folder: a module there that would stand in for
+one of their installed packages stops the load (or the `%%agent` cell), in one line, before anything is imported.
 
 Why: a kernel puts its working folder on `sys.path` (as `''`, before site-packages), so a `litellm.py`, an
 `openai/` package or an `httpx.py` in a notebook's folder (a cloned repository, a downloaded example) is what
 `import litellm` runs. A person's own `import litellm` would run it too, but nbagent imports the library by itself:
 in the background after `%load_ext` when a model is configured, or for an `%%agent` cell. Code that nobody chose
-to run must not run because nbagent was loaded.
+to run must not run because nbagent was loaded. The same holds for nbagent's own dependencies (pydantic, tinydb,
+nh3, wcmatch, markdown-it...), which a kernel imports at its first `%%agent` cell: `check("nbagent")` runs before
+each cell's work (nbagent/ipython/host.py) and before anything is imported ahead of one (nbagent/ipython/loading.py).
 
 What counts: the import names of litellm and of every distribution it requires (its requirement closure, markers
 evaluated, no extras), found in a working folder as a module (`NAME.py`, `.pyc`, an extension module) or a regular
@@ -19,6 +21,7 @@ Not covered: a module litellm imports without requiring it (an optional speed-up
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from importlib import machinery, metadata
@@ -69,13 +72,14 @@ def _modules_in(folder: Path) -> dict[str, Path]:
     return out
 
 
-def _closure(root: str) -> list[metadata.Distribution]:
-    """The installed distributions `root` requires, directly or not (markers evaluated, no extras)."""
+def _closure(root: str, without: tuple[str, ...] = ()) -> list[metadata.Distribution]:
+    """The installed distributions `root` requires, directly or not (markers evaluated, no extras), not going
+    into those named in `without`."""
     from packaging.requirements import InvalidRequirement, Requirement  # ipykernel's dependency
     from packaging.utils import canonicalize_name
 
     seen: dict[str, metadata.Distribution] = {}
-    todo, done = [root], set()
+    todo, done = [root], {canonicalize_name(name) for name in without}
     while todo:
         name = canonicalize_name(todo.pop())
         if name in done:
@@ -116,6 +120,26 @@ def _import_names(dist: metadata.Distribution) -> set[str]:
     return names
 
 
+@functools.lru_cache(maxsize=4)
+def wanted(root: str) -> frozenset[str]:
+    """The import names of `root` and of every distribution it requires, but those _GUARDED_APART (~0.2 s for
+    nbagent's ~100: computed once per process; a package installed later can only add names, which the check would
+    then miss, never refuse wrongly)."""
+    names = {root}
+    for dist in _closure(root, _GUARDED_APART.get(root, ())):
+        names |= _import_names(dist)
+    return frozenset(names)
+
+
+# What the kernel imports of nbagent's dependencies leaves out the model library's own: the model process imports
+# it (never from the working folder), and where it is imported in the kernel, `check(ROOT)` guards it there
+# (llm.import_litellm). So a `tiktoken.py` beside the notebook stops nothing that would not run it.
+_GUARDED_APART = {"nbagent": (ROOT,)}
+
+# what is refused, in the one line, by what the check protects
+_WHAT = {ROOT: "not loading the model library", "nbagent": "not running the agent"}
+
+
 def check(root: str = ROOT) -> None:
     """Raise ShadowedLibrary when a working folder holds a module that `import root` would take in place of an
     installed one; else return (cheaply: one listing of each working folder)."""
@@ -126,13 +150,13 @@ def check(root: str = ROOT) -> None:
                 local.setdefault(name, path)
     if not local:
         return
-    wanted = {root}
-    for dist in _closure(root):
-        wanted |= _import_names(dist)
-    clash = sorted(set(local) & wanted)
+    clash = sorted(set(local) & wanted(root))
     if clash:
         shown = ", ".join(str(local[name]) for name in clash[:3]) + (" …" if len(clash) > 3 else "")
+        who = "the model library needs" if root == ROOT else f"{root} needs"
+        plural = len(clash) > 1
         raise ShadowedLibrary(
-            f"nbagent: not loading the model library: {shown} in the working folder would be imported in place of "
-            f"the installed package{'s' if len(clash) > 1 else ''} {', '.join(repr(n) for n in clash)}. Rename or "
-            "move it (or start the kernel in another folder), then run the cell again.")
+            f"nbagent: {_WHAT.get(root, 'not loading ' + root)}: {shown} in the working folder would be imported in "
+            f"place of the installed package{'s' if plural else ''} {', '.join(repr(n) for n in clash)}, which "
+            f"{who}. Rename or move it (or start the kernel in another folder), then run "
+            "the cell again.")

@@ -113,6 +113,32 @@ def test_each_call_takes_the_environment_as_it_is_then(process: modelproc.ModelP
     assert "OPENAI_API_KEY" in found["missing_keys"]
 
 
+def test_the_process_environment_is_exactly_the_kernel_s(stub: StubOpenAI, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever sets a variable in the model process that the kernel never had (a dotfile a library reads at
+    import, a module's own default) is gone by the first call: the process works with the kernel's environment
+    only (modelproc.LIBRARY_OWN aside)."""
+    (tmp_path / "sets_variables.py").write_text(
+        "import os\nos.environ['ANTHROPIC_API_KEY'] = 'sk-ant-set-in-the-process'\n"
+        "os.environ['OPENAI_BASE_URL'] = 'http://127.0.0.1:9/v1'\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-process")
+    monkeypatch.setenv("OPENAI_API_BASE", stub.base_url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    p = modelproc.ModelProcess(("sets_variables", "nbagent.llm"))
+    monkeypatch.setattr(modelproc, "_process", p)
+    try:
+        p.loaded.result(120)
+        found = llm.library("validate_environment", model="anthropic/claude-3-5-haiku-20241022")
+        assert "ANTHROPIC_API_KEY" in found["missing_keys"]
+        asyncio.run(llm.complete(SETTINGS, ASK, []))  # to the kernel's server, not the one the module named
+        assert stub.requests[-1].headers["authorization"] == "Bearer sk-test-process"
+    finally:
+        p.close()
+        p.proc.wait(30)
+
+
 def test_a_process_that_cannot_load_says_which_package_is_missing(stub: StubOpenAI) -> None:
     p = modelproc.ModelProcess(("nbagent_provider_pkg_not_installed", "nbagent.llm"))
     with pytest.raises(ModuleNotFoundError) as missing:

@@ -150,6 +150,7 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
     """Run a cell's work. An nbagent error (bad options, an unknown `{name}`, no run waiting...) fails the cell
     with one clear line and no traceback, so Run All and `nbagent run` stop there; whatever the cell shows is
     redacted. With `hold` (an `%%agent` cell), its runs' start and end are committed just after its reply."""
+    _own_imports_checked()
     try:
         needed = needs_model() if needs_model is not None else False
     except Exception:  # options that do not parse: the cell reports them once it runs
@@ -188,6 +189,20 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
 
             update_display({"text/plain": ""}, raw=True, display_id=_host.status_display)
             _host.status_display = None
+
+
+def _own_imports_checked() -> None:
+    """Before a cell imports anything of nbagent's runtime: a module in the working folder that would be imported in
+    place of one of nbagent's dependencies (a cloned repository's `pydantic.py`) fails the cell in one line naming
+    the file, and never runs (nbagent/shadowing.py)."""
+    from ..shadowing import ShadowedLibrary, check
+
+    try:
+        check("nbagent")
+    except ShadowedLibrary as exc:  # (not _one_line: its redactor's imports are what must not run; the line holds
+        text = str(exc)               # only a path and package names)
+        exc._render_traceback_ = lambda: [f"\x1b[0;31mShadowedLibrary\x1b[0m: {text}"]  # type: ignore[attr-defined]
+        raise exc from None
 
 
 def _after_reply(commit: Callable[[], None]) -> None:
