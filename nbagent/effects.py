@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from .scope import ScopeGuard
     from .tools.base import Tool
 
-__all__ = ["CallInfo", "Effect", "Target", "bound", "call_digest", "current_call", "digest_matches", "resolve"]
+__all__ = ["CallInfo", "Effect", "Target", "bound", "call_digest", "current_call", "current_effect", "digest_matches",
+           "resolve"]
 
 Op = Literal["read", "list", "write", "create", "delete"]
 WRITING: frozenset[str] = frozenset({"write", "create", "delete"})
@@ -54,6 +55,9 @@ class Target(BaseModel):
     aliases: list[str] = Field(default_factory=list)
     problem: str | None = None  # why it cannot be resolved (the scope refuses it: the call will be refused)
     rule: str | None = None  # the scope's rule that refuses it (outside, symlink_escape, excluded...)
+    # what nbagent sends in place of `written` (an MCP server's path made absolute, as decided: mcp/rules.py); kept
+    # out of the log, which holds paths relative to the notebook's folder
+    sent: str | None = Field(default=None, exclude=True)
 
     @property
     def redirected(self) -> bool:
@@ -69,6 +73,9 @@ class Effect(BaseModel):
     # a notebook cell the call writes, resolved (`replace_cell`: the id of the cell that the id or call id the model
     # wrote names), so a decision binds to that cell, not to how the model spelled it; no path: grants need --arg
     cell: str | None = None
+    # why nbagent cannot tell what the call changes (an MCP tool that writes what its arguments do not say: a git
+    # checkout); such a call is WRITE_HIGH_RISK unless the person's own configuration set the tool's risk
+    unknown: str | None = None
 
     @property
     def redirected(self) -> bool:
@@ -179,8 +186,12 @@ def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
     """The effect of calling `tool` with `arguments`: its targets (the tool's own resolver, else every path
     argument against `guard`), and why it makes code that runs later, if it does."""
     own: Resolver | None = getattr(tool, "resolver", None)
+    # an MCP tool reads its paths by its server's rules (mcp/rules.py), against the runtime's guard
+    foreign: Callable[[ScopeGuard, dict[str, Any]], list[Target]] | None = getattr(tool, "read_paths", None)
     if own is not None:
         targets = own(arguments)
+    elif guard is not None and foreign is not None:
+        targets = foreign(guard, arguments)
     elif guard is not None:
         op: Op = "read" if tool.risk == Risk.READ_ONLY else "write"
         base = getattr(tool, "base", None)
@@ -198,7 +209,9 @@ def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
         why = ("the folder has too many entries to find every link that leads to this file, so whether something "
                "runs it later cannot be told (links.py)")
     cell: Callable[[dict[str, Any]], str | None] | None = getattr(tool, "cell_of", None)
-    return Effect(targets=targets, runs_later=why, cell=cell(arguments) if cell is not None else None)
+    unseen = getattr(tool, "effect_unknown", None) if tool.risk != Risk.READ_ONLY else None
+    return Effect(targets=targets, runs_later=why, cell=cell(arguments) if cell is not None else None,
+                  unknown=unseen)
 
 
 def _file_like(value: str) -> bool:
@@ -262,9 +275,12 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def risk_of(tool: Tool, effect: Effect) -> tuple[Risk, str | None]:
-    """The call's risk: the tool's own, raised to WRITE_HIGH_RISK when it makes code that runs later."""
+    """The call's risk: the tool's own, raised to WRITE_HIGH_RISK when it makes code that runs later, or when what
+    it changes is unknown and no one's own configuration set its risk (`risk_set`: an MCP entry's `risk`)."""
     if effect.runs_later is not None and tool.risk != Risk.READ_ONLY:
         return Risk.WRITE_HIGH_RISK, effect.runs_later
+    if effect.unknown is not None and tool.risk != Risk.READ_ONLY and not getattr(tool, "risk_set", False):
+        return Risk.WRITE_HIGH_RISK, effect.unknown
     return tool.risk, None
 
 
@@ -286,11 +302,17 @@ class CallInfo(BaseModel):
 
 
 _CALL: ContextVar[CallInfo | None] = ContextVar("nbagent_current_call", default=None)
+_EFFECT: ContextVar[Effect | None] = ContextVar("nbagent_current_effect", default=None)
 
 
 def current_call() -> CallInfo | None:
     """The call being run in this context (None outside a tool call)."""
     return _CALL.get()
+
+
+def current_effect() -> Effect | None:
+    """The effect decided for the call being run (an MCP tool sends the paths it resolved to: mcp/rules.py)."""
+    return _EFFECT.get()
 
 
 @contextlib.contextmanager
@@ -303,8 +325,10 @@ def bound(effect: Effect, call: CallInfo | None = None) -> Iterator[None]:
     table: dict[tuple[str, str], str] = {(t.op, t.written): t.path for t in effect.targets if t.path}
     token = BOUND.set(table)
     call_token = _CALL.set(call)
+    effect_token = _EFFECT.set(effect)
     try:
         yield
     finally:
+        _EFFECT.reset(effect_token)
         _CALL.reset(call_token)
         BOUND.reset(token)

@@ -332,6 +332,10 @@ def high_risk_effects(plan: dict[str, Any]) -> list[str]:
                   "create_file": f"creates {t}"}.get(str(s.get("tool")))
         if effect is None and str(s.get("tool")) in _CELL_EFFECT:
             effect = _CELL_EFFECT[str(s.get("tool"))].format(_clip(_step_target(s) or "a cell", 40))
+        if effect is None and (s.get("effect") or {}).get("unknown"):
+            # an MCP tool whose writes nbagent cannot see (mcp/rules.py): said as such, never as a known effect
+            on = f" on {_clip(str(s['target']), 60)}" if s.get("target") else ""
+            effect = f"runs {s.get('tool') or 'a tool'}{on}, whose effect is unknown"
         if effect is None:
             effect = ("runs Python code in the kernel, with everything the notebook can reach"
                       if s.get("tool") == "run_python" else
