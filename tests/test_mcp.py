@@ -94,7 +94,10 @@ def test_bad_entries_are_one_line_each_and_the_good_ones_stay(tmp_path: Path) ->
 
 def test_annotations_give_the_risk() -> None:
     assert mcp.annotation_risk({"readOnlyHint": True}) == (Risk.READ_ONLY, "readOnlyHint: true")
-    assert mcp.annotation_risk({"readOnlyHint": False, "destructiveHint": False})[0] == Risk.WRITE_LOW_RISK
+    # what a tool that writes touches cannot be seen from its annotations: destructiveHint: false lowers nothing
+    # (tests/test_mcp_server_rules.py, docs/mcp.md "Risk")
+    assert mcp.annotation_risk({"readOnlyHint": False, "destructiveHint": False})[0] == Risk.WRITE_HIGH_RISK
+    assert mcp.annotation_risk({"readOnlyHint": True, "destructiveHint": True})[0] == Risk.WRITE_HIGH_RISK
     assert mcp.annotation_risk({"destructiveHint": True})[0] == Risk.WRITE_HIGH_RISK
     assert mcp.annotation_risk({})[0] == Risk.WRITE_HIGH_RISK  # MCP's default: destructive
     assert mcp.annotation_risk(None)[0] == Risk.WRITE_HIGH_RISK
@@ -169,7 +172,8 @@ def test_risk_from_annotations_read_only_runs_at_l1_a_destructive_call_is_propos
     found, problems = lines(config, folder=repo)
     assert problems == []
     risks = {t.remote_name: t.risk for t in found}
-    assert risks["git_status"] == Risk.READ_ONLY and risks["git_add"] == Risk.WRITE_LOW_RISK
+    # git_add is annotated destructiveHint: false, but what it changes cannot be seen: high risk (server rules)
+    assert risks["git_status"] == Risk.READ_ONLY and risks["git_add"] == Risk.WRITE_HIGH_RISK
     assert risks["git_reset"] == Risk.WRITE_HIGH_RISK
     script = {"turns": [
         {"tool_calls": [{"name": "mcp__git__git_status", "arguments": {"repo_path": str(repo)}}]},

@@ -7,10 +7,11 @@ Configuration is the common `mcpServers` JSON (docs/mcp.md):
                  "risk": {"convert_time": "WRITE_LOW_RISK"}},
         "remote": {"url": "http://127.0.0.1:8000/mcp", "headers": {"Authorization": "Bearer ..."}}}}
 
-A tool's risk comes from its MCP annotations (`readOnlyHint: true` -> READ_ONLY, `destructiveHint: false` ->
-WRITE_LOW_RISK, anything else WRITE_HIGH_RISK) unless the server's `risk` map names it. The runtime calls these
-tools like any other (autonomy table, approvals, authorization, budgets, redaction, log): nothing here decides
-whether a call may run.
+A tool's risk is the server's `risk` map's when it names the tool; else, for a server nbagent knows (the reference
+filesystem server, mcp-server-git), what nbagent knows the tool does; else READ_ONLY for `readOnlyHint: true`, and
+WRITE_HIGH_RISK for everything else, whatever its annotations claim (what it changes is unknown). A call's paths
+are resolved as its server resolves them (rules.py). The runtime calls these tools like any other (autonomy table,
+approvals, authorization, budgets, redaction, log): nothing here decides whether a call may run.
 
 In a notebook, a server whose entry comes from a file starts only once a person trusted that exact entry
 (`notebook_toolset(trusted=...)`, the trust itself is recorded by nbagent/ipython/trust.py); inline JSON and
@@ -28,6 +29,8 @@ The package, along its seams (each module's docstring says why it stands alone):
 - server_files.py: which files of the notebook's folder a stdio entry runs (they are code);
 - trust.py: what a person's trust in an entry covers (`entry_digest`) and which entries need one;
 - servers.py: the background loop, starting and talking to one server (`Server`), the running servers;
+- rules.py: a call's paths read as its server reads them, and each tool's risk (rules_filesystem.py and
+  rules_git.py mirror the two servers nbagent knows);
 - results.py: a server's answer as a tool result;
 - toolsets.py: a server's tools as nbagent tools, and the entry points (`tools`, `toolset`, `notebook_toolset`).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import contextvars
 import json
 import logging
@@ -110,6 +111,30 @@ class Server:
         self._stderr: Any = None
         self._lock = threading.Lock()
         self._starting: concurrent.futures.Future[Any] | None = None
+        # whether the server asked for nbagent's roots (the notebook's folder) since it last started: the
+        # reference filesystem server then reads paths against that folder alone (rules.py)
+        self.roots_asked = False
+        self._asked: asyncio.Event | None = None
+        self._rule: Any = None
+
+    def rule(self) -> Any:
+        """How this server reads its tools' arguments (rules.Rule), made once."""
+        if self._rule is None:
+            from .rules import Rule
+
+            self._rule = Rule(self.name, self.config, self.folder, roots_asked=lambda: self.roots_asked)
+        return self._rule
+
+    async def _roots(self, context: Any) -> Any:
+        """The roots nbagent declares to a stdio server: the notebook's folder, the only one (MCP roots; a server
+        that honours them, as the reference filesystem server does, keeps to it)."""
+        from mcp.types import ListRootsResult, Root
+
+        self.roots_asked = True
+        if self._asked is not None:
+            self._asked.set()
+        assert self.folder is not None  # declared only with a folder
+        return ListRootsResult(roots=[Root(uri=Path(os.path.realpath(self.folder)).as_uri(), name="notebook")])
 
     def __repr__(self) -> str:
         return f"Server({self.name!r}, {self.state})"
@@ -175,17 +200,25 @@ class Server:
     async def _serve(self, ready: asyncio.Future[list[Any]]) -> None:
         _current.set(self)
         self._stop = asyncio.Event()
+        self.roots_asked, self._asked = False, asyncio.Event()
         try:
             from mcp import Client
             from mcp.types import Implementation
 
             from .._version import __version__
+            from .rules import kind_of
 
             transport, http = self._transport()
+            roots = self._roots if self.config.command and self.folder is not None else None
             try:
-                async with Client(transport, read_timeout_seconds=self.config.timeout,
+                async with Client(transport, read_timeout_seconds=self.config.timeout, list_roots_callback=roots,
                                   client_info=Implementation(name="nbagent", version=__version__)) as client:
                     tools = await self._list(client)
+                    if roots is not None and kind_of(self.config) == "filesystem":
+                        # it asks for the roots right after starting: wait for that (bounded), so how it reads a
+                        # path is settled before a call is judged
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._asked.wait(), min(self.config.timeout, 5))
                     self._client = client
                     if not ready.done():
                         ready.set_result(tools)

@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,51 +20,49 @@ from .server_files import entry_files
 from .servers import Server, _server
 from .trust import Entry, needs_trust
 
+if TYPE_CHECKING:
+    from ..effects import Target
+    from ..scope import ScopeGuard
+
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what the model providers accept as a function name (fullmatch)
 _NAME_PART = re.compile(r"[A-Za-z0-9_-]+")
 PREFIX = "mcp__"
 
 
 def annotation_risk(annotations: Any) -> tuple[Risk, str]:
-    """(risk, why) from a tool's MCP annotations (an object with read_only_hint / destructive_hint, or a dict)."""
+    """(risk, why) from a tool's MCP annotations alone (an object with read_only_hint / destructive_hint, or a
+    dict): READ_ONLY for `readOnlyHint: true` (not also `destructiveHint: true`), else WRITE_HIGH_RISK: what a tool
+    that writes touches cannot be seen from its annotations, so `destructiveHint: false` lowers nothing (rules.py)."""
+    from .rules import _annotated
 
-    def hint(*names: str) -> Any:
-        for n in names:
-            value = annotations.get(n) if isinstance(annotations, dict) else getattr(annotations, n, None)
-            if value is not None:
-                return value
-        return None
-
-    if annotations is not None:
-        if hint("read_only_hint", "readOnlyHint") is True:
-            return Risk.READ_ONLY, "readOnlyHint: true"
-        if hint("destructive_hint", "destructiveHint") is False:
-            return Risk.WRITE_LOW_RISK, "destructiveHint: false"
-    return Risk.WRITE_HIGH_RISK, "no readOnlyHint or destructiveHint: false"
+    read_only, claim = _annotated(annotations)
+    if read_only:
+        return Risk.READ_ONLY, claim
+    return Risk.WRITE_HIGH_RISK, f"effect unknown ({claim})" if claim else "effect unknown (no readOnlyHint)"
 
 
 class MCPTool(Tool):
-    """A server's tool: the server's JSON schema, risk from its annotations or the config."""
+    """A server's tool: the server's JSON schema, its risk and paths by its server's rules (rules.py)."""
 
     server: str
     remote_name: str
     risk_reason: str
     code_files: list[str]
+    effect_unknown: str | None  # why nbagent cannot see what it changes (effects.Effect.unknown), or None
+    risk_set: bool  # the person's own configuration set its risk (an unknown effect then does not raise it)
+    read_paths: Callable[[ScopeGuard, dict[str, Any]], list[Target]]  # its paths by its server's rules
 
 
 def _make_tool(server: Server, listed: Any) -> MCPTool:
     remote = listed.name
 
-    async def call(**arguments: Any) -> Any:
-        return await server.call(remote, arguments)
+    rule = server.rule()
 
-    override = server.config.risk.get(remote, server.config.risk.get(PREFIX + server.name + "__" + remote))
-    if override is None:
-        override = server.config.risk.get("*")
-    if override is not None:
-        risk, why = override, f"\"risk\" in {server.source}"
-    else:
-        risk, why = annotation_risk(getattr(listed, "annotations", None))
+    async def call(**arguments: Any) -> Any:
+        # a known server gets the paths that were decided, absolute (rules.Rule.bind)
+        return await server.call(remote, rule.bind(arguments))
+
+    risk, why, unknown, risk_set = rule.risk(remote, getattr(listed, "annotations", None), server.source)
     schema = dict(getattr(listed, "input_schema", None) or {})
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
@@ -76,12 +74,11 @@ def _make_tool(server: Server, listed: Any) -> MCPTool:
     tool = MCPTool(call, name=f"{PREFIX}{server.name}__{remote}", description=description, risk=risk,
                    parameters=schema)
     tool.server, tool.remote_name, tool.risk_reason = server.name, remote, why
+    tool.effect_unknown, tool.risk_set = unknown, risk_set
+    # its paths as its server reads them (effects.resolve asks, with the runtime's file scope)
+    tool.read_paths = lambda guard, arguments: rule.read_paths(tool, remote, guard, arguments)
     # the files of the folder its server runs (entry_files): a runtime may count writing them as code (code_paths)
     tool.code_files = [str(p) for p in entry_files(server.config, server.folder)]
-    # the server resolves a relative path from its own working folder: the scope judges it from there too
-    if server.config.command and server.config.cwd:
-        cwd = Path(server.config.cwd).expanduser()
-        tool.base = cwd.as_posix() if cwd.is_absolute() else server.config.cwd.replace("\\", "/")
     return tool
 
 
