@@ -136,8 +136,9 @@ def line(entry: Entry, why: str, approve: str | None, option: str = "") -> str:
         reason += f" (--approve {approve} does not: starting a server runs a command, WRITE_HIGH_RISK)"
     elif approve == "recorded":
         reason += " (--approve recorded starts only servers the log trusts)"
+    sets = f" ({entry.risk})" if entry.risk else ""  # a risk the entry lowers is part of what is trusted
     return _redact(f"nbagent: MCP server {entry.name!r} ({entry.source}) was not started: it would run "
-                   f"`{entry.command}`, and {reason}. To trust it: %agent trust {entry.name}{option} (or --all); "
+                   f"`{entry.command}`{sets}, and {reason}. To trust it: %agent trust {entry.name}{option} (or --all); "
                    "headless: nbagent run --approve all")
 
 
@@ -209,8 +210,9 @@ def cmd_trust(host: HostState, args: Any) -> None:
             continue
         trusts.append(record(host.store, session.id, entry, by="%agent trust"))
         runs = f" (and what it runs: {', '.join(entry.files)})" if entry.files else ""
-        print(_redact(f"trusted MCP server {entry.name!r} ({entry.source}): `{entry.command}`; it starts at the next "
-                      f"%%agent cell (or %agent tools); an edit of its entry{runs} is asked about again"))
+        sets = f" ({entry.risk})" if entry.risk else ""
+        print(_redact(f"trusted MCP server {entry.name!r} ({entry.source}): `{entry.command}`{sets}; it starts at "
+                      f"the next %%agent cell (or %agent tools); an edit of its entry{runs} is asked about again"))
 
 
 def cmd_mcp(host: HostState, args: Any) -> None:

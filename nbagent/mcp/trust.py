@@ -24,6 +24,7 @@ class Entry(BaseModel):
     digest: str  # entry_digest: what a trust covers
     command: str  # what_it_runs
     files: list[str] = Field(default_factory=list)  # the files of the notebook's folder it runs (entry_files), found
+    risk: str = ""  # the risks the entry sets for its tools, in words (risk_words): trusting it decides them too
 
 
 MAX_HASHED = 8 * 1024 * 1024  # a file it runs larger than this counts by its size and time of change, not read
@@ -96,6 +97,16 @@ def what_it_runs(config: ServerConfig) -> str:
     return shlex.join(words) + (f" (in {config.cwd})" if config.cwd else "")
 
 
+def risk_words(config: ServerConfig) -> str:
+    """The risks an entry sets for its tools, as the person asked to trust it reads them (`its "risk" sets
+    git_checkout to WRITE_LOW_RISK`): a cloned repository's entry could lower a risk, and a trust is a yes to it."""
+    if not config.risk:
+        return ""
+    shown = [f"{'every other tool' if k == '*' else k} to {v.value}" for k, v in list(config.risk.items())[:8]]
+    more = len(config.risk) - len(shown)
+    return "its \"risk\" sets " + ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
 def needs_trust(loaded: Loaded, folder: str | Path | None = None) -> list[Entry]:
     """The enabled servers whose entry came from a file: in a notebook each starts only once trusted. Their digest
     covers the files of the notebook's folder (`folder`, else the one the config was read from) they run."""
@@ -105,7 +116,7 @@ def needs_trust(loaded: Loaded, folder: str | Path | None = None) -> list[Entry]
         if name in loaded.files and not config.disabled:
             files = [os.path.relpath(p, where) for p in entry_files(config, where) if p.is_file()] if where else []
             out.append(Entry(name=name, source=loaded.files[name], digest=entry_digest(config, where),
-                             command=what_it_runs(config), files=files))
+                             command=what_it_runs(config), files=files, risk=risk_words(config)))
     return out
 
 
