@@ -10,8 +10,8 @@
   out are put back as they were (`put_back`).
 - While the notebook executes, the IOPub messages of the cells the agent runs (their parent is the cell's own
   msg id M, not the `%%agent` cell's request, so nbclient drops them) are kept by `Outputs`; after it, the cells are
-  written below their `%%agent` cell from the log (`write_agent_cells`), with those outputs (images kept), else the
-  text the log holds.
+  written below their `%%agent` cell from the log (`write_agent_cells`), with those outputs (images kept), redacted
+  by the one redactor as the kernel redacts them, else the text the log holds (redacted when it was logged).
 """
 
 from __future__ import annotations
@@ -329,6 +329,16 @@ def outputs_from_result(result: dict[str, Any]) -> list[Any]:
     return outs
 
 
+def _redacted(outs: list[Any], redactor: Any) -> list[Any]:
+    """The outputs read from IOPub, redacted as the kernel redacts them (ipython/cell_redaction.py): what it cannot
+    reach (a cell's error as ipykernel sent it, what the agent's code printed after its cell ended) is not written."""
+    import nbformat
+
+    from .secrets import redact_output
+
+    return [nbformat.from_dict(redact_output(redactor, dict(o))) for o in outs]
+
+
 # ------------------------------------------------------------------------------------------ after: written
 
 
@@ -348,7 +358,9 @@ def write_agent_cells(nb: Any, store: Any, run_ids: list[str], outputs: Outputs 
     import nbformat
 
     from .ipython.cells import TOOL
+    from .secrets import Redactor
 
+    redactor = Redactor()
     rewritten: set[str] = set()
     written: set[str] = set()  # ids of the ran cells written here
     for run_id in run_ids:
@@ -369,7 +381,7 @@ def write_agent_cells(nb: Any, store: Any, run_ids: list[str], outputs: Outputs 
             fields = {"source": r["source"], "metadata": nbformat.from_dict(r.get("metadata") or {}),
                       "execution_count": r.get("execution_count") if isinstance(r.get("execution_count"), int)
                       else None,
-                      "outputs": outputs_from_messages(msgs) if msgs else outputs_from_result(r)}
+                      "outputs": _redacted(outputs_from_messages(msgs), redactor) if msgs else outputs_from_result(r)}
             target = next((c for c in nb.cells if c.get("id") == r["cell_id"]), None)
             if target is not None and r.get("replaced") and (r["cell_id"] in written or _unchanged(store, target)):
                 target.update(fields)  # the agent's own cell, as it wrote it: replaced in place

@@ -6,7 +6,8 @@ rich reprs work as for a person's cell, and nothing process-wide is replaced (no
 switch interval). Its outputs are published on IOPub under a new parent message id M (ipykernel's
 `set_thread_parent`, inside a copied contextvars context, so no other output is re-parented); the model gets what
 the cell showed, read through ipykernel's hooks (display publisher hooks on the main thread, stream hooks in the
-IOPub thread), filtered by parent M: a print from another thread has its own parent and is not in it.
+IOPub thread), filtered by parent M: a print from another thread has its own parent and is not in it. The same
+hooks redact what the cell shows before it leaves the kernel (cell_redaction.py).
 
 Before running, the comm `nbagent.cells` carries the cell to a front end, as `insert_code_cell` does:
 
@@ -257,8 +258,10 @@ def _interruptible(task: asyncio.Task[Any], marker: Any, run_code: Any,
     return handler
 
 
-async def _execute(shell: Any, source: str, parent: dict[str, Any], cell_id: str) -> Any:
-    """Runs inside the copied context: outputs of this task (and only of it) go to parent M."""
+async def _execute(shell: Any, source: str, parent: dict[str, Any], cell_id: str,
+                   ran: Callable[[], None] | None = None) -> Any:
+    """Runs inside the copied context: outputs of this task (and only of it) go to parent M. `ran` is called once
+    the code ran, before the hooks that run after a cell (where an error would have been shown)."""
     tokens = shell.set_thread_parent(parent) if hasattr(shell, "set_thread_parent") else ()
     try:
         transformed, problem = source, None
@@ -271,6 +274,8 @@ async def _execute(shell: Any, source: str, parent: dict[str, Any], cell_id: str
             result = await shell.run_cell_async(source, store_history=True, silent=False, cell_id=cell_id,
                                                 transformed_cell=transformed, preprocessing_exc_tuple=problem)
         finally:  # what ipykernel triggers after a cell (run_cell_async does not): inline figures shown here, under M
+            if ran is not None:
+                ran()
             shell.events.trigger("post_execute")
             shell.events.trigger("post_run_cell", result)
         return result
@@ -313,29 +318,46 @@ class _Watchdog:
 
 
 async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> dict[str, Any]:
-    """Run `source` as a cell; what it showed, its texts as captured (`fitted` makes it the model's result)."""
+    """Run `source` as a cell; what it showed, its texts as captured (`fitted` makes it the model's result).
+
+    What it shows leaves the kernel redacted (cell_redaction.py): the same hooks, after the capture's."""
+    from ..secrets import Redactor
+    from .cell_redaction import CellRedaction, Outlet
+
     capture = _Capture(msg_id)
-    streams = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "register_hook")]
+    now = shell.get_parent() if hasattr(shell, "get_parent") else {}
+    request = dict((now or {}).get("header") or now or {}).get("msg_id")  # the %%agent cell's request
+    redaction = CellRedaction(Redactor(), msg_id, streams_of=(request,))
+    streams: list[Any] = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "register_hook")]
+    outlet = Outlet(shell, streams, redaction, _in_io_thread)
     for s in streams:
-        _in_io_thread(s, lambda s=s: s.register_hook(capture.stream))  # type: ignore[misc]
+        _in_io_thread(s, lambda s=s: (s.register_hook(capture.stream), s.register_hook(redaction.stream)))  # type: ignore[misc]
     pub: Any = getattr(shell, "display_pub", None)
     hooked = hasattr(pub, "register_hook")
     if hooked:
         pub.register_hook(capture.display)
+        pub.register_hook(outlet.display)
     # the cell's value as ipykernel's displayhook sends it (formatted once, under M: a repr that raises shows its
     # traceback in the cell, as for a person's); an older ipykernel without the hook: formatted again below
     hook: Any = getattr(shell, "displayhook", None)
     valued = hasattr(hook, "register_hook")
     if valued:
         hook.register_hook(capture.display)
+        hook.register_hook(outlet.display)
     count = shell.execution_count  # IPython counts a cell when it starts: the %%agent cell took the one before
     # ipykernel fails the request whose displayhook showed a traceback (a repr that raised): the agent's cell's
     # belongs to the agent's cell (its result says it), not to the %%agent cell around it
     flagged = getattr(shell, "_last_traceback_during_displayhook", None)
     traceback_before = getattr(shell, "_last_traceback", None)  # the %%agent cell's, put back after
     parent = _parent(shell, msg_id, cell_id, source)
+
+    def ran() -> None:  # ipykernel sent an error for the cell (it sets _last_traceback after sending one)
+        stb = getattr(shell, "_last_traceback", None)
+        if stb is not traceback_before:
+            outlet.error_shown(getattr(sys, "last_value", None), stb)
+
     ctx = contextvars.copy_context()
-    task = asyncio.get_running_loop().create_task(_execute(shell, source, parent, cell_id), context=ctx)
+    task = asyncio.get_running_loop().create_task(_execute(shell, source, parent, cell_id, ran), context=ctx)
     main = threading.current_thread() is threading.main_thread()
     old = signal.getsignal(signal.SIGINT) if main else None
     said: dict[str, bool] = {}  # the handler's word that SIGINT came (a C Task takes no attributes)
@@ -356,14 +378,22 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
             watchdog.stop()  # no SIGINT from it after this, and one it sent has been handled
         if main:  # (None: a handler set outside Python; Python's own is the closest to put back)
             signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
-        if hooked:
-            pub.unregister_hook(capture.display)
-        if valued:
-            hook.unregister_hook(capture.display)
+        for h in [h for h, on in ((pub, hooked), (hook, valued)) if on]:
+            h.unregister_hook(capture.display)
+            h.unregister_hook(outlet.display)
         for s in streams:
             if hasattr(s, "flush"):
                 s.flush()
-            _in_io_thread(s, lambda s=s: s.unregister_hook(capture.stream))  # type: ignore[misc]
+
+        def unhook() -> None:  # in one step of the IOPub thread: no text comes between the last hook and the rest
+            for s in streams:
+                s.unregister_hook(capture.stream)
+                s.unregister_hook(redaction.stream)
+            outlet.send_held()
+
+        if streams:
+            _in_io_thread(streams[0], unhook)
+        outlet.correct(parent)
     display_failed = False
     if flagged is not None:
         display_failed = bool(getattr(shell, "_last_traceback_during_displayhook", False)) and not flagged
