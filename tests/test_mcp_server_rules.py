@@ -277,7 +277,8 @@ def test_paths_the_server_would_take_outside_are_refused(filesystem_server: Path
                    ("mcp__fs__move_file", {"source": "data.csv", "destination": "../moved.csv"}),
                    ("mcp__fs__write_file", {"path": "~/planted.txt", "content": "x"}),
                    ("mcp__fs__write_file", {"path": "C:/planted.txt", "content": "x"}),
-                   ("mcp__fs__directory_tree", {"path": str(project)}))
+                   ("mcp__fs__directory_tree", {"path": str(project)}),
+                   ("mcp__fs__read_text_file", {"path": "a/" * 5000}))
     agent = Agent(script=script, tools=tools_of(config, nb), autonomy="L3", decider=PolicyDecider("all"),
                   store=nb / "nb.ipynb")
     result = run(agent)
@@ -285,8 +286,8 @@ def test_paths_the_server_would_take_outside_are_refused(filesystem_server: Path
     denied = [(e.payload.tool, e.payload.rule) for e in events if e.type == "authorization_denied"]
     assert denied == [("mcp__fs__read_multiple_files", "scope.symlink_escape"),
                       ("mcp__fs__move_file", "path_traversal"), ("mcp__fs__write_file", "scope.home"),
-                      ("mcp__fs__write_file", "scope.server"),
-                      ("mcp__fs__directory_tree", "scope.outside")], denied
+                      ("mcp__fs__write_file", "scope.server"), ("mcp__fs__directory_tree", "scope.outside"),
+                      ("mcp__fs__read_text_file", "scope.too_long")], denied
     assert not any(e.type == "tool_call_started" for e in events)
     assert "private notes" not in log_text(agent, result.run_id) and (nb / "data.csv").exists()
     assert not list(project.rglob("planted.txt")) and not (project / "moved.csv").exists()
@@ -403,9 +404,11 @@ def test_a_repository_that_reaches_outside_the_folder_is_refused(tmp_path: Path)
     subprocess.run(["git", "init", "-q", "-b", "main", str(nb / "tree")], check=True, env=GIT_ENV)
     with open(nb / "tree" / ".git" / "config", "a") as f:
         f.write(f"[core]\n\tworktree = {elsewhere}\n")
+    (nb / "linked").mkdir()
+    (nb / "linked" / ".git").symlink_to(elsewhere / ".git")
     config = {"mcpServers": {"git": {"command": "python", "args": ["-m", "mcp_server_git"]}}}
     script = calls(("mcp__git__git_log", {"repo_path": "sub"}), ("mcp__git__git_status", {"repo_path": "tree"}),
-                   ("mcp__git__git_log", {"repo_path": "$HOME"}))
+                   ("mcp__git__git_log", {"repo_path": "$HOME"}), ("mcp__git__git_log", {"repo_path": "linked"}))
     agent = Agent(script=script, tools=tools_of(config, nb), autonomy="L1", decider=PauseDecider(),
                   store=nb / "nb.ipynb")
     result = run(agent)
@@ -413,5 +416,6 @@ def test_a_repository_that_reaches_outside_the_folder_is_refused(tmp_path: Path)
     # Was: both ran at L1 unasked: the log of a repository elsewhere, the status of a tree elsewhere.
     assert "private diary" not in log_text(agent, result.run_id) and "diary.txt" not in log_text(agent, result.run_id)
     denied = [e.payload for e in events if e.type == "authorization_denied"]
-    assert [d.rule for d in denied] == ["scope.outside"] * 3, denied
+    assert [d.rule for d in denied] == ["scope.outside"] * 4, denied
     assert "git folder" in denied[0].reason and "working tree" in denied[1].reason
+    assert "git folder" in denied[3].reason

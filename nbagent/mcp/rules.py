@@ -155,6 +155,9 @@ class Rule:
                 if not isinstance(v, str):
                     continue
                 where = key if i is None else f"{key}[{i}]"
+                if len(v) > _LONGEST:  # the scope refuses it: not walked name by name first
+                    out.append(resolve_target(guard, op, v, where))
+                    continue
                 try:
                     absolute = fsr.resolve_path(v, allowed, self.cwd, self.env["HOME"])
                 except (fsr.Refused, OSError, ValueError) as exc:
@@ -174,8 +177,8 @@ class Rule:
     def _git(self, tool: Tool, remote: str, guard: ScopeGuard, arguments: dict[str, Any]) -> list[Target]:
         op: Op = "read" if tool.risk == Risk.READ_ONLY else "write"
         written = arguments["repo_path"]
-        if not written.strip():
-            return [resolve_target(guard, op, written, "repo_path")]  # empty: the scope refuses it
+        if not written.strip() or len(written) > _LONGEST:
+            return [resolve_target(guard, op, written, "repo_path")]  # empty or too long: the scope refuses it
         path = gitr.expand(written, self.cwd, self.env)
         t = resolve_target(guard, op, path, "repo_path")
         t.written = written if t.problem is None else _clip(written)
@@ -189,7 +192,7 @@ class Rule:
             other = posixpath.normpath(posixpath.join(self.cwd, other))
             real = os.path.realpath(other)
             if real != root and not real.startswith(root.rstrip("/") + "/"):
-                what = "working tree" if other == tree else "git folder"
+                what = "working tree" if other == posixpath.normpath(posixpath.join(self.cwd, tree)) else "git folder"
                 out.append(Target(op=op, written=_clip(written), arg="repo_path", rule="outside",
                                   problem=f"the repository's {what} {other} is outside the notebook's folder"))
         files = arguments.get("files") if remote == "git_add" else None
@@ -223,6 +226,9 @@ class Rule:
             elif sent.get(key) == t.written:
                 sent[key] = t.sent
         return sent
+
+
+_LONGEST = 4096  # characters of a path mirrored; a longer one is left to the scope, which refuses it (4096 bytes)
 
 
 def _annotated(annotations: Any) -> tuple[bool, str]:

@@ -97,8 +97,8 @@ def _config_worktree(git_dir: str) -> str | None:
 
 
 def reach(path: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
-    """(the working tree the server's git commands run in, every other folder the repository at `path` names:
-    its git folder, a common folder, a `core.worktree`)."""
+    """(the working tree the server's git commands run in, every other folder the repository at `path` reaches:
+    its git folder (its objects and refs, the object folders it borrows), a common folder, a `core.worktree`)."""
     dotgit = posixpath.join(path, ".git")
     others: list[str] = []
     tree = path
@@ -107,11 +107,18 @@ def reach(path: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
         git_dir = dotgit
     elif os.path.isfile(dotgit):
         git_dir = _gitfile(dotgit)
-        if git_dir is not None:
-            others.append(git_dir)
     elif _is_git_dir(path):
         git_dir, tree = path, posixpath.dirname(path)
     if git_dir is not None:
+        # the git folder, and what in it may lead elsewhere (a link, objects borrowed from another repository)
+        others += [git_dir, posixpath.join(git_dir, "objects"), posixpath.join(git_dir, "refs")]
+        try:
+            with open(posixpath.join(git_dir, "objects", "info", "alternates"), encoding="utf-8",
+                      errors="replace") as f:
+                others += [posixpath.join(git_dir, "objects", line.strip()) for line in f.read(65536).splitlines()
+                           if line.strip() and not line.startswith("#")]
+        except OSError:
+            pass
         for name in ("commondir", "gitdir"):
             named = posixpath.join(git_dir, name)
             try:
