@@ -128,7 +128,8 @@ class Rule:
         for arg in self.config.args[:256]:
             for word in (arg, arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else ""):
                 if word and "\0" not in word and not word.startswith("-"):
-                    path = posixpath.join(self.cwd, os.path.expanduser(word))
+                    home = self.env["HOME"] + word[1:] if word == "~" or word.startswith("~/") else word
+                    path = posixpath.join(self.cwd, home)
                     try:
                         if os.path.isdir(path):
                             bases.append(posixpath.normpath(path))

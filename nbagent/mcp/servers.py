@@ -218,7 +218,7 @@ class Server:
                         # it asks for the roots right after starting: wait for that (bounded), so how it reads a
                         # path is settled before a call is judged
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._asked.wait(), min(self.config.timeout, 5))
+                            await asyncio.wait_for(self._asked.wait(), min(self.config.timeout, 10))
                     self._client = client
                     if not ready.done():
                         ready.set_result(tools)
