@@ -205,6 +205,12 @@ class ScopeGuard:
     def _syntax(self, path: object) -> str:
         if not isinstance(path, str):
             raise ScopeDenied("syntax", f"a path must be a string, not {type(path).__name__}")
+        # the length first: each look below walks the path, and a path of millions of characters is refused at once
+        long = f"{len(path):,} characters" if len(path) > _MAX_PATH_BYTES else \
+            f"{n:,} bytes" if (n := len(path.encode("utf-8", "surrogatepass"))) > _MAX_PATH_BYTES else None
+        if long is not None:
+            raise ScopeDenied("too_long", f"the path is {long} long, over the {_MAX_PATH_BYTES:,} bytes a path may "
+                                          "have", path[:80] + "…")
         if not path.strip():
             raise ScopeDenied("syntax", "the path is empty")
         if "\x00" in path:
@@ -222,8 +228,6 @@ class ScopeGuard:
         if path.startswith("~"):
             raise ScopeDenied("home", "paths starting with ~ are not expanded; give a path relative to the "
                                       "notebook's folder", path)
-        if len(path.encode("utf-8", "surrogatepass")) > _MAX_PATH_BYTES:
-            raise ScopeDenied("too_long", "the path is longer than 4096 bytes", path[:80] + "…")
         if any(len(part.encode("utf-8")) > _MAX_NAME_BYTES for part in path.split("/")):
             raise ScopeDenied("too_long", "a name in the path is longer than 255 bytes", path[:80] + "…")
         return path
