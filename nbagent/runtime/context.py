@@ -33,6 +33,17 @@ if TYPE_CHECKING:
     from ..tools.base import Tool
 
 MAX_RESULT_CHARS = 1_000_000  # kept whole in the log; what a request sends is sized in tokens (compaction.py)
+
+
+def cut(text: str, what: str) -> str:
+    """`text` as the log keeps it: whole up to MAX_RESULT_CHARS, else its start and a note of how much it had (a
+    tool's result, its error, a model's answer: none of them makes the log grow by megabytes unsaid)."""
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    return (text[:MAX_RESULT_CHARS] + f"… [truncated: the {what} had {len(text):,} characters; the log keeps the "
+            f"first {MAX_RESULT_CHARS:,}]")
+
+
 CONTROL_RISK = Risk.READ_ONLY
 
 

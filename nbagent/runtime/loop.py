@@ -40,7 +40,7 @@ from ..policy import hour_ago_iso
 from ..secrets import StreamRedactor
 from ..state import RunState, assistant_message
 from .caching import cache_marked
-from .context import AgentBase, RunContext, RunResult, RunStateError
+from .context import MAX_RESULT_CHARS, AgentBase, RunContext, RunResult, RunStateError, cut
 from .fitting import is_context_refusal
 
 
@@ -172,21 +172,22 @@ class RunLoop(AgentBase):
         if estimate is not None:
             request["input_tokens"] = estimate
         usage, spent = self._spent(ctx, messages, tools, reply)  # never less than nbagent's own count (fitting.py)
+        content, response = _cut_reply(reply.content, reply.response)
         called = self._record(run_id, LlmCalled(
-            model=self.model, request=request, response=reply.response, usage=usage, cost=spent,
+            model=self.model, request=request, response=response, usage=usage, cost=spent,
             latency_ms=round(reply.latency_ms, 3), retry_count=reply.retry_count, fingerprint=fingerprint,
             call_ids=None if self._legacy_ids else assign_call_ids(state.model_calls + 1, _count_calls(reply.response)),
         ))
         if reply.tool_calls:
-            if reply.content and reply.content.strip():
-                self._record(run_id, Thinking(text=reply.content), parent=called.id)
+            if content and content.strip():
+                self._record(run_id, Thinking(text=content), parent=called.id)
             return  # the open calls are handled by the next turn of the loop
-        if not (reply.content or "").strip():
+        if not (content or "").strip():
             self._record(run_id, Error(
                 message="the model returned an empty reply (no text and no tool calls); try again, or another model",
                 error_type="EmptyReply"), parent=called.id)
             return
-        self._record(run_id, AnswerReady(content=reply.content or ""), parent=called.id)
+        self._record(run_id, AnswerReady(content=content or ""), parent=called.id)
 
 
     def _finish(self, run_id: str, ctx: RunContext) -> None:
@@ -227,6 +228,24 @@ def _refusals(state: RunState) -> list[str]:
         out.append(f"{what}: {why}")
     return out
 
+
+
+def _cut_reply(content: str | None, response: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The reply's text and response as the log keeps them: an answer (or the text beside tool calls, or a model's
+    reasoning) is cut as a tool's result is (context.cut), in the response and wherever it is recorded again."""
+    if content is not None:
+        content = cut(content, "answer")
+    choices = response.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return content, response
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        return content, response
+    texts = {k: cut(v, "answer" if k == "content" else "reasoning") for k in ("content", "reasoning_content")
+             if isinstance(v := message.get(k), str) and len(v) > MAX_RESULT_CHARS}
+    if not texts:
+        return content, response
+    return content, {**response, "choices": [{**choices[0], "message": {**message, **texts}}, *choices[1:]]}
 
 
 def _count_calls(response: dict[str, Any]) -> int:
