@@ -88,3 +88,24 @@ def test_an_answer_within_the_limit_is_kept_whole(tmp_path: Path) -> None:
     finally:
         agent.store.close()
     assert result.answer == answer
+
+
+def test_the_text_beside_a_tool_call_is_cut_as_an_answer_is(tmp_path: Path) -> None:
+    said = "z" * (MAX_RESULT_CHARS + 10)
+
+    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        if messages[-1]["role"] == "user":
+            return {"content": said, "tool_calls": [{"name": "list_files", "arguments": {}}]}
+        return "Listed."
+
+    agent = Agent(function=model, store=tmp_path / "nb.ipynb", autonomy="L1")
+    try:
+        result = asyncio.run(agent.run("list"))
+        events = agent.store.run_events(result.run_id)
+    finally:
+        agent.store.close()
+    (thinking,) = [e.payload.text for e in events if e.type == "thinking"]
+    assert result.ok and thinking.endswith(f"the answer had {len(said):,} characters; the log keeps the first "
+                                           f"{MAX_RESULT_CHARS:,}]") and thinking.startswith("z" * MAX_RESULT_CHARS)
+    first = next(e.payload for e in events if e.type == "llm_called")
+    assert first.response["choices"][0]["message"]["tool_calls"]  # the calls are kept whole: they are what ran

@@ -201,3 +201,11 @@ def test_a_grant_given_under_a_good_key_still_verifies(tmp_path: Path) -> None:
         assert approved.grant_error is None and len(approved.grants) == 1
     finally:
         agent.store.close()
+
+
+@pytest.mark.parametrize("line", [
+    "KeyError: 'sk-proj-0123456789abcdefghijklmnop'", "TokenError: ghp_0123456789abcdefghijklmnopqrstuvwxyz",
+    "KeyFileError: /tmp/x: key=0123456789abcdef0123456789", "api_keyError = 0123456789abcdef0123"])
+def test_an_exceptions_name_hides_no_secret_behind_it(line: str) -> None:
+    """An attack on the change above: a secret after `SomeError:` is still found by its shape or its own name."""
+    assert REDACTED in Redactor().text(line)
