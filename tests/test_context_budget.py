@@ -425,7 +425,7 @@ def test_agent_config_context_window_takes_a_limit_and_refuses_a_nonsense_one_sa
     with pytest.raises(UsageError, match="1000 or more"):
         set_override(overrides, "context_window=500")
     assert overrides == {"context_window": 16000}  # the bad value did not replace the good one
-    with pytest.raises(UsageError, match="must be a number"):
+    with pytest.raises(UsageError, match="must be a whole number"):
         set_override(overrides, "context_window=lots")
     set_override(overrides, "autonomy=L2")
     with pytest.raises(UsageError, match="L0, L1, L2 or L3"):  # was: stored first, then refused
