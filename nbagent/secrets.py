@@ -80,14 +80,17 @@ _PLAIN = r"[^\s\"'`,;(){}\[\]<>$%*]{6,}"
 _NOT_A_NAME = (r"(?:(?<=[\"'])|(?![A-Za-z_]\w*(?:\.\w+)*\.\w*(?:pass|pwd|secret|key|token|credential|auth)\w*"
                + _VALUE_END + r"))")
 _SEP = r"[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?"
+# `KeyFileError: /path/trust.key: ...` is an exception's class and its message, not a key's name and its value
+_NOT_A_CLASS = r"(?-i:(?!(?:(?<=Error)|(?<=Exception)|(?<=Warning)): ))"
 # each alternative of _STRONG and _WEAK starts with one of these (found case-insensitively)
 _TRIGGERS = ("pass", "pwd", "secret", "credential", "api", "access", "private", "auth", "refresh", "token", "key")
 ASSIGNMENTS: list[tuple[tuple[str, ...], str]] = [
     # password: hunter22 / "client_secret": "..." / aws_secret_access_key = ... / export API_KEY=...
-    (_TRIGGERS, r"(?i)" + _STRONG + r"[A-Za-z0-9_.\-]{0,30}?" + _SEP + r"(?P<v>" + _NOT_A_NAME + _PLAIN + r")"
-     + _VALUE_END),
+    (_TRIGGERS, r"(?i)" + _STRONG + r"[A-Za-z0-9_.\-]{0,30}?" + _NOT_A_CLASS + _SEP + r"(?P<v>" + _NOT_A_NAME
+     + _PLAIN + r")" + _VALUE_END),
     # "key": "<32 hex>" (kaggle.json) / token = ... / HF_TOKEN=hf_... : only credential-looking values
-    (_TRIGGERS, r"(?i)" + _WEAK + r"[A-Za-z0-9_.\-]{0,12}?" + _SEP + r"(?P<v>" + _KEYISH + r")" + _VALUE_END),
+    (_TRIGGERS, r"(?i)" + _WEAK + r"[A-Za-z0-9_.\-]{0,12}?" + _NOT_A_CLASS + _SEP + r"(?P<v>" + _KEYISH + r")"
+     + _VALUE_END),
     # netrc: "machine h login me password xyz", on one line or several
     (("login",), r"(?<![A-Za-z0-9_])login[ \t]+\S+\s+password[ \t]+(?P<v>\S+)"),
 ]

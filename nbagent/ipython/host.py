@@ -338,7 +338,9 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         between, wait up to NBAGENT_FRONTEND_WAIT seconds (default 5) for the view to report in."""
         if os.environ.get("NBAGENT_HEADLESS") == "1":
             return False
-        deadline = asyncio.get_running_loop().time() + float(os.environ.get("NBAGENT_FRONTEND_WAIT", "5"))
+        from .options import env_seconds
+
+        deadline = asyncio.get_running_loop().time() + env_seconds("NBAGENT_FRONTEND_WAIT", 5.0)
         while not self.frontend_seen and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
         return self.frontend_seen
@@ -394,8 +396,12 @@ class NotebookHost(CellPath, Commands, RecordNotes):
                 self._noted_old_section = True
                 print(note, file=sys.stderr)
         params = self.parameters.as_dict() if hasattr(self, "parameters") else None
-        return {name: resolve(name, getattr(args, name, None) if args is not None else None, self.overrides,
-                              self.config, params) for name in SETTINGS}
+        settings = {name: resolve(name, getattr(args, name, None) if args is not None else None, self.overrides,
+                                  self.config, params) for name in SETTINGS}
+        from .options import env_seconds
+
+        env_seconds("NBAGENT_FRONTEND_WAIT", 5.0)  # said with the other settings, before a run would wait on it
+        return settings
 
     def cell_needs_model_library(self, line: str) -> bool:
         """Whether this `%%agent` line calls a real provider through litellm: not a script, a replay or an

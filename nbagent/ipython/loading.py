@@ -74,7 +74,9 @@ def use_process() -> bool:
     embedded in a program that is not Python (its `sys.executable` cannot run `-m nbagent.modelproc`)."""
     import sys
 
-    if os.environ.get("NBAGENT_MODEL_PROCESS", "").strip().lower() in ("0", "false", "no", "off"):
+    from .options import env_flag
+
+    if not env_flag("NBAGENT_MODEL_PROCESS", True):
         return False
     exe = sys.executable or ""
     return os.access(exe, os.X_OK) and os.path.basename(exe).lower().startswith(("python", "pypy"))

@@ -23,6 +23,15 @@ class UsageError(Exception):
     """Bad options: the message says what was wrong and shows the usage."""
 
 
+class SettingError(ValueError):
+    """An NBAGENT_* variable in the environment that nbagent cannot use: one line naming it, its value, and what it
+    takes (a cell shows it as it shows a bad option)."""
+
+    def __init__(self, variable: str, value: str, takes: str) -> None:
+        super().__init__(f"{variable}={value!r} in the environment is not a value nbagent can use: {variable} takes "
+                         f"{takes}; fix or unset it where the kernel (or `nbagent run`) starts")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage()}")
@@ -149,6 +158,7 @@ class NbAgent(Configurable):
     budget = Float(0.0, help="model cost per run, in dollars (0: no limit)").tag(config=True)
     tool_timeout = Float(300.0, help="seconds a tool call may take, a cell the agent runs included (0: no limit)"
                          ).tag(config=True)
+    model_timeout = Float(120.0, help="seconds a model call may take, streamed or not: its deadline").tag(config=True)
     context_window = Int(0, help="the model's input limit in tokens (0: litellm's table says; docs/context-budget.md)"
                          ).tag(config=True)
     script = Unicode("", help="script of the offline scripted model").tag(config=True)
@@ -156,11 +166,11 @@ class NbAgent(Configurable):
     mcp = Unicode("", help="MCP servers: a config file (mcpServers JSON) or the JSON itself").tag(config=True)
 
 
-SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "tool_timeout", "context_window", "script",
-            "session", "mcp")
+SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "tool_timeout", "model_timeout", "context_window",
+            "script", "session", "mcp")
 _DEFAULTS = {"model": "", "autonomy": "L1", "approve": "", "max_steps": 50, "budget": 0.0, "tool_timeout": 300.0,
-             "context_window": 0, "script": "", "session": "default", "mcp": ""}
-_CASTS = {"max_steps": int, "budget": float, "tool_timeout": float, "context_window": int}
+             "model_timeout": 120.0, "context_window": 0, "script": "", "session": "default", "mcp": ""}
+_CASTS = {"max_steps": int, "budget": float, "tool_timeout": float, "model_timeout": float, "context_window": int}
 
 
 def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: NbAgent,
@@ -177,8 +187,56 @@ def resolve(name: str, cell_value: Any, overrides: dict[str, Any], config: NbAge
         return traited, "%config NbAgent"
     env = os.environ.get(f"NBAGENT_{name.upper()}")
     if env:
-        return _CASTS.get(name, str)(env), f"NBAGENT_{name.upper()}"
+        return from_environment(name, env), f"NBAGENT_{name.upper()}"
     return _DEFAULTS[name], "default"
+
+
+def from_environment(name: str, raw: str) -> Any:
+    """The setting `name` from its NBAGENT_<NAME> value, checked as `%agent config` checks a value (SettingError)."""
+    checked: dict[str, Any] = {}
+    try:
+        set_override(checked, f"{name}={raw}")
+    except UsageError as exc:
+        takes = str(exc).removeprefix("%agent config: ").removeprefix(f"{name} ")
+        raise SettingError(f"NBAGENT_{name.upper()}", raw, takes.split(", got ")[0].removeprefix("must be ")
+                           .removeprefix("is ")) from None
+    return checked[name]
+
+
+def env_seconds(variable: str, default: float) -> float:
+    """A number of seconds from the environment (0 or more), `default` when unset; SettingError otherwise."""
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise SettingError(variable, raw, f"a number of seconds, 0 or more (default {default:g})")
+    return value
+
+
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_warned: set[str] = set()
+
+
+def env_flag(variable: str, default: bool) -> bool:
+    """A yes or no from the environment, `default` when unset. A value that is neither is said once, in one line,
+    and the default is kept: it is read where failing would stop nbagent loading (`%load_ext`)."""
+    import sys
+
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    value = _FLAGS.get(raw.lower())
+    if value is None:
+        if variable not in _warned:
+            _warned.add(variable)
+            print(f"nbagent: {SettingError(variable, raw, 'one of 1, true, yes, on or 0, false, no, off')} "
+                  f"(until then: {'on' if default else 'off'}, the default)", file=sys.stderr)
+        return default
+    return value
 
 
 def set_override(overrides: dict[str, Any], pair: str) -> str:
@@ -191,10 +249,13 @@ def set_override(overrides: dict[str, Any], pair: str) -> str:
     try:
         cast = _CASTS.get(key, str)(value)
     except ValueError:
-        raise UsageError(f"%agent config: {key} must be a number, got {value!r}") from None
+        number = "a whole number" if _CASTS.get(key) is int else "a number"
+        raise UsageError(f"%agent config: {key} must be {number}, got {value!r}") from None
     if key == "context_window" and cast and cast < 1_000:
         raise UsageError("%agent config: context_window is the model's input limit in tokens: 1000 or more (0: the "
                          "model's own, from litellm's table)")
+    if key == "model_timeout" and not cast > 0:
+        raise UsageError("%agent config: model_timeout is the seconds a model call may take: more than 0")
     if key == "autonomy" and value not in ("L0", "L1", "L2", "L3"):
         raise UsageError("%agent config: autonomy must be L0, L1, L2 or L3")
     if key == "approve" and value not in ("", "all", "none", "low", "recorded"):

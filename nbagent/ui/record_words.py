@@ -406,6 +406,8 @@ def _decision_line(d: dict[str, Any]) -> str:
         line += f" — {label}: {d['text']}"
     for g in d.get("grants") or []:
         line += f" · {grant_reach(g)}"
+    if d.get("grant_error"):
+        line += f" · {d['grant_error']}"
     return line
 
 
