@@ -402,18 +402,22 @@ class StreamRedactor:
                 cut = self._done + at  # an open block, or one the cut would split: hold it whole
                 break
             at = pending.find(_PEM_BEGIN, end.end())
-        for secret in self.redactor.known:
-            if not any(c.isspace() for c in secret):
-                continue  # held back as a word anyway
-            at = pending.find(secret)
-            while at >= 0:  # a complete occurrence the cut would split
-                if self._done + at < cut < self._done + at + len(secret):
-                    cut = self._done + at
-                at = pending.find(secret, at + len(secret))
+        spaced = [secret for secret in self.redactor.known if any(c.isspace() for c in secret)]
+        for secret in spaced:  # (the others are held back as a word anyway)
             for i in range(max(0, len(pending) - len(secret) + 1), len(pending)):
                 if secret.startswith(pending[i:]):  # the tail may be the start of this secret
                     cut = min(cut, self._done + i)
                     break
+        moved = True
+        while moved:  # the cut, moved back, may now split a complete occurrence: back to its start, until none
+            moved = False
+            for secret in spaced:
+                at = pending.find(secret)
+                while at >= 0 and self._done + at < cut:
+                    if cut < self._done + at + len(secret):
+                        cut, moved = self._done + at, True
+                        break
+                    at = pending.find(secret, at + 1)
         return cut
 
     def _line_start(self, at: int) -> int:

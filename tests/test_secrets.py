@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nbagent.runtime import Agent
@@ -160,6 +160,9 @@ def test_stream_never_shows_a_secret_in_a_credential_file(data: Any, before: str
     # (a secret that starts like the marker itself, "REDACTED", is "shown" by every redaction: not a leak)
     lambda s: s.strip() == s and not s.isspace() and s[:8] not in REDACTED), before=FILLER, after=FILLER,
     cuts=st.lists(st.integers(0, 200), max_size=40))
+# was a HOLE (fixed): the tail "0 " looked like the start of the secret, and moving the cut back to it split the
+# complete occurrence before it, which was then shown in part
+@example(secret="0 0000000", before="", after="", cuts=[])
 def test_stream_never_shows_a_known_secret_even_with_spaces_in_it(secret: str, before: str, after: str,
                                                                   cuts: list[int]) -> None:
     r = Redactor([secret])
