@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_DELAY_S = 3.0
+MAX_TRICKLE_S = 120.0
 
 
 @dataclass
@@ -81,13 +82,27 @@ class Delay:
 
 
 @dataclass
+class Trickle:
+    """A reply that keeps coming and never gets anywhere: one piece every `every` seconds for `seconds` (at most
+    MAX_TRICKLE_S, less if the server stops), then its proper end. Streamed, each piece is a content chunk; not
+    streamed, the JSON body (its Content-Length sent first) comes a few bytes at a time, as a slow proxy sends it. No
+    read ever waits long, so only a deadline on the whole call stops it. `Recorded.trickled` counts the pieces sent;
+    `Recorded.client_left` is True when the client closed the connection before the end, False when it was read to
+    its end."""
+
+    every: float = 0.05
+    seconds: float = 60.0
+    piece: str = "."
+
+
+@dataclass
 class Respond:
     """Answer from the request itself: `fn(body)` returns the Reply or HttpError to send (a model played by code)."""
 
     fn: Callable[[dict[str, Any]], Reply | HttpError]
 
 
-Behaviour = Reply | HttpError | Delay | Respond
+Behaviour = Reply | HttpError | Delay | Respond | Trickle
 
 
 @dataclass
@@ -104,6 +119,8 @@ class Recorded:
     # chat request) or given up: CLOCK_MONOTONIC on Linux, one clock for every process (bench/second_cell_timeline.py)
     received_at: float | None = None
     answered_at: float | None = None
+    trickled: int = 0  # a Trickle's pieces sent so far
+    client_left: bool | None = None  # a Trickle: True if the client closed before its end, False if it read it all
 
 
 def tool_call(name: str, arguments: dict[str, Any] | str, id: str | None = None) -> dict[str, Any]:
@@ -451,6 +468,7 @@ class StubOpenAI:
                 with stub._lock:
                     stub.requests.append(record)
                 self.counted: Recorded | None = record if record.input_tokens is not None else None
+                self.record = record
                 if not chat:
                     self._json(404, {"error": {"message": f"stub: no route {self.path}", "type": "not_found"}})
                     return
@@ -471,6 +489,9 @@ class StubOpenAI:
                     if stub._stopping.wait(min(behaviour.seconds, MAX_DELAY_S)):
                         return
                     behaviour = behaviour.then or stub.fallback
+                if isinstance(behaviour, Trickle):
+                    self._trickle(behaviour, n, body)
+                    return
                 if isinstance(behaviour, Respond):
                     behaviour = behaviour.fn(body)
                 if isinstance(behaviour, HttpError):
@@ -480,6 +501,54 @@ class StubOpenAI:
                     self._stream(behaviour, n, body)
                 else:
                     self._json(200, self._completion(behaviour, n, body))
+
+            def _trickle(self, trickle: Trickle, n: int, body: dict[str, Any]) -> None:
+                record = self.record
+                pieces = max(1, int(min(trickle.seconds, MAX_TRICKLE_S) / max(trickle.every, 0.001)))
+                streamed = bool(body.get("stream"))
+                whole = json.dumps(self._completion(Reply(content=trickle.piece * pieces), n, body)).encode()
+                step = max(1, len(whole) // pieces)  # the JSON body in `pieces` parts, the rest at the end
+                if streamed:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                else:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(whole)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                base = {"id": f"chatcmpl-stub-{n}", "object": "chat.completion.chunk", "created": 1700000000 + n,
+                        "model": body.get("model", "stub-model")}
+
+                def event(choices: list[dict[str, Any]], **extra: Any) -> None:
+                    data = b"data: " + json.dumps({**base, "choices": choices, **extra}).encode() + b"\n\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+
+                try:
+                    for i in range(pieces):
+                        if streamed:
+                            event([{"index": 0, "delta": {"content": trickle.piece}, "finish_reason": None}])
+                        else:
+                            self.wfile.write(whole[i * step:(i + 1) * step])
+                            self.wfile.flush()
+                        record.trickled = i + 1
+                        if stub._stopping.wait(trickle.every):
+                            return
+                    if streamed:
+                        event([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+                        if (body.get("stream_options") or {}).get("include_usage"):
+                            event([], usage=_usage(Reply(), None))
+                        data = b"data: [DONE]\n\n"
+                        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+                    else:
+                        self.wfile.write(whole[pieces * step:])
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+                    record.client_left = True
+                    return
+                record.client_left = False
 
             def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(obj).encode()

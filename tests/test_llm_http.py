@@ -320,23 +320,25 @@ def test_agent_fails_after_a_500_storm(stub: StubOpenAI, tmp_path: Path) -> None
     assert len(stub.requests) == 3
 
 
-def test_timeout_then_success(stub: StubOpenAI) -> None:
+def test_a_silent_server_is_cut_off_at_the_deadline_and_not_retried(stub: StubOpenAI) -> None:
+    """`timeout` is the deadline of the whole call (tests/test_bounded_waits.py): a server that says nothing for that
+    long has used it up, and a retry would wait as long again."""
     stub.push(Delay(2.0, then=Reply(content="too late")), Reply(content="on time"))
-    reply = call(stub, timeout=0.3)
+    exc = call_error(stub, timeout=0.3)
 
-    assert reply.content == "on time"
-    assert reply.retry_count == 1
-    assert len(stub.requests) == 2
+    assert exc.transient is False and exc.retry_count == 0 and exc.error_type == "ModelTimeout"
+    assert "failed (not retried): ModelTimeout: no complete reply within 0.3 s" in str(exc)
+    assert len(stub.requests) == 1
 
 
-def test_timeouts_give_up_as_a_transient_error(stub: StubOpenAI) -> None:
-    stub.fallback = Delay(2.0, then=Reply(content="too late"))
+def test_a_retry_after_a_quick_failure_has_a_deadline_of_its_own(stub: StubOpenAI) -> None:
+    stub.push(HttpError(503), Delay(2.0, then=Reply(content="too late")))
     exc = call_error(stub, timeout=0.3, max_retries=1)
 
-    assert exc.transient is True
+    assert exc.transient is False
     assert exc.retry_count == 1
-    assert exc.error_type == "Timeout"
-    assert "failed after 1 retry:" in str(exc)
+    assert exc.error_type == "ModelTimeout"
+    assert "failed after 1 retry: ModelTimeout:" in str(exc)
     assert len(stub.requests) == 2
 
 

@@ -69,9 +69,11 @@ def _expected() -> tuple[type[BaseException], ...]:
     from ..models.base import ModelScriptError
     from ..runtime import RunStateError
     from ..store import StoreError
+    from .agent_cell import RunFailed, RunInterrupted
     from .references import UnknownVariable
 
-    return UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError
+    return (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError, RunFailed,
+            RunInterrupted)
 
 
 LOADING = "nbagent: loading the model library (first run in this kernel)…"

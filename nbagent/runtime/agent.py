@@ -70,7 +70,8 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, Cont
         system_prompt: the system message (None: nbagent's own; "": none).
         api_base: the model's endpoint.
         api_key: the model's key (redacted from everything recorded).
-        timeout: seconds per model call.
+        timeout: the deadline of a model call in seconds, from its request to its reply's end, streamed or not
+            (a call past it fails, not retried: docs/runtime.md, "Model calls").
         max_retries: retries of a model call's transient failure.
         retry_base: the first wait before a retry, in seconds, doubled each time (model and tool retries).
         retry_cap: the longest wait before a retry, in seconds.

@@ -32,8 +32,9 @@ class ModelOptions(BaseModel):
     - `local_model`: an offline model object (models.base.LocalModel), used as given.
     - `replay`: a run id: replay that run's recorded model replies (and, unless a decider is given, its decisions).
     - `api_base`, `api_key`: where and with what the model is called (the key is redacted from every event).
-    - `timeout`: seconds per model call; `max_retries`, `retry_base`, `retry_cap`: retries of transient failures,
-      waiting `retry_base * 2**n` seconds up to `retry_cap` (also the backoff of tool retries).
+    - `timeout`: the deadline of a model call (seconds, to its reply's end, streamed or not); `max_retries`,
+      `retry_base`, `retry_cap`: retries of transient failures, waiting `retry_base * 2**n` seconds up to
+      `retry_cap` (also the backoff of tool retries).
     - `params`: further litellm arguments (temperature, max_tokens...).
     """
 
