@@ -20,12 +20,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from .events import Usage, canonical_json
 from .retrying import with_retries
+from .tool_calls import ToolCallRequest, parse_tool_calls
+
+
+class ModelTimeout(TimeoutError):
+    """A model call that ran past its deadline (`ModelSettings.timeout`, on the whole call, streamed or not): it was
+    cancelled, and is not retried (`is_transient`): a retry would wait as long again on a server that has just shown
+    it cannot answer in time, and the person's bound on a call would become (retries + 1) times itself."""
 
 
 class ModelError(Exception):
@@ -132,19 +141,14 @@ class ModelSettings(BaseModel):
     model: str
     api_base: str | None = None
     api_key: SecretStr | None = None
+    # seconds the whole call may take (each attempt, from the request to the reply's end, streamed or not: `deadline`);
+    # litellm bounds each read by it too. `timeout_setting` is how the person sets it, named when it passes.
     timeout: float = 120.0
+    timeout_setting: str = "Agent(timeout=...)"
     max_retries: int = 4
     retry_base: float = 0.5  # seconds; waits 0.5, 1, 2, 4... capped at retry_cap
     retry_cap: float = 20.0
     params: dict[str, Any] = Field(default_factory=dict)  # temperature, max_tokens...
-
-
-class ToolCallRequest(BaseModel):
-    id: str
-    name: str
-    arguments_raw: str
-    arguments: dict[str, Any] | None = None
-    parse_error: str | None = None
 
 
 class ModelReply(BaseModel):
@@ -174,7 +178,7 @@ def is_transient(exc: BaseException) -> bool:
     from .models.base import ModelScriptError
 
     chain = _chain(exc)
-    if any(isinstance(e, ModelScriptError) for e in chain):
+    if any(isinstance(e, ModelScriptError | ModelTimeout) for e in chain):
         return False
     for e in chain:
         if isinstance(e, ConnectionError | TimeoutError):
@@ -217,59 +221,6 @@ class Fingerprint:
 
 
 # ------------------------------------------------------------------------------------------- the call
-
-
-def parse_tool_calls(message: dict[str, Any]) -> list[ToolCallRequest]:
-    out = []
-    for i, c in enumerate(message.get("tool_calls") or []):
-        fn = c.get("function") or {}
-        raw = fn.get("arguments")
-        raw_s = raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})
-        req = ToolCallRequest(id=c.get("id") or f"call_{i}", name=fn.get("name") or "", arguments_raw=raw_s)
-        try:
-            parsed = json.loads(raw_s) if raw_s.strip() else {}
-        except ValueError as exc:
-            req.parse_error = (f"arguments are not valid JSON ({getattr(exc, 'msg', exc)} at position "
-                               f"{getattr(exc, 'pos', '?')}); send them as a JSON object")
-        except RecursionError:
-            req.parse_error = "arguments are nested too deeply to read; send a flat JSON object"
-        else:
-            if not isinstance(parsed, dict):
-                req.parse_error = f"arguments must be a JSON object, got {type(parsed).__name__}"
-            else:
-                req.parse_error = _unusable(parsed)
-                if req.parse_error is None:
-                    req.arguments = parsed
-        out.append(req)
-    return out
-
-
-MAX_ARGUMENT_DEPTH = 64
-
-
-def _unusable(value: Any) -> str | None:
-    """Why parsed arguments cannot be used as they are (valid JSON, but no tool could take them), or None.
-
-    Iterative, so a reply nested thousands deep is an answer, not a RecursionError.
-    """
-    todo: list[tuple[Any, int]] = [(value, 0)]
-    while todo:
-        v, depth = todo.pop()
-        if depth > MAX_ARGUMENT_DEPTH:
-            return f"arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep; send a flatter JSON object"
-        if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                return (f"arguments contain an unpaired UTF-16 surrogate (\\u{ord(v[exc.start]):04x}), which is not "
-                        "text; send the characters themselves")
-        elif isinstance(v, dict):
-            todo.extend((x, depth + 1) for kv in v.items() for x in kv)
-        elif isinstance(v, list):
-            todo.extend((x, depth + 1) for x in v)
-        elif isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
-            return "arguments contain NaN or Infinity, which JSON does not allow; send numbers or strings"
-    return None
 
 
 def _response_dict(resp: Any) -> dict[str, Any]:
@@ -353,6 +304,9 @@ async def complete(
     missing: list[str] = []
     retries = 0
 
+    def within() -> contextlib.AbstractAsyncContextManager[None]:
+        return deadline(settings.timeout, settings.timeout_setting)
+
     async def attempt(n: int) -> Any:
         nonlocal started
         meta = metadata
@@ -368,8 +322,9 @@ async def complete(
         if meta is not None:
             kwargs["metadata"] = meta
         if process is not None:  # again each attempt: one that ended (killed, out of memory) is started again
-            return await (_process() or process).complete(kwargs, on_token)
-        resp = await _call(litellm, kwargs, messages, on_token)
+            return await (_process() or process).complete(kwargs, on_token, within=within)
+        async with within():
+            resp = await _call(litellm, kwargs, messages, on_token)
         return _response_dict(resp), _cost(litellm, resp, settings.model)
 
     def first_failed(exc: BaseException) -> None:
@@ -396,11 +351,12 @@ async def complete(
         transient = is_transient(exc)
         retries = getattr(exc, "retry_count", 0)
         # a provider may echo the key it rejected: scrub it (and other known secrets) before truncating
+        from .model_errors import explained
         from .secrets import Redactor
 
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-        detail = Redactor([key]).text(error_message(exc))[:500]
-        what = f"after {retries} retr{'y' if retries == 1 else 'ies'}" if transient else "(not retried)"
+        detail = Redactor([key]).text(explained(exc, settings) or error_message(exc))[:500]
+        what = f"after {retries} retr{'y' if retries == 1 else 'ies'}" if transient or retries else "(not retried)"
         name = type(exc).__name__
         raise ModelError(f"model call to {settings.model} failed {what}: {name}" + (f": {detail}" if detail else ""),
                          retry_count=retries, transient=transient, error_type=name) from exc
@@ -461,6 +417,22 @@ def missing_keys(settings: ModelSettings) -> list[str]:
     return [k for k in found.get("missing_keys") or [] if isinstance(k, str) and k.endswith("_API_KEY")]
 
 
+@contextlib.asynccontextmanager
+async def deadline(seconds: float, setting: str) -> AsyncIterator[None]:
+    """The whole of a model call within `seconds`: past them it is cancelled (its stream closed, `_call`; in the
+    model process, cancelled there) and fails as a ModelTimeout naming the deadline and `setting`. A read's own
+    timeout cannot do this: a server that sends a piece every second never makes one read wait long."""
+    scope = asyncio.timeout(seconds)
+    try:
+        async with scope:
+            yield
+    except TimeoutError:
+        if not scope.expired():
+            raise  # a timeout of the call's own (litellm's, on a read): retried as before
+        raise ModelTimeout(f"no complete reply within {seconds:g} s, the model call's deadline; a slower model "
+                           f"needs a longer one: {setting}") from None
+
+
 async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, Any]],
                 on_token: Callable[[str], None] | None,
                 rest: Callable[[Any], object] | None = None) -> Any:
@@ -471,15 +443,20 @@ async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, A
     stream = await litellm.acompletion(**kwargs)
     chunks = []
     finished = False
-    async for chunk in stream:
-        chunks.append(chunk)
-        choice = chunk.choices[0] if chunk.choices else None
-        if choice is not None and choice.delta.content:
-            on_token(choice.delta.content)
-        finished = finished or bool(choice is not None and choice.finish_reason)
-        if rest is not None and finished and getattr(chunk, "usage", None) is not None:
-            rest(stream)  # litellm's end of stream (its logging, ~1 ms) no longer delays the answer
-            break
+    try:
+        async for chunk in stream:
+            chunks.append(chunk)
+            choice = chunk.choices[0] if chunk.choices else None
+            if choice is not None and choice.delta.content:
+                on_token(choice.delta.content)
+            finished = finished or bool(choice is not None and choice.finish_reason)
+            if rest is not None and finished and getattr(chunk, "usage", None) is not None:
+                rest(stream)  # litellm's end of stream (its logging, ~1 ms) no longer delays the answer
+                break
+    except BaseException:  # cancelled (the deadline, an interrupt) or failed: the connection is closed now, not
+        with contextlib.suppress(Exception):  # whenever the stream is collected, so the server stops sending
+            await stream.aclose()
+        raise
     if getattr(stream, "received_finish_reason", "unknown") is None:
         # the body ended without a finish chunk: litellm would invent finish_reason "stop" and pass a cut reply
         # off as complete, so this is treated as a dropped connection (and retried)

@@ -29,12 +29,9 @@ from ..events import (
 )
 from ..ids import new_id
 from ..levels import Risk
-from ..llm import (
-    ToolCallRequest,
-    parse_tool_calls,
-)
 from ..policy import Denial
 from ..state import RunState
+from ..tool_calls import ToolCallRequest, parse_tool_calls
 from ..tools.base import Tool, ToolError
 from ..tools.control import CONTROL_TOOLS
 from .context import AgentBase, RunContext, _ms

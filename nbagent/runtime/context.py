@@ -24,12 +24,13 @@ from ..state import RunState, RunStatus
 if TYPE_CHECKING:
     from ..bus import EventBus
     from ..deciders import Decider
-    from ..llm import Fingerprint, ModelError, ModelReply, ModelSettings, ToolCallRequest
+    from ..llm import Fingerprint, ModelError, ModelReply, ModelSettings
     from ..models.base import LocalModel
     from ..policy import Authorizer, AuthPolicy, Budget
     from ..scope import ScopeGuard
     from ..secrets import Redactor
     from ..store import SessionRecord, Store
+    from ..tool_calls import ToolCallRequest
     from ..tools.base import Tool
 
 MAX_RESULT_CHARS = 1_000_000  # kept whole in the log; what a request sends is sized in tokens (compaction.py)

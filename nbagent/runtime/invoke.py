@@ -20,12 +20,10 @@ from ..events import (
     ToolCallStarted,
 )
 from ..ids import new_id
-from ..llm import (
-    ToolCallRequest,
-    is_transient,
-)
+from ..llm import is_transient
 from ..retrying import with_retries
 from ..state import RunState, RunStatus
+from ..tool_calls import ToolCallRequest
 from ..tools.base import TIME_LIMIT, Tool, ToolError
 from ..tools.control import CONTROL_TOOLS
 from .context import CONTROL_RISK, MAX_RESULT_CHARS, AgentBase, RunContext, _ms
