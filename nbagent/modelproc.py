@@ -189,9 +189,13 @@ class ModelProcess:
         finally:
             self._pending.pop(n, None)
 
-    async def complete(self, kwargs: dict[str, Any], on_token: Callable[[str], None] | None) -> tuple[Any, Any]:
+    async def complete(self, kwargs: dict[str, Any], on_token: Callable[[str], None] | None,
+                       within: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
+                       ) -> tuple[Any, Any]:
         """One litellm.acompletion in the process: (the response as a dict, its cost); tokens go to `on_token`
-        as they arrive, in the awaiting task (so in its cell's context)."""
+        as they arrive, in the awaiting task (so in its cell's context). `within` is the call's deadline
+        (llm.deadline), from the request on (not the wait for the process to load): past it the call is cancelled
+        there, which closes its connection."""
         if not self.loaded.done():  # (when it is, the request leaves now, before anything else the loop has)
             waiter = asyncio.wrap_future(self.loaded)
             while not waiter.done():  # wake often: an interrupt must end the wait (see loading.wait)
@@ -207,21 +211,19 @@ class ModelProcess:
         self._pending[n] = handle
         finished = False
         try:
-            self._send({"id": n, "op": "complete", "kwargs": kwargs, "stream": on_token is not None})
-            while True:
-                try:
-                    msg = await asyncio.wait_for(queue.get(), timeout=0.1)
-                except TimeoutError:
-                    continue
-                if "token" in msg:
-                    if on_token is not None:
-                        on_token(msg["token"])
-                    continue
-                finished = True
-                if "error" in msg:
-                    raise _rebuild(msg["error"])
-                response, cost = msg.get("result") or ({}, None)
-                return response, cost
+            async with within() if within is not None else contextlib.nullcontext():
+                self._send({"id": n, "op": "complete", "kwargs": kwargs, "stream": on_token is not None})
+                while True:
+                    msg = await _next(queue)
+                    if "token" in msg:
+                        if on_token is not None:
+                            on_token(msg["token"])
+                        continue
+                    finished = True
+                    if "error" in msg:
+                        raise _rebuild(msg["error"])
+                    response, cost = msg.get("result") or ({}, None)
+                    return response, cost
         finally:
             self._pending.pop(n, None)
             if not finished and self.alive():  # interrupted (a cancelled cell), or on_token failed: stop it there
@@ -232,6 +234,20 @@ class ModelProcess:
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
+
+
+async def _next(queue: asyncio.Queue[dict[str, Any]]) -> dict[str, Any]:
+    """The next message, waking every 0.1 s: ipykernel 7.4 turns an interrupt into a cancellation from another thread
+    without waking the cell's event loop, so a wait on a silent server would not end until the server spoke (see
+    loading.wait). Not asyncio.wait_for: in 3.11 it returns a result that came just as the task was cancelled and
+    drops the cancellation, and with tokens coming all the time the stop button was lost."""
+    getter = asyncio.ensure_future(queue.get())
+    try:
+        while not getter.done():
+            await asyncio.wait({getter}, timeout=0.1)
+        return getter.result()
+    finally:
+        getter.cancel()  # (done already, or cancelled with the awaiting task: a message left in the queue is unread)
 
 
 _process: ModelProcess | None = None
