@@ -14,7 +14,7 @@ node_modules, virtual environments or other hidden and tool folders); omitted, t
 runs, show, verify and grants only read (they open stores read-only, take no lock, and so also work on a read-only
 disk); run, undo and revoke write (WHO_WRITES says what, in --help and docs/cli.md alike).
 Exit codes: 0 ok, 1 verify found a problem (or a notebook's run or an undo did not succeed), 2 bad input (usage,
-not a store, no such run, newer format, not a notebook).
+not a store, no such run, newer format, not a notebook), 130 and 143 `run` stopped by Ctrl-C or SIGTERM.
 Logs written by a newer nbagent are read as far as this version can: unknown event types are listed, shown
 generically and verified, never an error; a damaged tables.json (a cache) is rebuilt from the events.
 """
@@ -81,13 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "approvals by policy, write the executed notebook, print a line per run. Exits 1 "
                                    "when a cell fails (an unknown {name} included), or a run fails, is interrupted, "
                                    "is left waiting, or ended completed_with_errors (a tool call failed or was "
-                                   "denied) unless --allow-tool-errors.")
+                                   "denied) unless --allow-tool-errors. Ctrl-C or SIGTERM interrupts the kernel, "
+                                   "writes what ran, and exits 130 or 143; the runs stopped can be resumed.")
     p.add_argument("notebook", metavar="NOTEBOOK", help="the .ipynb to execute")
     p.add_argument("-o", "--output", help="where to write the executed notebook (default: in place)")
     p.add_argument("--approve", choices=["all", "none", "low", "recorded"], default="none",
                    help="how approvals are answered (default: none, i.e. every proposed plan is denied)")
     p.add_argument("--model", help="the model for cells that name none (sets NBAGENT_MODEL for the kernel)")
-    p.add_argument("--timeout", type=int, default=600, help="seconds a cell may run (default 600)")
+    p.add_argument("--timeout", type=int, default=600,
+                   help="seconds a cell may run, waits for a model or a tool included; past them the kernel is "
+                        "interrupted and the cell fails (default 600)")
     p.add_argument("--allow-tool-errors", action="store_true",
                    help="exit 0 even when a run ended completed_with_errors (a tool call failed or was denied)")
     p.set_defaults(func=cmd_run)
@@ -139,8 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 ok; 1 when `verify` found a problem or a notebook's run or an undo did not succeed; 2 for bad input (a
-        usage error, not a store, no such run, a newer format, not a notebook). A usage error exits through
-        argparse (`SystemExit(2)`), as a console script does.
+        usage error, not a store, no such run, a newer format, not a notebook); 130 or 143 when Ctrl-C or SIGTERM
+        stopped `run`. A usage error exits through argparse (`SystemExit(2)`), as a console script does.
     """
     args = build_parser().parse_args(argv)
     try:

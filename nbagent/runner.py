@@ -38,7 +38,8 @@ from .runner_cells import (
     write_agent_cells,
 )
 
-ERROR_WIDTH = 300  # characters of a failed run's error in its summary line (an answer gets 110)
+ERROR_WIDTH = 400  # characters of a failed run's error in its summary line (an answer gets 110): room for the
+# line that says what to do (a misspelt provider: the nearest known one, how a model is written, where they are listed)
 
 
 class RunSummary(BaseModel):
@@ -91,6 +92,7 @@ class NotebookResult(BaseModel):
     output: str
     runs: list[RunSummary] = Field(default_factory=list)
     cell_error: str | None = None
+    stopped_by: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the notebook (runner_stops.py)
 
     @property
     def ok(self) -> bool:
@@ -110,6 +112,11 @@ class NotebookResult(BaseModel):
     def verdict(self, allow_tool_errors: bool = False) -> str:
         n = len(self.runs)
         written = f"executed notebook written to {self.output}"
+        if self.stopped_by is not None:
+            import signal
+
+            return (f"STOPPED by {signal.Signals(self.stopped_by).name}: {n} run(s); what ran is in the log and can be "
+                    f"resumed (%agent resume RUN); {written}")
         if self.ok:
             return f"ok: {n} run(s); {written}"
         errors = self.with_tool_errors
@@ -175,10 +182,24 @@ def read_notebook(path: Path) -> Any:
         raise NotebookError(f"{path}: a notebook of nbformat {version}, newer than the nbformat 4 nbagent runs; save "
                             "it as nbformat 4")
     try:
-        return nbformat.reads(text, as_version=4)
+        return newest_minor(nbformat.reads(text, as_version=4))
     except Exception as exc:  # nbformat's own checks: a cell that is not an object, ...
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise NotebookError(f"{path}: not a notebook nbagent can read: {first}") from None
+
+
+def newest_minor(nb: Any) -> Any:
+    """`nb` as nbformat 4.5, the first with cell ids (which tie runs to cells), by nbformat's own upgrade and
+    normalisation, so the notebook written back validates. Ids already there (an earlier `nbagent run` wrote them
+    beside an older minor version) are kept: the log names its cells by them."""
+    import nbformat
+
+    kept = [cell.get("id") for cell in nb.cells]
+    nb = nbformat.v4.upgrade(nb)  # 4.0-4.4: nbformat_minor 5, and an id for each cell
+    for cell, cell_id in zip(nb.cells, kept, strict=True):
+        if cell_id:
+            cell["id"] = cell_id
+    return nbformat.from_dict(nbformat.validator.normalize(nb)[1])  # missing or repeated ids made unique
 
 
 def _show_log_end(path: str, lines: int = 20) -> None:
@@ -210,11 +231,14 @@ def cell_error_line(exc: Any) -> str:
 
 def _client_class() -> Any:
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
-    class CellIdClient(NotebookClient):
+    from .runner_stops import Stops
+
+    class CellIdClient(Stops, NotebookClient):
         """Sends each cell's id with its execute_request, as JupyterLab does; a cell the agent wrote runs only when
-        an approval in the notebook's log covers exactly its code (`agent_cell_clearance`)."""
+        an approval in the notebook's log covers exactly its code (`agent_cell_clearance`); --timeout, Ctrl-C and
+        SIGTERM interrupt the kernel (runner_stops.py)."""
 
         current_cell_id: str | None = None
         store_path: Path | None = None
@@ -222,6 +246,7 @@ def _client_class() -> Any:
 
         async def async_execute_cell(self, cell: Any, cell_index: int, execution_count: int | None = None,
                                      store_history: bool = True) -> Any:
+            self.before_cell()
             self.current_cell_id = cell.get("id")
             if cell.get("cell_type") == "code" and "nbagent" in (cell.get("metadata") or {}) and \
                     _source(cell).strip():
@@ -235,10 +260,20 @@ def _client_class() -> Any:
                     raise CellExecutionError("", AGENT_CELL_ERROR, why)
             # the kernel's own count (execute_input), not nbclient's count of the cells it sent: the cells the agent
             # ran took counts of their own, so nbclient's numbering would put [4] above [3]
-            return await super().async_execute_cell(cell, cell_index, None, store_history)
+            self.executing = True
+            try:
+                return await super().async_execute_cell(cell, cell_index, None, store_history)
+            finally:
+                self.executing = False
+
+        async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+            if not self.timed_out_cell(cell):  # interrupted once already, and still running: nbclient gives up
+                raise CellTimeoutError.error_from_timeout_and_cell("Cell execution timed out", timeout, cell)
+            return await super()._async_handle_timeout(timeout, cell)  # interrupted (interrupt_on_timeout)
 
         async def async_start_new_kernel_client(self) -> Any:
             kc = await super().async_start_new_kernel_client()
+            self.listen()  # after nbclient's own handlers: these replace them
             plain_execute = kc.execute
             seen = self.outputs = Outputs()
             seen.tap(kc.iopub_channel)
@@ -270,7 +305,8 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
                  model: str | None = None, timeout: int = 600, kernel_name: str = "python3",
                  env: dict[str, str] | None = None) -> NotebookResult:
     import nbformat
-    from nbclient.exceptions import CellExecutionError, DeadKernelError
+    from jupyter_core.utils import run_sync
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     from .store import Store, store_path_for
 
@@ -280,10 +316,10 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     if output and (out_path.is_dir() or not out_path.parent.is_dir()):
         what = "a folder" if out_path.is_dir() else f"in a folder that does not exist ({out_path.parent})"
         raise NotebookError(f"{output}: the output is {what}; pass a file path for the executed notebook")
-    nbformat.validator.normalize(nb)  # fills in missing cell ids (nbformat >= 4.5)
-    for cell in nb.cells:
-        if not cell.get("id"):
-            cell["id"] = uuid.uuid4().hex[:8]
+    if not _writable(out_path):  # found before anything runs: what the runs did could not be saved
+        raise NotebookError(f"{out_path}: cannot write the executed notebook there (not writable); nothing was run. "
+                            + ("Copy the notebook to a writable folder (its log is kept beside it) and run it there"
+                               if out_path == nb_path else "Pass --output FILE in a writable folder"))
     store_path = store_path_for(nb_path)
     before = set(Store(store_path, readonly=True).run_ids()) if (store_path / "meta.json").exists() else set()
     # the cells the agent ran, which their %%agent cell runs again and writes anew (a person's edit stays)
@@ -297,16 +333,19 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
         kernel_env["NBAGENT_MODEL"] = model
     import tempfile
 
-    from jupyter_client import KernelManager
+    from jupyter_client import AsyncKernelManager
 
     # ipc: the kernel's sockets are files in a private folder, not TCP ports open on the machine. The path
     # must be absolute: the kernel runs in the notebook's folder, the client wherever it was started.
     sockets = tempfile.mkdtemp(prefix="nbagent-kernel-")
-    km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "kernel"))
+    # async: nbclient reads the kernel's messages on its event loop; a blocking client's reads stall that loop until
+    # each cell ends, so neither --timeout nor a signal could act while a cell ran
+    km = AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "kernel"))
     # coalesce_streams: adjacent stream outputs become one, as JupyterLab saves them (a print split across
-    # messages by a busy machine reads the same)
+    # messages by a busy machine reads the same); interrupt_on_timeout: a cell past --timeout is interrupted as the
+    # stop button does (its run recorded as interrupted), then fails
     client = _client_class()(nb, km=km, timeout=timeout, kernel_name=kernel_name, coalesce_streams=True,
-                             resources={"metadata": {"path": str(nb_path.parent)}})
+                             interrupt_on_timeout=True, resources={"metadata": {"path": str(nb_path.parent)}})
     client.store_path = store_path
     cell_error = None
     # The kernel's own log (fd 2: tornado's and ipykernel's messages, e.g. a race at shutdown) goes to a file, as
@@ -318,25 +357,40 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
             client.execute(env=kernel_env, cwd=str(nb_path.parent), stderr=kernel_log)
         except CellExecutionError as exc:
             cell_error = cell_error_line(exc)
+        except CellTimeoutError:
+            cell_error = "it did not end when interrupted, and its kernel was shut down"
         except DeadKernelError as exc:
-            cell_error = f"the kernel died: {exc}"
-            _show_log_end(kernel_log_path)
+            cell_error = f"the kernel died: {exc}" if client.stopped_by is None else "its kernel was shut down"
+            if client.stopped_by is None:
+                _show_log_end(kernel_log_path)
         finally:
+            client.stop_listening()
             if km.has_kernel:  # nbclient leaves a kernel it was given running
-                km.shutdown_kernel(now=False)
+                run_sync(km.shutdown_kernel)(now=False)
             import shutil
 
             shutil.rmtree(sockets, ignore_errors=True)
+    cell_error = client.why(cell_error)
     store = open_store(store_path)
     ours = [r for r in store.run_ids() if r not in before and store.run_state(r).options.get(
         "execution", execution) == execution] if store is not None else []
+    if client.stopped_by is not None and ours:
+        from .runner_stops import record_left_running
+
+        record_left_running(store_path, ours, client.stopped_by)
+        store = open_store(store_path)
     put_back(nb, taken, write_agent_cells(nb, store, ours, client.outputs) if store is not None else set())
     latest_records(nb)
     from .secrets import Redactor, env_secrets
 
     redactor = Redactor(env_secrets(kernel_env))
     _redact_notebook(nb, redactor)
-    nbformat.write(nb, out_path)
+    try:
+        nbformat.write(nb, out_path)
+    except OSError as exc:  # it became unwritable while the notebook ran: the runs are in the log all the same
+        raise NotebookError(f"{out_path}: cannot write the executed notebook ({exc.strerror or exc}); its runs are "
+                            f"in the log ({store_path}): `nbagent runs` lists them. Pass --output FILE in a writable "
+                            "folder") from None
     runs = []
     if (store_path / "meta.json").exists():
         store = Store(store_path, readonly=True)
@@ -360,7 +414,12 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
         for r in runs:
             r.cell_label = labels.get(r.cell_id or "")
     return NotebookResult(notebook=str(nb_path), output=str(out_path), runs=runs,
-                          cell_error=redactor.text(cell_error) if cell_error else None)
+                          cell_error=redactor.text(cell_error) if cell_error else None, stopped_by=client.stopped_by)
+
+
+def _writable(path: Path) -> bool:
+    """Whether the executed notebook can be written at `path` (a read-only mount stops root too: access(2) says so)."""
+    return os.access(path, os.W_OK) if path.exists() else os.access(path.parent, os.W_OK | os.X_OK)
 
 
 def latest_records(nb: Any) -> int:
@@ -410,8 +469,9 @@ def _redact_notebook(nb: Any, redactor: Any) -> None:
 
 
 def main_run(args: Any) -> int:
-    """Exit status: 0 when every cell ran and every run finished with all its tools done; 1 otherwise. A run
-    whose tools failed or were denied (`completed_with_errors`) is a failure unless `args.allow_tool_errors`."""
+    """Exit status: 0 when every cell ran and every run finished with all its tools done; 1 otherwise (a cell past
+    --timeout too); 128 + the signal's number when Ctrl-C (130) or SIGTERM (143) stopped it. A run whose tools
+    failed or were denied (`completed_with_errors`) is a failure unless `args.allow_tool_errors`."""
     allow = bool(getattr(args, "allow_tool_errors", False))
     result = run_notebook(args.notebook, output=args.output, approve=args.approve, model=args.model,
                           timeout=args.timeout)
@@ -420,4 +480,6 @@ def main_run(args: Any) -> int:
     if result.cell_error:
         print(f"a cell failed: {result.cell_error}", file=sys.stderr)
     print(result.verdict(allow))
+    if result.stopped_by is not None:
+        return 128 + result.stopped_by
     return 0 if result.passed(allow) else 1

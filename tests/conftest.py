@@ -39,6 +39,9 @@ SLOW = {
     "tests/test_lint.py::test_mypy_clean",  # ~30 s of CPU for the whole package, cold
     # a fresh interpreter importing litellm (~3 s) and making its first call
     "tests/test_llm_http.py::test_a_first_call_with_tools_loads_no_mcp_gateway_and_leaves_the_environment_as_it_was",
+    # a model process (litellm imported, ~3 s); `jupyter execute` starting a kernel in a subprocess
+    "tests/test_bounded_waits.py::test_through_the_model_process_the_deadline_cancels_the_call_there",
+    "tests/test_cell_truth.py::test_jupyter_execute_stops_at_a_failed_run_and_shows_its_line",
 }
 FAST_LIMIT_S = 5.0
 TESTS = Path(__file__).resolve().parent
