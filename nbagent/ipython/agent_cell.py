@@ -34,10 +34,28 @@ HEADLESS_MESSAGE = (
     "for the kernel, pass --approve to the cell, or use `nbagent run NOTEBOOK --approve ...`. The run is saved "
     "as waiting: %agent resume {run_id} continues it."
 )
+# Inside `nbagent run` (NBAGENT_EXECUTION set) its --approve policy answers every decision, unless the notebook set
+# it aside (`%agent config approve=`): say so, and what answers there, not "use nbagent run".
+HEADLESS_IN_RUN = (
+    "nbagent: run {run_id} needs a decision ({what}), but nobody can answer inside `nbagent run`, and its "
+    "--approve policy does not apply: {where} set approve to '' (ask a person). Remove that setting, or give the "
+    "cell --approve all|none|low, and run again with --approve all|none|low (questions: set NBAGENT_ANSWER for "
+    "`nbagent run`). The run is saved as waiting: %agent resume {run_id} continues it."
+)
 
 
 class HeadlessDecisionError(RuntimeError):
     """A run needs a person and none is there: fail the cell now rather than wait forever."""
+
+
+class RunFailed(RuntimeError):
+    """The cell's run failed: the cell fails as a person's failing cell does, so Run All, `jupyter execute`,
+    papermill and `nbagent run` stop there, in the one line its record gives (after the record)."""
+
+
+class RunInterrupted(RuntimeError):
+    """The cell was interrupted (the stop button, `nbagent run`'s Ctrl-C or --timeout) while its run went on: the
+    cell fails, as an interrupted cell does, so the cells queued after it do not run. The run is saved."""
 
 
 class CellPath(HostState):
@@ -127,15 +145,29 @@ class CellPath(HostState):
         # command lines name (`sh tools/serve.sh`) are what those commands run: writing any of them is code
         code = [str(self._path(mcp))] if mcp and not str(mcp).lstrip().startswith("{") else []
         code += code_files(notebook_config(self.folder, mcp))
-        return RuntimeAgent(
+        timeout = float(cfg.get("model_timeout") or 0)
+        agent = RuntimeAgent(
             # --script implies the scripted model (its help says so), whatever model a default names
-            model=None if script is not None else model,
+            model=None if script is not None else model, timeout=timeout if timeout > 0 else 120.0,
             script=script, replay=replay, tools=tools, autonomy=cfg.get("autonomy") or "L1",
             decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
             tool_timeout=float(cfg.get("tool_timeout") or 0) or None,
             context_window=int(cfg.get("context_window") or 0) or None,
             code_paths=code,  # runs_later.py: a write of one is WRITE_HIGH_RISK, no grant covers it
         )
+        # a call past its deadline names the setting that set it (llm.deadline)
+        agent.settings = agent.settings.model_copy(update={"timeout_setting": self._timeout_setting()})
+        return agent
+
+    def _timeout_setting(self) -> str:
+        source = self.settings()["model_timeout"][1]
+        if source == "default":
+            return "%agent config model_timeout=SECONDS (or NbAgent.model_timeout, NBAGENT_MODEL_TIMEOUT)"
+        if source == "%agent config":
+            return "%agent config model_timeout=SECONDS"
+        if source == "%config NbAgent":
+            return "NbAgent.model_timeout"
+        return f"model_timeout, set by {source}"
 
     def decider_for(self, approve: str, recorded_from: str | None) -> Decider:
         from ..deciders import PolicyDecider, RecordedDecider
@@ -196,5 +228,22 @@ class CellPath(HostState):
             request, self.unanswerable = self.unanswerable, None
             what = f"the question {request.question!r}" if hasattr(request, "question") else \
                 f"approval of a {request.max_risk} plan"
+            if os.environ.get("NBAGENT_EXECUTION"):
+                where = self.settings()["approve"][1]
+                raise HeadlessDecisionError(HEADLESS_IN_RUN.format(run_id=run_id, what=what, where=where))
             raise HeadlessDecisionError(HEADLESS_MESSAGE.format(run_id=run_id, what=what))
+        self._tell_the_kernel(result, run_id, interrupted)
         return result
+
+    @staticmethod
+    def _tell_the_kernel(result: RunResult | None, run_id: str | None, interrupted: bool) -> None:
+        """Fail the cell when its run failed or was interrupted, as the kernel would fail a person's cell. A run
+        that waits for a decision, or that carried on past a denial (`completed_with_errors`), has not failed."""
+        from ..state import RunStatus
+
+        if interrupted or (result is not None and result.status == RunStatus.INTERRUPTED):
+            if run_id is None:
+                raise RunInterrupted("the cell was interrupted before its run began; run it again")
+            raise RunInterrupted(f"run {run_id} was interrupted; it is saved, and %agent resume {run_id} continues it")
+        if result is not None and result.status == RunStatus.FAILED:
+            raise RunFailed(f"run {result.run_id} failed: {result.error or 'see its record'}")
