@@ -210,6 +210,11 @@ def resolve(tool: Tool, arguments: dict[str, Any], guard: ScopeGuard | None, *,
                "runs it later cannot be told (links.py)")
     cell: Callable[[dict[str, Any]], str | None] | None = getattr(tool, "cell_of", None)
     unseen = getattr(tool, "effect_unknown", None) if tool.risk != Risk.READ_ONLY else None
+    # a call that runs code its target chose (an MCP git tool on a repository whose config names a command git
+    # runs: mcp/rules.py `runs_code`), read-only tool or not; not looked at for a call refused anyway
+    chosen: Callable[[dict[str, Any]], str | None] | None = getattr(tool, "runs_code", None)
+    if chosen is not None and guard is not None and not any(t.problem is not None for t in targets):
+        unseen = chosen(arguments) or unseen
     return Effect(targets=targets, runs_later=why, cell=cell(arguments) if cell is not None else None,
                   unknown=unseen)
 
@@ -275,11 +280,15 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def risk_of(tool: Tool, effect: Effect) -> tuple[Risk, str | None]:
-    """The call's risk: the tool's own, raised to WRITE_HIGH_RISK when it makes code that runs later, or when what
-    it changes is unknown and no one's own configuration set its risk (`risk_set`: an MCP entry's `risk`)."""
+    """The call's risk: the tool's own, raised to WRITE_HIGH_RISK when it makes code that runs later, when what
+    it changes is unknown and no one's own configuration set its risk (`risk_set`: an MCP entry's `risk`), or when
+    the call runs code its target chose (whatever the tool's risk or anyone's setting)."""
     if effect.runs_later is not None and tool.risk != Risk.READ_ONLY:
         return Risk.WRITE_HIGH_RISK, effect.runs_later
     if effect.unknown is not None and tool.risk != Risk.READ_ONLY and not getattr(tool, "risk_set", False):
+        return Risk.WRITE_HIGH_RISK, effect.unknown
+    if effect.unknown is not None and effect.unknown != getattr(tool, "effect_unknown", None):
+        # the call's own, not the tool's (code its target chose runs: `runs_code`): no annotation or setting lowers it
         return Risk.WRITE_HIGH_RISK, effect.unknown
     return tool.risk, None
 

@@ -101,6 +101,17 @@ class Rule:
             return Risk.READ_ONLY, "only reads the repository: nbagent knows this tool of mcp-server-git"
         return None
 
+    def runs_code(self, remote: str, arguments: dict[str, Any]) -> str | None:
+        """Why this call runs code its target chose, whatever the tool is known or set to do (mcp-server-git on a
+        repository whose config names a command git runs, or that holds a hook): effects.Effect.unknown."""
+        path = arguments.get("repo_path")
+        if self.kind != "git" or not isinstance(path, str) or not path.strip() or len(path) > _LONGEST:
+            return None
+        try:
+            return gitr.commands(gitr.expand(path, self.cwd, self.env), self.env, remote in gitr.READS)
+        except (gitr.Refused, OSError, ValueError) as exc:
+            return f"whether the repository names commands git runs cannot be told: {_clip(str(exc), 200)}"
+
     # ------------------------------------------------------------------ paths
 
     def read_paths(self, tool: Tool, remote: str, guard: ScopeGuard, arguments: dict[str, Any]) -> list[Target]:

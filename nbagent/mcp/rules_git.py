@@ -9,7 +9,11 @@ every one of them must be inside the notebook's folder; `git_add`'s `files` are 
 
 What a checkout, a commit (which runs the repository's hooks), an add or a new branch writes cannot be seen from
 its arguments: those tools' effect is unknown (rules.py makes them WRITE_HIGH_RISK unless your own configuration
-sets their risk). The tools that only read are known to read.
+sets their risk). The tools that only read are known to read, unless the repository says otherwise: git runs
+commands a repository's own config names (`core.fsmonitor` at every status, a `filter.<x>.clean` for the files its
+`.gitattributes` route there, `diff.external`, a textconv) and its hooks (`post-index-change` when a status rewrites
+the index), in the repository and in each submodule it enters. A tarball's `.git/` brings those along, so a call on
+such a repository runs code the repository chose (`commands`): WRITE_HIGH_RISK whatever else says otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import subprocess
 from collections.abc import Mapping, Sequence
 
 READS = frozenset({"git_status", "git_diff_unstaged", "git_diff_staged", "git_diff", "git_log", "git_show",
@@ -99,16 +104,8 @@ def _config_worktree(git_dir: str) -> str | None:
 def reach(path: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
     """(the working tree the server's git commands run in, every other folder the repository at `path` reaches:
     its git folder (its objects and refs, the object folders it borrows), a common folder, a `core.worktree`)."""
-    dotgit = posixpath.join(path, ".git")
     others: list[str] = []
-    tree = path
-    git_dir: str | None = None
-    if os.path.isdir(dotgit) and _is_git_dir(dotgit):
-        git_dir = dotgit
-    elif os.path.isfile(dotgit):
-        git_dir = _gitfile(dotgit)
-    elif _is_git_dir(path):
-        git_dir, tree = path, posixpath.dirname(path)
+    git_dir, tree = _git_dir(path)
     if git_dir is not None:
         # the git folder, and what in it may lead elsewhere (a link, objects borrowed from another repository)
         others += [git_dir, posixpath.join(git_dir, "objects"), posixpath.join(git_dir, "refs")]
@@ -135,3 +132,104 @@ def reach(path: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
         if env.get(name):
             others.append(env[name])
     return tree, others
+
+
+# git-config keys whose value is a command that a tool of mcp-server-git makes git run (git-config(1)): the index
+# refresh of every status or diff (core.fsmonitor, unless a boolean: git's own daemon), the files a status or diff
+# reads (clean and process filters), a diff's external and textconv programs, what a checkout writes (smudge) or
+# merges (a stash applied: merge drivers). Not the pager or the editor (git runs none without a terminal) nor a
+# remote's helpers (no tool of the server fetches or pushes).
+_COMMAND_KEY = re.compile(r"core\.fsmonitor|diff\.external|diff\..+\.(?:command|textconv)|"
+                          r"filter\..+\.(?:clean|smudge|process)|merge\..+\.driver")
+_BOOLEAN = frozenset({"", "true", "false", "yes", "no", "on", "off", "1", "0"})
+# the hooks git may run for a command that only reads: a status that refreshed the index writes it back
+READ_HOOKS = ("post-index-change", "reference-transaction")
+_REPOSITORY_SCOPES = ("local", "worktree")  # the repository's own config (and what it includes), not the person's
+_SUBMODULES = 32  # repositories looked into for one call (the repository and its submodules, nested)
+
+
+def _git(env: Mapping[str, str], *args: str) -> str | None:
+    """git's output for these arguments (with the server's environment), or None where git cannot read the
+    repository (then the server's git cannot either, and runs nothing of it)."""
+    run_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env, "GIT_OPTIONAL_LOCKS": "0",
+               "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    try:
+        done = subprocess.run(["git", *args], capture_output=True, env=run_env, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, ValueError):
+        return None
+    except subprocess.TimeoutExpired as exc:
+        raise Refused("git took too long to read the repository's config") from exc
+    return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
+
+
+def _git_dir(path: str) -> tuple[str | None, str]:
+    """(the git folder GitPython opens for `path`, the working tree), as `reach` finds them."""
+    dotgit = posixpath.join(path, ".git")
+    if os.path.isdir(dotgit) and _is_git_dir(dotgit):
+        return dotgit, path
+    if os.path.isfile(dotgit):
+        return _gitfile(dotgit), path
+    if _is_git_dir(path):
+        return path, posixpath.dirname(path)
+    return None, path
+
+
+def commands(path: str, env: Mapping[str, str], only_reads: bool) -> str | None:
+    """Why a call on the repository at `path` runs code the repository chose (its own config names a command git
+    runs, or it holds a hook git runs), in one line; None when it names none. Read by git itself (`git config
+    --show-scope --includes`: includes and conditional includes as git follows them), for the repository and each
+    populated submodule a status enters."""
+    todo, seen = [path], 0
+    while todo and seen < _SUBMODULES:
+        repo = todo.pop()
+        seen += 1
+        git_dir, tree = _git_dir(repo)
+        if git_dir is None:
+            continue
+        listed = _git(env, f"--git-dir={git_dir}", "config", "--list", "--show-scope", "--show-origin", "--includes",
+                      "-z")
+        if listed is None:
+            continue
+        fields = listed.split("\0")
+        hooks_path = None
+        for scope, origin, entry in zip(fields[0::3], fields[1::3], fields[2::3], strict=False):
+            key, _, value = entry.partition("\n")
+            key = key.lower()
+            if scope not in _REPOSITORY_SCOPES:
+                continue
+            if key == "core.hookspath":
+                hooks_path = value
+            elif _COMMAND_KEY.fullmatch(key) and not (key == "core.fsmonitor" and value.lower() in _BOOLEAN):
+                where = origin.removeprefix("file:")
+                return (f"git would run a command the repository's config names: {key} = {_clip(value)} (in "
+                        f"{posixpath.join(tree, where) if not posixpath.isabs(where) else where})")
+        common = git_dir
+        try:
+            with open(posixpath.join(git_dir, "commondir"), encoding="utf-8", errors="replace") as f:
+                common = posixpath.normpath(posixpath.join(git_dir, f.read(4096).strip()))
+        except OSError:
+            pass
+        if hooks_path is not None and (hooks_path == "~" or hooks_path.startswith("~/")):
+            hooks_path = (env.get("HOME") or os.path.expanduser("~")) + hooks_path[1:]
+        hooks = posixpath.join(tree, hooks_path) if hooks_path is not None else posixpath.join(common, "hooks")
+        try:
+            names = list(READ_HOOKS) if only_reads else sorted(n for n in os.listdir(hooks)
+                                                               if not n.endswith(".sample"))
+        except OSError:
+            names = []
+        for name in names:
+            hook = posixpath.join(hooks, name)
+            if os.path.isfile(hook) and os.access(hook, os.X_OK):
+                return f"git would run the repository's hook {hook}"
+        staged = _git(env, f"--git-dir={git_dir}", f"--work-tree={tree}", "ls-files", "--stage", "-z")
+        for line in (staged or "").split("\0"):
+            if line.startswith("160000 ") and "\t" in line:  # a submodule: a status looks into it if it is there
+                todo.append(posixpath.join(tree, line.split("\t", 1)[1]))
+    if todo:
+        return f"the repository has more than {_SUBMODULES} submodules, whose configs were not all read"
+    return None
+
+
+def _clip(text: str, width: int = 160) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 1] + "…"

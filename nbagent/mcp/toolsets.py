@@ -51,6 +51,7 @@ class MCPTool(Tool):
     effect_unknown: str | None  # why nbagent cannot see what it changes (effects.Effect.unknown), or None
     risk_set: bool  # the person's own configuration set its risk (an unknown effect then does not raise it)
     read_paths: Callable[[ScopeGuard, dict[str, Any]], list[Target]]  # its paths by its server's rules
+    runs_code: Callable[[dict[str, Any]], str | None]  # why a call runs code its target chose (rules.Rule.runs_code)
 
 
 def _make_tool(server: Server, listed: Any) -> MCPTool:
@@ -77,6 +78,8 @@ def _make_tool(server: Server, listed: Any) -> MCPTool:
     tool.effect_unknown, tool.risk_set = unknown, risk_set
     # its paths as its server reads them (effects.resolve asks, with the runtime's file scope)
     tool.read_paths = lambda guard, arguments: rule.read_paths(tool, remote, guard, arguments)
+    # code its target chose that a call would run (a repository's own git config or hooks: rules_git.commands)
+    tool.runs_code = lambda arguments: rule.runs_code(remote, arguments)
     # the files of the folder its server runs (entry_files): a runtime may count writing them as code (code_paths)
     tool.code_files = [str(p) for p in entry_files(server.config, server.folder)]
     return tool
