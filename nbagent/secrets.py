@@ -25,6 +25,7 @@ recorded event).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -275,10 +276,26 @@ class Redactor:
         On the hot path (every recorded event): one walk, and a string already seen (the cache of `text`) is
         answered without a call. The result is exactly what the plain recursion gave."""
         if isinstance(obj, str):
-            return self.text(obj)
+            done = self.text(obj)
+            return done if done is obj or done == obj else self._document(obj, done)
         if isinstance(obj, _CONTAINERS):
             return self._walk(obj)
         return obj
+
+    def _document(self, s: str, done: str) -> str:
+        """`s` redacted (`done`, as text) kept a JSON document when it is one: its values redacted and written out
+        again. A tool call's arguments are such a text, read back from the log to run: redacted as prose, a
+        password's value takes the backslash of `\\"` and the call no longer parses."""
+        if s.lstrip()[:1] not in ("{", "["):
+            return done
+        try:
+            value = json.loads(s)
+        except (ValueError, RecursionError):
+            return done
+        if not isinstance(value, dict | list):
+            return done
+        again = json.dumps(self._walk(value), ensure_ascii=False)
+        return again if self.text(again) == again else done  # nothing the text's own patterns would still find
 
     def _walk(self, obj: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Any:
         cache, text, walk, shortest = self._cache, self.text, self._walk, _SHORTEST
@@ -292,7 +309,9 @@ class Redactor:
                         out[k] = v
                     else:
                         done = cache.get(v)
-                        out[k] = done if done is not None else text(v)
+                        if done is None:
+                            done = text(v)
+                        out[k] = done if done is v or done == v else self._document(v, done)
                 elif isinstance(v, _CONTAINERS):
                     out[k] = walk(v)
                 else:
@@ -305,7 +324,9 @@ class Redactor:
                     items.append(v)
                 else:
                     done = cache.get(v)
-                    items.append(done if done is not None else text(v))
+                    if done is None:
+                        done = text(v)
+                    items.append(done if done is v or done == v else self._document(v, done))
             elif isinstance(v, _CONTAINERS):
                 items.append(walk(v))
             else:
