@@ -10,10 +10,12 @@ nh3, wcmatch, markdown-it...), which a kernel imports at its first `%%agent` cel
 each cell's work (nbagent/ipython/host.py) and before anything is imported ahead of one (nbagent/ipython/loading.py).
 
 What counts: the import names of litellm and of every distribution it requires (its requirement closure, markers
-evaluated, no extras), found in a working folder as a module (`NAME.py`, `.pyc`, an extension module) or a regular
-package (`NAME/__init__.py`), and not imported yet (an imported one is the module in use already). A working
-folder is a `sys.path` entry that is `''` or the current folder. The folder is listed first; the closure is
-computed only when the folder holds a module at all, which a notebook folder rarely does.
+evaluated, no extras), found in a working folder as a module (`NAME.py`, `.pyc`, an extension module), a regular
+package (`NAME/__init__.py`), or a folder holding Python that joins an installed namespace package of that name, and
+not imported yet (an imported module is the one in use already; a namespace package still takes submodules from the
+folder). A working folder is a `sys.path` entry that is `''` or the current folder. The folder is listed first; the
+closure is computed (once per process) only when the folder holds a module or a folder at all, and only entries of
+those names are looked into.
 
 Not covered: a module litellm imports without requiring it (an optional speed-up it tries and does without), and
 `sys.path` entries other than the working folder (PYTHONPATH, `.pth` files), which the person set up.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Callable
 from importlib import machinery, metadata
 from pathlib import Path
 
@@ -48,28 +51,63 @@ def working_folders() -> list[Path]:
     return found
 
 
-def _modules_in(folder: Path) -> dict[str, Path]:
-    """Top-level names importable from `folder` itself: modules and regular packages (not namespace folders,
-    which an installed package of the same name always wins over)."""
-    out: dict[str, Path] = {}
+def _modules_in(folder: Path, names: Callable[[], frozenset[str]]) -> dict[str, Path]:
+    """The top-level names among `names()` that `folder` itself would be imported for: modules, regular packages,
+    and folders joining an installed namespace package (`opentelemetry`, `tiktoken_ext`: its path lists the working
+    folder's portion first, so what is in there comes before the installed modules). A folder of another name is
+    never looked into: the check stays one listing of the folder, however many folders it holds."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
-        return out
+        return {}
+    found: list[tuple[str, str, bool]] = []  # (import name, path, a folder)
     for entry in entries:
         name = entry.name
         try:
             if entry.is_dir():
-                if any((Path(entry.path) / f"__init__{s}").exists() for s in _SUFFIXES):
-                    out.setdefault(name, Path(entry.path))
+                if name.isidentifier():
+                    found.append((name, entry.path, True))
                 continue
         except OSError:
             continue
         for suffix in _SUFFIXES:
             if name.endswith(suffix) and len(name) > len(suffix):
-                out.setdefault(name[: -len(suffix)], Path(entry.path))
+                found.append((name[: -len(suffix)], entry.path, False))
                 break
+    if not found:
+        return {}
+    wanted_names = names()
+    out: dict[str, Path] = {}
+    for name, path, is_dir in found:
+        if name not in wanted_names or name in out:
+            continue
+        if not is_dir or any(os.path.exists(os.path.join(path, f"__init__{s}")) for s in _SUFFIXES) or (
+                _installed_namespace(name) and _holds_python(path)):
+            out[name] = Path(path)
     return out
+
+
+def _installed_namespace(name: str) -> bool:
+    """Whether `import name` finds no module or regular package outside the working folders, only folders (a
+    namespace package, which a folder of the working folder joins)."""
+    here = {os.path.realpath(str(f)) for f in working_folders()}
+    portions = False
+    for entry in sys.path:
+        if not entry or os.path.realpath(entry) in here:
+            continue
+        base = os.path.join(entry, name)
+        if any(os.path.exists(base + s) or os.path.exists(os.path.join(base, f"__init__{s}")) for s in _SUFFIXES):
+            return False
+        portions = portions or os.path.isdir(base)
+    return portions
+
+
+def _holds_python(path: str) -> bool:
+    """A module, or a folder that may hold one, directly inside `path` (a folder of data holds none)."""
+    try:
+        return any(e.is_dir() or e.name.endswith(_SUFFIXES) for e in os.scandir(path))
+    except OSError:
+        return False
 
 
 def _closure(root: str, without: tuple[str, ...] = ()) -> list[metadata.Distribution]:
@@ -140,17 +178,22 @@ _GUARDED_APART = {"nbagent": (ROOT,)}
 _WHAT = {ROOT: "not loading the model library", "nbagent": "not running the agent"}
 
 
+def _regular(name: str) -> bool:
+    """Whether the imported module `name` is a module or a regular package (not a namespace package)."""
+    return getattr(sys.modules.get(name), "__file__", None) is not None
+
+
 def check(root: str = ROOT) -> None:
     """Raise ShadowedLibrary when a working folder holds a module that `import root` would take in place of an
     installed one; else return (cheaply: one listing of each working folder)."""
     local: dict[str, Path] = {}
     for folder in working_folders():
-        for name, path in _modules_in(folder).items():
-            if name not in sys.modules and name not in sys.stdlib_module_names:
+        for name, path in _modules_in(folder, lambda: wanted(root)).items():
+            # (an imported namespace package still takes its submodules from the folder's portion)
+            if (name not in sys.modules or (path.is_dir() and not _regular(name))) and \
+                    name not in sys.stdlib_module_names:
                 local.setdefault(name, path)
-    if not local:
-        return
-    clash = sorted(set(local) & wanted(root))
+    clash = sorted(local)
     if clash:
         shown = ", ".join(str(local[name]) for name in clash[:3]) + (" …" if len(clash) > 3 else "")
         who = "the model library needs" if root == ROOT else f"{root} needs"
