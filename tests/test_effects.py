@@ -675,9 +675,10 @@ def test_the_card_names_where_a_second_path_argument_leads(folder: Path) -> None
     assert step.target == "notes.md (out/latest.md → data.csv)"
 
 
-def test_a_grant_that_cannot_be_sealed_records_no_decision(folder: Path, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # Was (b10): with an unusable key, plan_approved named a grant that was never given, and the run failed after.
+def test_a_grant_that_cannot_be_sealed_names_no_grant_and_loses_no_decision(folder: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Was (b10): with an unusable key, plan_approved named a grant that was never given. Then the run failed and the
+    # decision was lost (issue 45); now the approved call runs, no grant is named or given, and one line says why.
     home = tmp_path / "home"
     (home / "nbagent").mkdir(parents=True)
     (home / "nbagent" / "trust.key").write_bytes(b"short")
@@ -686,7 +687,7 @@ def test_a_grant_that_cannot_be_sealed_records_no_decision(folder: Path, tmp_pat
     a = agent(folder, script(one("write_file", path="raw.csv", content="x")),
               InOrder([Verdict.approve(grant=GrantSpec(scope="run"))]))
     result = run(a)
-    assert (folder / "raw.csv").read_text() == "raw\n"
-    kinds = [e.type for e in a.store.run_events(result.run_id)]
-    assert "plan_approved" not in kinds and not a.store.query_events(types="grant_given")
-    assert "trust key is too short" in (result.error or "")
+    assert (folder / "raw.csv").read_text() == "x"
+    approved = [e.payload for e in a.store.run_events(result.run_id) if e.type == "plan_approved"]
+    assert len(approved) == 1 and not approved[0].grants and not a.store.query_events(types="grant_given")
+    assert "trust key is too short" in (approved[0].grant_error or "")

@@ -193,8 +193,11 @@ def folders(tmp_path: Path) -> tuple[Path, Path, list[Any]]:
     (root / "note.txt").write_text("inside note")
     (tmp_path / "files_server.py").write_text(SERVER)
     problems: list[str] = []
+    # the person's own risk for the server's write (an unknown server's write is WRITE_HIGH_RISK, effect unknown:
+    # docs/mcp.md), so that the scope is what says no
     found = mcp.tools({"mcpServers": {"files": {"command": sys.executable, "args": [str(tmp_path / "files_server.py")],
-                                                "timeout": 20}}}, folder=root, on_problem=problems.append)
+                                                "timeout": 20, "risk": {"save_text": "WRITE_LOW_RISK"}}}},
+                      folder=root, on_problem=problems.append)
     assert problems == [] and len(found) == 5, problems
     return root, outside, found
 
@@ -303,8 +306,10 @@ def _docs(tmp_path: Path, **entry: Any) -> tuple[Path, Path, list[Any]]:
     (root / "outlink").symlink_to(outside)
     (tmp_path / "docs_server.py").write_text(DOCS_SERVER)
     problems: list[str] = []
+    risk = {"export": "WRITE_LOW_RISK", "save_text": "WRITE_LOW_RISK"}  # the person's (as in `folders` above)
     found = mcp.tools({"mcpServers": {"docs": {"command": sys.executable, "args": [str(tmp_path / "docs_server.py")],
-                                               "timeout": 20, **entry}}}, folder=root, on_problem=problems.append)
+                                               "timeout": 20, "risk": risk, **entry}}}, folder=root,
+                      on_problem=problems.append)
     assert problems == [] and len(found) == 3, problems
     return root, outside, found
 
@@ -350,7 +355,6 @@ def test_a_servers_paths_are_judged_from_its_own_working_folder(tmp_path: Path) 
     (tmp_path / "nb" / "server").mkdir(parents=True)
     (tmp_path / "nb" / "server" / "out").symlink_to(tmp_path / "outside")
     root, outside, found = _docs(tmp_path, cwd="server")
-    assert {t.base for t in found} == {"server"}
     calls = [("save_text", {"outputPath": "out/x.txt", "text": "planted"}),
              ("save_text", {"outputPath": "x.txt", "text": "fine"}),
              ("read_doc", {"location": "../.env"})]
@@ -361,6 +365,8 @@ def test_a_servers_paths_are_judged_from_its_own_working_folder(tmp_path: Path) 
     assert ("mcp__docs__read_doc", "scope.excluded") in denied  # ../.env from server/ is the folder's .env
     assert not (outside / "x.txt").exists()
     (started,) = [e.payload for e in events if e.type == "tool_call_started"]
-    assert [(t.written, t.path) for t in started.effect.targets] == [("x.txt", "server/x.txt")]
-    assert started.target == "x.txt → server/x.txt"  # the card names where it lands
+    # an unknown server's relative path is judged under every folder it could be read from (docs/mcp.md): its
+    # working folder first, where it lands, then the notebook's folder
+    assert [(t.written, t.path) for t in started.effect.targets] == [("x.txt", "server/x.txt"), ("x.txt", "x.txt")]
+    assert started.target.startswith("x.txt → server/x.txt"), started.target  # the card names where it lands
     assert (root / "server" / "x.txt").read_text() == "fine" and not (root / "x.txt").exists()
