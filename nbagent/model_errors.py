@@ -142,8 +142,7 @@ def unreachable(settings: ModelSettings, text: str) -> str:
     """"Connection error: nothing answered at http://127.0.0.1:9/v1 (from OPENAI_BASE_URL in the environment)..."""
     url, source = address(settings, text)
     where = f"nothing answered at {shown(url)} (from {source})" if url else f"nothing answered at {source}"
-    return (f"Connection error: {where}; check that the server runs and the address is right, or set api_base "
-            "to another")
+    return f"Connection error: {where}; check that the server runs there, or change that setting to its address"
 
 
 # ------------------------------------------------------------------------------------------------- the reply
