@@ -271,7 +271,7 @@ class Redactor:
 
     def redact(self, obj: Any) -> Any:
         """The same structure (dicts, lists; a tuple becomes a list) with every string redacted as `text` does,
-        and the non-empty string value of a key that names a secret (`secret_key`) replaced whole.
+        keys too, and the non-empty string value of a key that names a secret (`secret_key`) replaced whole.
 
         On the hot path (every recorded event): one walk, and a string already seen (the cache of `text`) is
         answered without a call. The result is exactly what the plain recursion gave."""
@@ -302,20 +302,27 @@ class Redactor:
         if isinstance(obj, dict):
             out: dict[Any, Any] = {}
             for k, v in obj.items():
+                key = k
+                if isinstance(k, str) and len(k) >= shortest:
+                    named = cache.get(k)
+                    if named is None:
+                        named = text(k)
+                    if named is not k and named != k:  # a secret as a key (a JSON display's): kept apart
+                        key = named if named not in obj and named not in out else f"{named} ({len(out)})"
                 if isinstance(v, str):
                     if v and isinstance(k, str) and secret_key(k):
-                        out[k] = REDACTED
+                        out[key] = REDACTED
                     elif len(v) < shortest:
-                        out[k] = v
+                        out[key] = v
                     else:
                         done = cache.get(v)
                         if done is None:
                             done = text(v)
-                        out[k] = done if done is v or done == v else self._document(v, done)
+                        out[key] = done if done is v or done == v else self._document(v, done)
                 elif isinstance(v, _CONTAINERS):
-                    out[k] = walk(v)
+                    out[key] = walk(v)
                 else:
-                    out[k] = v
+                    out[key] = v
             return out
         items: list[Any] = []
         for v in obj:
