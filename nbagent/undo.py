@@ -13,11 +13,14 @@ through the scope guard, recording the restores as a run of model `nbagent/undo`
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import os
 import stat
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +149,7 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
     changes: list[FileChange] = []
     problems: list[NotUndoable] = []
     started: dict[tuple[str, str], str] = {}
-    for e in store.query_events():
+    for e in _logged(store):
         if e.run_id not in run_ids:
             continue
         p: Any = e.payload
@@ -178,9 +181,39 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
     return changes, problems
 
 
+# (the store, its events once read) while `log_checked` holds
+_CHECKED: ContextVar[tuple[int, list[Any]] | None] = ContextVar("nbagent_undo_log_checked", default=None)
+
+
+@contextlib.contextmanager
+def log_checked(store: Store) -> Iterator[None]:
+    """The log verified once (`check_log`) and read once for the previews made inside: the Undo… offers of a
+    notebook's records (one for each record, asked together) would otherwise verify and parse the whole log once
+    per record."""
+    check_log(store)
+    token = _CHECKED.set((id(store), []))
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
+def _logged(store: Store) -> list[Any]:
+    """Every event of the log in order: read once inside `log_checked`, else now."""
+    held = _CHECKED.get()
+    if held is None or held[0] != id(store):
+        return list(store.query_events())
+    if not held[1]:
+        held[1].extend(store.query_events())
+    return held[1]
+
+
 def check_log(store: Store) -> None:
     """Undo trusts the log to say what the runs changed, so it first checks it as `nbagent verify` does: a log
     that fails (an edited result could name a file no run touched) is an UndoError, and nothing is changed."""
+    held = _CHECKED.get()
+    if held is not None and held[0] == id(store):
+        return
     report = verify_store(store)
     if not report.ok:
         more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
@@ -359,7 +392,7 @@ def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | 
     if busy:
         raise UndoError(f"run {busy[0]} is still running in another process; undo it once it has ended")
     changes, problems = collect(store, set(runs))
-    every = list(store.query_events())
+    every = _logged(store)
     cells, cell_problems = cell_changes([e for e in every if e.run_id in set(runs)])
     problems += [NotUndoable(run_id=r, call_id=c, tool=t, why=w) for r, c, t, w in cell_problems]
     report = UndoReport(runs=runs, restores=plan(changes), not_undoable=problems, cells=cells)

@@ -2,7 +2,9 @@
 
 A record is data in the notebook: any run id can be in it (a cell copied from another notebook, a repository cloned
 without its logs, a run undone since from another kernel). So the lab extension draws a record's Undo… button only
-for a run the kernel says undo can act on: in this notebook's log, with file or cell changes, not undone already.
+for a run the kernel says undo can act on: in this notebook's log, which verifies, recorded by this user here (a log
+that came with a cloned repository says what its author chose the files were), with file or cell changes, not
+undone already. The log is verified once for all the records asked about together.
 
 `%load_ext nbagent` opens the comm `nbagent.undo` to the front end (nothing is imported for it but `comm`, which
 ipykernel has loaded). The lab extension sends `{"id": n, "ask": [run ids]}` on it; the kernel answers `{"id": n,
@@ -83,13 +85,21 @@ def offers(notebook: Path, run_ids: list[str], folder: Path) -> dict[str, dict[s
         store = Store(path, readonly=True)
     except StoreError as exc:
         return {r: {"undo": False, "why": str(exc)} for r in run_ids}
+    from ..undo import UndoError, log_checked
+
     try:
-        return {r: _offer(store, r, folder) for r in dict.fromkeys(run_ids)}
+        with log_checked(store):  # once for every record asked about
+            mine = store.anchors.heads()
+            return {r: _offer(store, r, folder, mine) for r in dict.fromkeys(run_ids)}
+    except UndoError as exc:  # the log fails verification: undo acts on none of its runs
+        from ..secrets import Redactor
+
+        return {r: {"undo": False, "why": Redactor().text(str(exc))} for r in run_ids}
     finally:
         store.close()
 
 
-def _offer(store: Any, run_id: str, folder: Path) -> dict[str, Any]:
+def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any]) -> dict[str, Any]:
     from ..secrets import Redactor
     from ..store import RunNotFound, StoreError
     from ..ui.undo_view import undo_offer
@@ -102,6 +112,13 @@ def _offer(store: Any, run_id: str, folder: Path) -> dict[str, Any]:
                                       "notebook's run, or of a log since replaced; nothing here to undo"}
     except (UndoError, StoreError, OSError) as exc:
         return {"undo": False, "why": Redactor().text(str(exc))}
+    if any(r not in mine for r in offer["runs"]):
+        # a log that came with the notebook (a clone, another machine): sound, but what it says the files were is
+        # its author's to say; this user's anchors (store/anchor.py) saw every run they made here
+        why = store.anchors.problem or "a log that came with the notebook, or made on another machine"
+        return {"undo": False, "why": f"run {run_id} was not recorded by you here (no anchor of yours saw it: {why});"
+                                      f" a record offers Undo… only for your own runs. %agent undo {run_id} shows "
+                                      "what it would restore, and asks"}
     if offer["state"] == "undone":
         return {"undo": False, "why": offer["why_not"]}
     files = sum(1 for c in offer["changes"] if not str(c["path"]).startswith("cell "))
