@@ -149,12 +149,16 @@ _SUBMODULES = 32  # repositories looked into for one call (the repository and it
 
 
 def _git(env: Mapping[str, str], *args: str) -> str | None:
-    """git's output for these arguments (with the server's environment), or None where git cannot read the
-    repository (then the server's git cannot either, and runs nothing of it)."""
-    run_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env, "GIT_OPTIONAL_LOCKS": "0",
-               "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    """git's output for these arguments, or None where git cannot read the repository (then the server's git
+    cannot either, and runs nothing of it). The kernel's own git, found on the kernel's PATH, with the server's
+    HOME only: never a program or a setting the entry's environment names (a `PATH=./bin` would run the
+    repository's `git` as nbagent decides)."""
+    run_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": env.get("HOME") or os.path.expanduser("~"),
+               "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
     try:
-        done = subprocess.run(["git", *args], capture_output=True, env=run_env, timeout=20, stdin=subprocess.DEVNULL)
+        # (from the root: a `.` on the PATH never finds a `git` of the notebook's folder)
+        done = subprocess.run(["git", *args], capture_output=True, env=run_env, timeout=20, stdin=subprocess.DEVNULL,
+                              cwd=os.sep)
     except (OSError, ValueError):
         return None
     except subprocess.TimeoutExpired as exc:
