@@ -2,9 +2,9 @@
 what came of it.
 
 One notebook holds a record copied from another notebook (its run is in no log beside this one) above an
-`%%agent` cell whose run creates report.md. Before nbagent is loaded nothing offers Undo…; once `%load_ext nbagent`
-ran, the kernel (which reads this notebook's log) says the copied run is not in it, and the record says so beside
-its "↶ Undo" line, with no button. The new run's record gets Undo…; a click says where the Undo panel is, the panel
+`%%agent` cell whose run creates report.md. Before nbagent is loaded, Undo… is a question (a click loads nbagent and
+runs `%agent undo RUN` below, which checks the log); once `%load_ext nbagent` ran, the kernel (which reads this
+notebook's log) says the copied run is not in it, and the record says so beside its "↶ Undo" line, with no button. The new run's record gets Undo…; a click says where the Undo panel is, the panel
 asks, the undo puts report.md back, and the record, brought up to date, offers Undo… no more. JupyterLab, the
 browser and the helpers are tests/test_browser.py's; screenshots go to test-artifacts/browser/ (undo-offer-*.png).
 """
@@ -12,6 +12,7 @@ browser and the helpers are tests/test_browser.py's; screenshots go to test-arti
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,7 +89,9 @@ def test_undo_is_offered_only_where_it_can_act_and_a_click_says_where(
     wait_kernel_idle(page, lab, notebook)
     expect(foreign).to_be_visible(timeout=60_000)
     expect(foreign.locator(".nbv-undo-hint")).to_contain_text(f"%agent undo {theirs}")  # the saved record's words
-    expect(foreign.locator("button")).to_have_count(0)  # no kernel has said undo can act on it: nothing to click
+    # no kernel has said yet: Undo… asks (a click would load nbagent and run the undo below, which checks the log)
+    expect(foreign.get_by_role("button", name="Undo…", exact=True)).to_have_attribute(
+        "title", re.compile("nbagent is loaded in the kernel first"))
 
     run_cell_at(page, 0)  # %load_ext nbagent: the kernel answers from this notebook's log
     expect(foreign.locator(".nbv-undo-why")).to_contain_text("not undoable here: not in this notebook's log",

@@ -65,7 +65,9 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
 /**
  * A finished run's record offers Undo… only where undo can act, which the record alone cannot tell (any run id can
  * be in a saved notebook): it asks the notebook's kernel, through the undo plugin (undo.ts), which reads this
- * notebook's log. No answer (no kernel running nbagent, a page without the plugin): no button.
+ * notebook's log. Until a kernel running nbagent answers (a notebook just reopened, its new kernel without nbagent
+ * loaded yet), a record whose run changed files keeps its Undo… as a question: a click loads nbagent in the
+ * kernel and runs `%agent undo RUN` below, whose output says what undo can do, or why nothing (not in this log).
  */
 export function askUndo(node: HTMLElement, view: IRunView): void {
   clearOffer(node);
@@ -74,9 +76,18 @@ export function askUndo(node: HTMLElement, view: IRunView): void {
     return;
   }
   const runId = String(view.run_id);
+  let answered = false;
   node.dispatchEvent(new CustomEvent(UNDO_ASK_EVENT, {
-    bubbles: true, detail: { run_id: runId, answer: (offer: IUndoOffer | null) => showOffer(node, runId, offer) }
+    bubbles: true, detail: {
+      run_id: runId, answer: (offer: IUndoOffer | null) => {
+        answered = true;
+        showOffer(node, runId, offer);
+      }
+    }
   }));
+  if (!answered) {
+    showOffer(node, runId, null); // no kernel has said yet: the question form (a later answer replaces it)
+  }
 }
 
 const OFFER_PARTS = '.nbv-undo-offer, .nbv-undo-status, .nbv-undo-why, .nbv-undo-added';
@@ -99,13 +110,20 @@ function el(tag: string, cls: string, text?: string): HTMLElement {
  * record has none: a run that changed only cells), or why not beside that line. A click always says what came of
  * it: where the Undo panel is, or why there is none.
  */
-export function showOffer(node: HTMLElement, runId: string, offer: IUndoOffer | null): void {
+export function showOffer(node: HTMLElement, runId: string, given: IUndoOffer | null): void {
   clearOffer(node);
   const root = node.querySelector('.nbagent-live.nbv-static');
-  if (!root || root.getAttribute('data-run-id') !== runId || !offer) {
+  if (!root || root.getAttribute('data-run-id') !== runId) {
     return;
   }
   let hint = root.querySelector('.nbv-undo-hint');
+  if (!given && !hint) {
+    return; // no kernel has said, and the record names no change to undo
+  }
+  const offer: IUndoOffer = given ?? {
+    undo: true, title: `insert and run %agent undo ${runId} below (nbagent is loaded in the kernel first): it checks `
+      + "this notebook's log, shows what will change and asks first"
+  };
   if (!offer.undo) {
     if (hint && offer.why) {
       hint.appendChild(el('span', 'nbv-undo-why nbv-dim', ` — not undoable here: ${offer.why}`));

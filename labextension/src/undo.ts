@@ -7,7 +7,7 @@
  * `nbagent.undo` to this page; a record asks with a DOM event (`UNDO_ASK_EVENT`, from index.ts, with a callback),
  * this plugin sends `{id, ask: [run ids]}` for the records of that kernel's notebooks, one message per turn of the
  * page, and calls each record back with the kernel's offer: `{undo: true, line, title}` or `{undo: false, why}`.
- * With no kernel running nbagent (not loaded yet, restarted, shut down) a record gets `null`: no button.
+ * With no kernel running nbagent (not loaded yet, restarted, shut down) a record gets `null`: its Undo… asks (index.ts).
  *
  * The notebook objects are used through the few members needed (duck-typed), as in cells.ts.
  */
@@ -102,7 +102,7 @@ export class UndoChannel {
     }
   }
 
-  /** The kernel went away: nothing it said stands; every record it answered shows no button. */
+  /** The kernel went away: nothing it said stands; every record it answered goes back to asking (index.ts). */
   close(): IAsked[] {
     this.closed = true;
     const waiting = [...this.sent.values()].flat();

@@ -5,7 +5,7 @@ import { Widget } from '@lumino/widgets';
 import { afterEach, describe, expect, it } from 'vitest';
 
 import { answerUndo } from '../src/cells';
-import { MIME_TYPE, RunRecordRenderer, rendererFactory } from '../src/index';
+import { MIME_TYPE, RunRecordRenderer, rendererFactory, showOffer } from '../src/index';
 import { IComm, IUndoKernel, IUndoOffer, UndoOffers } from '../src/undo';
 import { UNDO_ASK_EVENT, UNDO_EVENT } from '../src/view';
 import type { IRunView } from '../src/view';
@@ -49,10 +49,19 @@ function answering(offer: IUndoOffer | null): string[] {
 const buttons = (node: Element) => [...node.querySelectorAll('button')].map(b => b.textContent);
 
 describe("a record's Undo…", () => {
-  it('is not drawn from the record alone: no kernel said undo can act', async () => {
+  it('asks until a kernel says: a click loads nbagent and runs the undo below, which checks the log', async () => {
     const view = full();
     const node = (await record(view)).node;
     expect(node.querySelector('.nbv-undo-hint')!.textContent).toContain(`%agent undo ${view.run_id}`);
+    expect(buttons(node)).toEqual(['Undo…']);
+    expect(node.querySelector('button')!.title).toContain('nbagent is loaded in the kernel first');
+  });
+
+  it('is not drawn for a record that names no change while no kernel has said', async () => {
+    const view = full();
+    const node = (await record(view)).node;
+    node.querySelector('.nbv-undo-hint')!.remove();
+    showOffer(node as HTMLElement, String(view.run_id), null);
     expect(buttons(node)).toEqual([]);
   });
 
