@@ -64,8 +64,10 @@ _IMPORT_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "Fal
 # in its "DEV" mode (the default), which fills the environment from the first `.env` found walking up from the
 # working folder (a kernel) or from litellm's own install (a `.venv/` inside a project), so a cloned repository's
 # `OPENAI_BASE_URL` would carry the person's key to another server. No dotfile steers the model layer:
-# docs/configuration.md, "What nbagent reads".
-_NO_DOTENV = {"LITELLM_MODE": "PRODUCTION", "PYTHON_DOTENV_DISABLED": "1"}
+# docs/configuration.md, "What nbagent reads". Not python-dotenv's own switch (PYTHON_DOTENV_DISABLED): where the
+# import runs in a thread of the kernel, a cell's own `load_dotenv()` during those seconds would load nothing, and
+# litellm's is its only call at import (tests/test_surroundings.py plants a `.env` at every level to hold it so).
+_NO_DOTENV = {"LITELLM_MODE": "PRODUCTION"}
 
 
 # what litellm's first call imports beyond `import litellm` (its proxy's file-id helpers, the stream builder's types,
