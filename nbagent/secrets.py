@@ -277,7 +277,7 @@ class Redactor:
         answered without a call. The result is exactly what the plain recursion gave."""
         if isinstance(obj, str):
             done = self.text(obj)
-            return done if done is obj or done == obj else self._document(obj, done)
+            return done if (done is obj or done == obj) and "\\u" not in obj else self._document(obj, done)
         if isinstance(obj, _CONTAINERS):
             return self._walk(obj)
         return obj
@@ -285,7 +285,8 @@ class Redactor:
     def _document(self, s: str, done: str) -> str:
         """`s` redacted (`done`, as text) kept a JSON document when it is one: its values redacted and written out
         again. A tool call's arguments are such a text, read back from the log to run: redacted as prose, a
-        password's value takes the backslash of `\\"` and the call no longer parses."""
+        password's value takes the backslash of `\\"` and the call no longer parses. A document with `\\u`
+        escapes is read even when its text holds no secret (`\\u0073k-...` is `sk-...` once parsed)."""
         if s.lstrip()[:1] not in ("{", "["):
             return done
         try:
@@ -294,7 +295,10 @@ class Redactor:
             return done
         if not isinstance(value, dict | list):
             return done
-        again = json.dumps(self._walk(value), ensure_ascii=False)
+        walked = self._walk(value)
+        if done == s and walked == value:
+            return s  # nothing found, as text or as values
+        again = json.dumps(walked, ensure_ascii=False)
         return again if self.text(again) == again else done  # nothing the text's own patterns would still find
 
     def _walk(self, obj: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Any:
@@ -318,7 +322,7 @@ class Redactor:
                         done = cache.get(v)
                         if done is None:
                             done = text(v)
-                        out[key] = done if done is v or done == v else self._document(v, done)
+                        out[key] = done if (done is v or done == v) and "\\u" not in v else self._document(v, done)
                 elif isinstance(v, _CONTAINERS):
                     out[key] = walk(v)
                 else:
@@ -333,7 +337,7 @@ class Redactor:
                     done = cache.get(v)
                     if done is None:
                         done = text(v)
-                    items.append(done if done is v or done == v else self._document(v, done))
+                    items.append(done if (done is v or done == v) and "\\u" not in v else self._document(v, done))
             elif isinstance(v, _CONTAINERS):
                 items.append(walk(v))
             else:

@@ -57,10 +57,27 @@ _ALPHABET = st.sampled_from(['"', "\\", "'", " ", ":", "=", "\n", "{", "}", "[",
        st.booleans())
 def test_a_json_text_redacted_is_the_same_json_with_its_secrets_redacted(value: dict[str, Any], compact: bool
                                                                           ) -> None:
-    """Any arguments, in either spacing, alone or inside a payload: where redacting the text finds a secret, the
-    result parses, to the arguments with each value redacted as the log redacts values; else it is the text."""
+    """Any arguments, in either spacing, alone or inside a payload: the result parses, to the arguments with each
+    value redacted as the log redacts values wherever redacting the text finds a secret; else to the arguments,
+    as they were or so redacted."""
     text = json.dumps(value, separators=(",", ":") if compact else None)
     r = Redactor(["sk-test0123456789abcdefABCDEF"])
     for done in (r.redact(text), r.redact({"arguments": text})["arguments"], r.redact([text])[0]):
-        assert json.loads(done) == (value if r.text(text) == text else r.redact(value))
+        back = json.loads(done)
+        assert back == r.redact(value) if r.text(text) != text else back in (value, r.redact(value))
         assert "sk-test0123456789abcdefABCDEF" not in done
+
+
+def test_a_secret_hidden_behind_json_escapes_is_redacted_and_a_clean_text_is_kept_as_written() -> None:
+    """`\\u0073k-...` is `sk-...` once the arguments are parsed (for the card, for the call): the text shows no
+    pattern, its values do. A document with escapes and no secret is kept byte for byte."""
+    key = "s3cr3t-value-0123456789abcdef"
+    r = Redactor([key])
+    escaped = '{"code": "print(\\"' + "".join(f"\\u{ord(c):04x}" for c in key[:3]) + key[3:] + '\\")"}'
+    assert json.loads(escaped) == {"code": f'print("{key}")'}
+    done = r.redact({"arguments": escaped})["arguments"]
+    # Was: kept as written, the key readable by anyone who parses it
+    assert json.loads(done) == {"code": f'print("{REDACTED}")'}
+    clean = '{"name": "caf\\u00e9", "n": 1}'
+    assert r.redact({"arguments": clean})["arguments"] == clean and r.redact([clean])[0] == clean
+    assert r.redact(clean) == clean
