@@ -334,7 +334,7 @@ def _redacted(outs: list[Any], redactor: Any) -> list[Any]:
     reach (a cell's error as ipykernel sent it, what the agent's code printed after its cell ended) is not written."""
     import nbformat
 
-    from .secrets import redact_output
+    from .redact_outputs import redact_output
 
     return [nbformat.from_dict(redact_output(redactor, dict(o))) for o in outs]
 

@@ -4,9 +4,10 @@ what came of it.
 One notebook holds a record copied from another notebook (its run is in no log beside this one) above an
 `%%agent` cell whose run creates report.md. Before nbagent is loaded, Undo… is a question (a click loads nbagent and
 runs `%agent undo RUN` below, which checks the log); once `%load_ext nbagent` ran, the kernel (which reads this
-notebook's log) says the copied run is not in it, and the record says so beside its "↶ Undo" line, with no button. The new run's record gets Undo…; a click says where the Undo panel is, the panel
-asks, the undo puts report.md back, and the record, brought up to date, offers Undo… no more. JupyterLab, the
-browser and the helpers are tests/test_browser.py's; screenshots go to test-artifacts/browser/ (undo-offer-*.png).
+notebook's log) says the copied run is not in it, and the record says so beside its "↶ Undo" line, with no button.
+The new run's record gets Undo…; a click says where the Undo panel is, the panel asks, the undo puts report.md back,
+and the record, brought up to date, offers Undo… no more. JupyterLab, the browser and the helpers are
+tests/test_browser.py's; screenshots go to test-artifacts/browser/ (undo-offer-*.png).
 """
 
 from __future__ import annotations
