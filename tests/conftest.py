@@ -37,8 +37,6 @@ SLOW = {
     "test_model_process",  # each test starts a model process that imports litellm (~3 s)
     "tests/test_store_processes.py::test_writer_sigkilled_at_random_moments",
     "tests/test_lint.py::test_mypy_clean",  # ~30 s of CPU for the whole package, cold
-    # a function model's garbage replies, each retried with backoff before the run fails (~7 s)
-    "tests/test_replay_malformed.py::test_a_function_model_returning_garbage_fails_cleanly",
     # a fresh interpreter importing litellm (~3 s) and making its first call
     "tests/test_llm_http.py::test_a_first_call_with_tools_loads_no_mcp_gateway_and_leaves_the_environment_as_it_was",
     # a model process (litellm imported, ~3 s); `jupyter execute` starting a kernel in a subprocess

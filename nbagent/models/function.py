@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .base import LocalModel
+from .base import LocalModel, ModelScriptError
 
 
 class FunctionModel(LocalModel):
@@ -31,7 +31,9 @@ class FunctionModel(LocalModel):
         if isinstance(result, str):
             return {"content": result, "tool_calls": []}
         if not isinstance(result, dict):
-            raise TypeError(f"a function model must return a str or a dict, not {type(result).__name__}")
+            # the function's own mistake, the same on every try: not retried (a TypeError reached litellm as a
+            # connection error, retried with backoff four times)
+            raise ModelScriptError(f"a function model must return a str or a dict, not {type(result).__name__}")
         calls = [
             {"id": c.get("id") or f"call_{turn}_{i}", "name": c["name"], "arguments": c.get("arguments", {})}
             for i, c in enumerate(result.get("tool_calls") or [])
