@@ -118,7 +118,7 @@ def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str |
     if completed is None:
         return f"the log holds no completed {p.tool} for call {call_id}", where
     recorded = completed.result.get("source") if isinstance(completed.result, dict) else None
-    if ran and (recorded is None or _source(cell).rstrip() != str(recorded).rstrip()):
+    if ran and (recorded is None or not same_source(_source(cell), str(recorded))):
         return _EDITED, where  # said first: the person's change is what matters to them, whoever approved the call
     if p.approval_event_id is None:
         return (f"no one approved its code: the call ran because \"{p.reason or 'no reason recorded'}\", which is "
@@ -194,7 +194,13 @@ def _unchanged(store: Any, cell: Any) -> bool:
     if done is None or done.tool not in RAN_TOOLS or not isinstance(done.result, dict):
         return False
     recorded = done.result.get("source")
-    return isinstance(recorded, str) and _source(cell).rstrip() == recorded.rstrip()
+    return isinstance(recorded, str) and same_source(_source(cell), recorded)
+
+
+def same_source(source: str, recorded: str) -> bool:
+    """A cell is unchanged when its source is what the log recorded its tool wrote, trailing blank space aside (a
+    front end may add or drop a final newline). The one rule for `nbagent run` and for a kernel (ipython/rerun.py)."""
+    return source.rstrip() == recorded.rstrip()
 
 
 def take_out_ran_cells(nb: Any, store: Any) -> list[tuple[str, str, Any]]:

@@ -117,6 +117,7 @@ class CellPath(HostState):
         context, notes = for_model(context, store.run_state(replay).model if replay else agent.model)
         show_notes(notes)
         tools = [t.strip() for t in args.tools.split(",")] if args.tools else None
+        self.reruns.supersede(store, cell_id, prompt)  # its earlier runs' cells: refused if queued, replaced (rerun.py)
         await self.drive(agent, lambda: agent.run(prompt, previous_run_id=previous, fork_of=fork_of,
                                                   cell_id=cell_id, tools=tools, options=options,
                                                   context=context))

@@ -290,6 +290,9 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         from .agent_cells import Registry
 
         self.agent_cells = Registry()  # the cells run_cell and replace_cell wrote in this kernel (agent_cells.py)
+        from .rerun import Reruns
+
+        self.reruns = Reruns()  # the agent's cells that re-runs of their %%agent cells superseded (rerun.py)
         from .outputs import install as capture_outputs
         from .parameters import Parameters
 
@@ -478,7 +481,8 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             t.offered = t.name != "run_python"  # run_cell is offered; run_python still runs recordings naming it
         where = lambda: (self.current_cell, self.current_run)  # noqa: E731
         builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel
-                   + [insert_cell_tool(where), run_cell_tool(self.shell, where, self.agent_cells, blobs.put),
+                   + [insert_cell_tool(where), run_cell_tool(self.shell, where, self.agent_cells, blobs.put,
+                                                                 reruns=self.reruns),
                       list_cells_tool(self.shell, self.agent_cells),
                       replace_cell_tool(self.shell, self.agent_cells, where, blobs.put)])
         names = {t.name for t in builtin}

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .notes import Shown
     from .outputs import OutputCapture
     from .parameters import Parameters
+    from .rerun import Reruns
 
 
 class HostState:
@@ -46,6 +47,7 @@ class HostState:
         outputs: OutputCapture
         parameters: Parameters
         agent_cells: Registry
+        reruns: Reruns
 
         # host.py
         @property

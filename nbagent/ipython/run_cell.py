@@ -438,9 +438,11 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
 
 
 def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]], registry: Any = None,
-                  put_image: Callable[[bytes], str] | None = None) -> Tool:
+                  put_image: Callable[[bytes], str] | None = None, reruns: Any = None) -> Tool:
     """The tool, bound to the shell and to the host's current cell and run (`where() -> (cell_id, run_id)`); each
-    cell it writes is recorded in `registry` (agent_cells.Registry), for list_cells, replace_cell and undo."""
+    cell it writes is recorded in `registry` (agent_cells.Registry), for list_cells, replace_cell and undo. Before a
+    run's first cell, the front end is told which cells of the `%%agent` cell's earlier runs it replaces (`reruns`,
+    rerun.Reruns)."""
     counter: dict[str, int] = {}
 
     async def run_cell(code: str, explanation: str = "") -> dict[str, Any]:
@@ -469,6 +471,9 @@ def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]
         metadata = {"nbagent": provenance}
         payload = {"after_cell_id": after, "source": source, "metadata": metadata, "ran": True, "msg_id": msg_id,
                    "cell_id": cell_id, "execution_count": shell.execution_count}
+        superseded = reruns.payload(after, where()[1]) if reruns is not None else None
+        if superseded is not None:
+            send(superseded)  # the earlier runs' cells go, and this run's take their place (rerun.py)
         delivered = send(payload)  # no front end: the log still holds the cell and its outputs
         if registry is not None:
             registry.running(cell_id, True)

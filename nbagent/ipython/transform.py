@@ -9,6 +9,9 @@ cell-magic handling, an input transformer rewrites
 
 and each `%agent ...` line at the start of a line into `await ....run_line('...')`. The cell then awaits at
 top level (IPython's autoawait), and ipykernel >= 7.4 keeps handling comm messages (clicks) meanwhile.
+
+A cell the agent ran, superseded by a re-run of its `%%agent` cell, becomes a no-op that says so (rerun.py): the
+kernel is the only place that sees the requests Run All queued before the re-run began.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ _CALL = '__import__("nbagent.ipython.host", fromlist=["_"])'
 def transform(lines: list[str]) -> list[str]:
     if not lines:
         return lines
+    from .rerun import transform_refused
+
+    refused = transform_refused(lines)  # a queued cell that a re-run of its %%agent cell superseded (rerun.py)
+    if refused is not None:
+        return refused
     first = lines[0].rstrip("\n")
     if first.startswith("%%agent") and (len(first) == 7 or first[7] in " \t"):
         args = first[7:].strip()
