@@ -390,9 +390,19 @@ class ContextCompacted(Payload):
     summarized_runs: list[str] = Field(default_factory=list)
     summary_by: str | None = None  # "model" or "extract"
     summary_error: str | None = None
+    summary_model: str | None = None  # the model the summary was asked of (None: none was asked)
     provider_message: str | None = None
     usage: Usage = Field(default_factory=Usage)  # of the summary request
     cost: float | None = None
+
+    @property
+    def summary_requested(self) -> bool:
+        """Whether a model was asked for the summary (a model call of the run): `summary_model`, or, where a log
+        does not name it, an answer's usage or a failure. An offline model's extract and a replay's recorded summary
+        asked nothing."""
+        if self.summary_model is not None or self.summary_error is not None:
+            return True
+        return bool(self.usage.total_tokens or self.usage.prompt_tokens)
 
 
 class Error(Payload):

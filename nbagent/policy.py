@@ -91,10 +91,10 @@ class TreeUsage(BaseModel):
         """Sum over the states of a run and its descendants (RunState objects)."""
         total = cls()
         for s in states:
-            share = {"model_calls": s.model_calls, "tokens": s.tokens, "cost": s.cost, "tool_steps":
+            share = {"model_calls": s.all_model_calls, "tokens": s.tokens, "cost": s.cost, "tool_steps":
                      s.tool_calls_started}
             total.runs[s.run_id or ""] = share
-            total.model_calls += s.model_calls
+            total.model_calls += s.all_model_calls
             total.tokens += s.tokens
             total.cost += s.cost
             total.cost_known = total.cost_known and s.cost_known

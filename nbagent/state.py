@@ -110,7 +110,8 @@ class RunState(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     cost: float = 0.0
     cost_known: bool = True
-    model_calls: int = 0
+    model_calls: int = 0  # the model's replies (nbagent's call ids count them: nb{k}_{i})
+    summary_calls: int = 0  # the summary requests of compactions: model calls too, in every count shown
     steps: dict[str, StepResult] = Field(default_factory=dict)
     plans: dict[str, PlanInfo] = Field(default_factory=dict)
     plan_of: dict[str, str] = Field(default_factory=dict)  # call_id -> plan_id
@@ -135,6 +136,11 @@ class RunState(BaseModel):
     def messages(self) -> list[dict[str, Any]]:
         prompt = [{"role": "user", "content": self.prompt}] if self.prompt else []
         return [*self.context, *prompt, *self.turns]
+
+    @property
+    def all_model_calls(self) -> int:
+        """Every call made to the model: its replies and the summary requests (what the counts and budgets say)."""
+        return self.model_calls + self.summary_calls
 
     @property
     def tokens(self) -> int:
@@ -289,6 +295,8 @@ class RunState(BaseModel):
 
     def _on_context_compacted(self, p: Any, e: EventBase) -> None:
         self.compactions.append(p)
+        if p.summary_requested:
+            self.summary_calls += 1
         if p.usage.total_tokens or p.usage.prompt_tokens:  # the summary request is a model call of the run
             self.usage = added(self.usage, p.usage)
         if p.cost is not None:

@@ -86,6 +86,14 @@ def describe(event: EventBase) -> str:
         return f"by run {p.by_run_id}"
     if t == "thinking":
         return clip(p.text, 80)
+    if t == "context_compacted":
+        # its summary request is a model call: said first, as a line may be clipped; the summary is in the record
+        asked = (f"summary call {p.summary_model or 'to the model'} · "
+                 f"{p.usage.prompt_tokens}+{p.usage.completion_tokens} tokens · {money(p.cost)}"
+                 + (f" · failed: {clip(p.summary_error, 60)}" if p.summary_error else "") + " · "
+                 if p.summary_requested else "")
+        return (f"{asked}{p.tokens_before:,} → {p.tokens_after:,} tokens · {len(p.results)} result(s) as references"
+                + (f" · summary {p.summary_by}: {clip(p.summary, 60)}" if p.summary is not None else ""))
     if t == "context_assembled":
         return f"{len(p.messages)} context message(s), {len(p.tools)} tool(s)"
     if t == "waiting_for_approval":

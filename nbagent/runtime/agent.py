@@ -335,7 +335,7 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, Cont
                 pending = {**waiting.pending.model_dump(mode="json"), "run_id": waiting.run_id}  # type: ignore[union-attr]
         return RunResult(
             run_id=run_id, status=status, answer=s.answer, error=s.error, errors=list(s.errors), usage=s.usage,
-            cost=s.cost if s.cost_known else None, steps=len(s.steps), model_calls=s.model_calls,
+            cost=s.cost if s.cost_known else None, steps=len(s.steps), model_calls=s.all_model_calls,
             pending=pending, children=list(s.children), log_path=str(self.store.path),
         )
 

@@ -188,6 +188,7 @@ class ContextFitting(AgentBase):
             if made < len(recorded) and recorded[made].summarized_runs == runs:
                 return {**fields, "summary": recorded[made].summary, "summary_by": recorded[made].summary_by}
         if self._local is None:
+            fields["summary_model"] = self.model  # a model call of the run, whatever it answers
             text = transcript(ctx.history, compactions, ctx.run_names)
             budget = int(window.limit * window.target)
             if counter.text(text) > budget:  # the most recent part: what the next request most likely needs

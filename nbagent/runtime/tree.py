@@ -49,7 +49,7 @@ class RunTree(AgentBase):
         while todo:
             run_id = todo.pop()
             s = state if run_id == state.run_id else self.store.run_state(run_id)
-            model_calls += s.model_calls
+            model_calls += s.all_model_calls
             tokens += s.tokens
             cost += s.cost
             tool_steps += s.tool_calls_started

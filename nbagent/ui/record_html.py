@@ -284,6 +284,8 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
         body += _text_block(str(step.get("detail") or ""), "error")
     else:
         head += f'<span class="nbr-facts">{_esc(step.get("detail") or step.get("title"))}</span>'
+    if step.get("summary"):  # a compaction's summary: what the model works from, behind its label
+        body += _collapsible(_esc(step.get("summary_label")), _pre(str(step["summary"]), "nbr-summary"))
     return (f'<li class="nbr-step nbr-k-{_esc(kind)} nbr-st-{_esc(status)}"><span class="nbr-line">{head}</span>'
             f"{body}</li>")
 

@@ -216,6 +216,9 @@ def render_markdown(view: dict[str, Any]) -> str:
                     out += ["", _indent(_fence(str(s["result_preview"])), " " * len(f"{n}. ")), ""]
             else:
                 out.append(f"{n}. {_md_text(step_summary(s))}")
+            if s.get("summary"):
+                out += ["", _indent(f"{_md_text(_upper_first(str(s.get('summary_label'))))}:\n\n"
+                                    f"{_fence(str(s['summary']))}", " " * len(f"{n}. ")), ""]
         out.append("")
     plans = v.get("plans") or []
     if plans:

@@ -63,6 +63,10 @@ def render_text(view: dict[str, Any]) -> str:
         if middle:
             lines.append(f"      … {plural(len(middle), 'more entry', 'more entries')} …")
             lines += [f"  {n:>2}. {step_summary(s)}" for n, s in enumerate(tail, len(steps) - len(tail) + 1)]
+    for n, s in enumerate(steps, 1):  # whole, wherever its entry is: what the model works from from there on
+        if s.get("summary"):
+            lines.append(f"{s.get('summary_label')} (entry {n}):")
+            lines.append(_indent(str(s["summary"]).strip(), "    "))
     plans = v.get("plans") or []
     if plans:
         lines.append("plans:")

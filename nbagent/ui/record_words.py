@@ -195,6 +195,22 @@ def compaction_line(p: Any) -> str:
     return line + (": " + "; ".join(done) if done else "") + (again if p.results else "")
 
 
+def summary_label(p: Any) -> str:
+    """What a compaction's summary is, said above it (the record shows the summary itself behind this line)."""
+    by = "by the model" if p.summary_by == "model" else \
+        "as an extract (the summary request failed)" if p.summary_error else "as an extract"
+    runs = plural(len(p.summarized_runs), "earlier request", "earlier requests")
+    return f"the summary the model works from in place of {runs}, {by}"
+
+
+def summary_call_line(p: Any) -> str:
+    """A compaction's summary request, as its model call's line says it (the timeline entry before the compaction)."""
+    asked = f"summary of {plural(len(p.summarized_runs), 'earlier request', 'earlier requests')}"
+    if p.summary_error:
+        return f"{asked}: failed ({_clip(p.summary_error, 160)}), an extract stands in"
+    return f"{asked}, for the compaction below"
+
+
 def timeline_label(view: dict[str, Any]) -> str:
     return f"Timeline · {plural(len(view.get('steps') or []), 'entry', 'entries')}"
 

@@ -62,7 +62,7 @@ from ..events import EventBase
 from ..state import RunState
 from ..timeline import clip
 from .effects_summary import effects as effects_of
-from .record_words import compaction_line
+from .record_words import compaction_line, summary_call_line, summary_label
 
 VERSION = 1
 MIME = "application/vnd.nbagent.run+json"
@@ -165,7 +165,10 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
         return {**base, "kind": "child", "title": "sub-agent", "detail": p.prompt, "status": "info",
                 "child_run_id": p.child_run_id}
     if e.type == "context_compacted":
-        return {**base, "kind": "info", "title": "context compacted", "detail": compaction_line(p), "status": "info"}
+        step = {**base, "kind": "info", "title": "context compacted", "detail": compaction_line(p), "status": "info"}
+        if p.summary is not None:  # what the model works from in place of the runs it summarised: shown, whole
+            step.update(summary=p.summary, summary_by=p.summary_by, summary_label=summary_label(p))
+        return step
     if e.type == "error":
         return {**base, "kind": "error", "title": p.error_type or "error", "detail": p.message, "status": "failed",
                 "retries": p.retry_count}
@@ -181,6 +184,16 @@ def _step(e: EventBase, depth: int) -> dict[str, Any] | None:
                 detail += f" · {p.grant_error}"
         return {**base, "kind": "info", "title": e.type.replace("_", " "), "detail": detail, "status": "info"}
     return None
+
+
+def _summary_call(e: EventBase, depth: int, model: str | None) -> dict[str, Any]:
+    """The summary request of a compaction, as the model call it was (recorded in the `context_compacted` event)."""
+    p: Any = e.payload
+    return {"id": f"{e.id}-summary", "ts": e.ts, "depth": depth, "kind": "model", "title": f"{model}",
+            "detail": summary_call_line(p), "status": "failed" if p.summary_error else "ok",
+            "tokens": p.usage.total_tokens or p.usage.prompt_tokens + p.usage.completion_tokens,
+            "prompt_tokens": p.usage.prompt_tokens, "completion_tokens": p.usage.completion_tokens,
+            "cost": p.cost, "cost_nominal": is_nominal(model), "latency_ms": None, "retries": 0}
 
 
 def run_view(store: Any, run_id: str) -> dict[str, Any]:
@@ -274,6 +287,8 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
             if step is not None:
                 step["status"], step["result_preview"] = "ok", clip(p.answer, 300)
             continue
+        if e.type == "context_compacted" and p.summary_requested:  # its summary request: a model call, shown so
+            steps.append(_summary_call(e, d, p.summary_model or state.model))
         step = _step(e, d)
         if step is None:
             continue
@@ -321,7 +336,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
             "tool_calls": len(state.steps), "steps": len(state.steps),
             "failed": sum(1 for s in tool_steps if s.get("status") == "failed"),
             "denied": sum(1 for s in tool_steps if s.get("status") == "denied"),
-            "model_calls": state.model_calls, "tokens": state.tokens,
+            "model_calls": state.all_model_calls, "tokens": state.tokens,
             "prompt_tokens": state.usage.prompt_tokens, "completion_tokens": state.usage.completion_tokens,
             "cost": state.cost if state.cost_known else None,
             "wall_ms": _ms_between(state.started_at, state.ended_at or (events[-1].ts if events else None)),

@@ -94,5 +94,10 @@ export function stepEl(ctx, step, n, decisions) {
   } else {
     main.append(h("span", { class: "nbv-facts", text: step.detail || step.title || "" }));
   }
+  // a compaction's summary: what the model works from in place of earlier requests, behind the record's label
+  if (step.summary) {
+    body.push(details(ctx, `summary:${step.id}`, step.summary_label || "the summary the model works from",
+      h("pre", { class: "nbv-summary", text: String(step.summary) })));
+  }
   return h("li", { class: `nbv-step nbv-k-${kind} nbv-st-${status}`, value: n }, line, body);
 }
