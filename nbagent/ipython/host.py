@@ -474,12 +474,15 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         from .agent_cells import list_cells_tool, replace_cell_tool
         from .cells import insert_cell_tool
         from .run_cell import run_cell_tool
+        from .run_python import run_python_tool
 
         blobs = BlobStore.of_store(store_path_for(self.notebook))  # file changes saved for %agent undo
-        kernel = kernel_tools(self.shell.user_ns)
-        for t in kernel:
-            t.offered = t.name != "run_python"  # run_cell is offered; run_python still runs recordings naming it
         where = lambda: (self.current_cell, self.current_run)  # noqa: E731
+        # run_cell is offered; run_python still runs scripts and recordings naming it, executed as run_cell's code is
+        # (run_python.py: no thread, no redirected stdout), in the place the runtime's own run_python had
+        kernel = [t for t in kernel_tools(self.shell.user_ns) if t.name != "run_python"] + [run_python_tool(
+            self.shell, where)]
+        kernel[-1].offered = False
         builtin = (file_tools(Scope(root=self.folder, base=self.folder), blobs) + kernel
                    + [insert_cell_tool(where), run_cell_tool(self.shell, where, self.agent_cells, blobs.put,
                                                                  reruns=self.reruns),
