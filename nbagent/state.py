@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from .events import EventBase, PlanStep, Usage
 from .ids import identify
 from .levels import Autonomy, Risk
+from .outcomes import code_fault
 
 
 class RunStatus(StrEnum):
@@ -248,6 +249,11 @@ class RunState(BaseModel):
         self._step(p).__dict__.update(status="ok", result=p.result, preview=p.preview, duration_ms=p.duration_ms,
                                       retry_count=p.retry_count)
         self.turns.append(tool_message(p.call_id, p.result))
+        # a cell whose code raised or was stopped completed (the model reads its traceback) but did not do what was
+        # asked: an error of the run, which then ends completed_with_errors as after a failed tool (outcomes.py)
+        fault = code_fault(p.tool, p.result)
+        if fault is not None:
+            self.errors.append(f"{p.tool}: {fault.sentence(p.duration_ms)}")
 
     def _on_tool_call_failed(self, p: Any, e: EventBase) -> None:
         self._step(p).__dict__.update(status="failed", error=p.error, duration_ms=p.duration_ms,

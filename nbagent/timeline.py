@@ -7,6 +7,7 @@ from typing import Any
 
 from ._version import __version__
 from .events import EventBase, UnknownEvent
+from .outcomes import code_fault
 
 
 def clip(text: Any, width: int = 80) -> str:
@@ -48,6 +49,10 @@ def describe(event: EventBase) -> str:
         return f"{call_signature(p.tool, p.arguments)} [{p.risk}]{grant}"
     if t == "tool_call_completed":
         retry = f" · {p.retry_count} retries" if p.retry_count else ""
+        fault = code_fault(p.tool, p.result)  # a cell that raised or was stopped says so, not its result's JSON
+        if fault is not None:
+            icon = "■" if fault.kind == "interrupted" else "✗"
+            return f"{p.tool} · {p.duration_ms:.0f} ms{retry} · {icon} {clip(fault.sentence(p.duration_ms), 70)}"
         return f"{p.tool} · {p.duration_ms:.0f} ms{retry} · {clip(p.preview or p.result, 60)}"
     if t == "tool_call_failed":
         return f"{p.tool} · {clip(p.error, 70)} · retries {p.retry_count}"

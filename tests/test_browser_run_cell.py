@@ -181,7 +181,13 @@ def test_a_failing_cell_then_a_plot_in_cells_below_the_agent(page: Page, lab: La
     shot(page, "run-cell-1-keyerror-below-the-agent")
 
     approve(page, 2)
-    record = finished(page)
+    record = finished(page, "completed_with_errors")  # its first cell raised: said in its step, and in its status
+    failed_step = record.locator("li.nbv-k-tool").first
+    expect(failed_step).to_have_class(re.compile(r"\bnbv-st-failed\b"))
+    expect(failed_step.locator(".nbv-icon")).to_have_text("✗")
+    expect(failed_step.locator(".nbv-main")).to_contain_text(re.compile(r"^raised KeyError: .*Revenue.* · run_cell\("))
+    expect(record.locator("li.nbv-k-tool").nth(1).locator(".nbv-main")).to_contain_text(
+        re.compile(r"^ran \[\d+\]: printed \d+ lines, showed a figure · run_cell\("))
     second = cell(page, 3)
     expect(second.locator(".jp-OutputArea-output img")).to_have_count(1, timeout=60_000)
     expect(second.locator(".jp-OutputArea")).to_contain_text("North")
@@ -246,7 +252,7 @@ def test_replace_cell_fixes_the_same_cell(page: Page, lab: Lab) -> None:  # noqa
     shot(page, "run-cell-4-before-replace")
 
     approve(page, 2)
-    finished(page)
+    finished(page, "completed_with_errors")  # its first try raised (KeyError), though the second fixed it
     expect(first.locator(".jp-OutputArea-output img")).to_have_count(1, timeout=60_000)
     expect(first.locator(".jp-OutputArea-output").filter(has_text="KeyError")).to_have_count(0)
     expect(first.locator(".jp-InputArea-editor")).to_contain_text("plot revenue by region")

@@ -166,12 +166,14 @@ def test_grants_and_undo(folder: Path) -> None:
 
 def test_analysis_loop(folder: Path) -> None:
     """run_cell fails on a wrong column, replace_cell fixes that cell and plots; the agent's variables stay."""
-    _, nb = execute(folder, "analysis-loop.ipynb", "all")
+    _, nb = execute(folder, "analysis-loop.ipynb", "all", 0, "--allow-tool-errors")
     (record,) = records(nb)
-    assert record["status"] == "completed" and "**North** has the most revenue (120)" in record["answer"]
+    # the first cell raised: the record says so, and the run ends with errors (the fix does not unsay it)
+    assert record["status"] == "completed_with_errors" and "**North** has the most revenue (120)" in record["answer"]
     tools = [s for s in record["steps"] if s["kind"] == "tool"]
     assert [s["tool"] for s in tools] == ["run_cell", "replace_cell"]
-    assert "KeyError" in tools[0]["result_preview"]
+    assert tools[0]["status"] == "failed" and tools[0]["outcome"].startswith("raised KeyError")
+    assert tools[1]["status"] == "ok" and tools[1]["outcome"].startswith("replaced and ran [")
     last = nb.cells[-1].outputs[0]["data"]["text/plain"]
     assert "North" in last and "120" in last and "South" in last
     ran = [c for c in nb.cells if (c.metadata.get("nbagent") or {}).get("ran")]

@@ -184,7 +184,8 @@ def test_text_markdown_and_bundle(full: dict[str, Any]) -> None:
     lines = text.splitlines()
     assert lines[0].startswith(f"nbagent run {full['run_id']}") and "completed_with_errors" in lines[0]
     assert "prompt: Load sales.csv" in text
-    assert any(re.match(r"\s+\d+\. read_file\(path=\"sales.csv\"\) \[READ_ONLY\] ok", ln) for ln in lines)
+    assert any(re.match(r"\s+\d+\. ✓ read sales\.csv, lines .* · read_file\(path=\"sales.csv\"\) \[READ_ONLY\]", ln)
+               for ln in lines)  # what it did, then the call
     assert any("denied read_file .env" in ln for ln in lines)
     assert "refined by user" in text and "approved by user" in text and "denied by user" in text
     assert "answer:\n  ## Top regions" in text

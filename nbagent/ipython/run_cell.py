@@ -21,7 +21,8 @@ display_data, update_display_data, clear_output, execute_result, error), with `e
 result (in the log) holds the same outputs as text, for `nbagent run` to write the cell into the executed notebook.
 
 An interrupt (SIGINT) while the code runs stops it like a person's cell: KeyboardInterrupt in synchronous code,
-cancellation while it awaits; the result says `interrupted`.
+cancellation while it awaits; the result says `interrupted`. A cell that raised has `error` as the kernel reports it,
+`"{ename}: {evalue}"`: nbagent/outcomes.py reads both (the step is not ok, the run ends completed_with_errors).
 """
 
 from __future__ import annotations

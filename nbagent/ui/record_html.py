@@ -55,6 +55,7 @@ from .record_words import (
 )
 
 # ------------------------------------------------------------------------------------------------------- HTML
+    why_shown,
 
 CSS = """
 .nbagent-run{--nbr-fg:var(--jp-ui-font-color1,#1f2328);--nbr-muted:var(--jp-ui-font-color2,#59636e);
@@ -114,6 +115,7 @@ text-transform:uppercase;letter-spacing:.03em}
 .nbagent-run .nbr-args{font-family:var(--nbr-mono);font-size:12px;color:var(--nbr-muted)}
 .nbagent-run .nbr-facts{color:var(--nbr-muted);font-size:12px}
 .nbagent-run .nbr-why{color:var(--nbr-muted);font-size:11.5px;margin:0}
+.nbagent-run .nbr-said{font-weight:600}
 .nbagent-run .nbr-why.nbr-bad{color:var(--nbr-red)}
 .nbagent-run .nbr-thinking{color:var(--nbr-muted);font-style:italic;white-space:pre-wrap}
 .nbagent-run .nbr-st-failed>.nbr-line,.nbagent-run .nbr-k-error>.nbr-line{color:var(--nbr-red)}
@@ -152,7 +154,7 @@ color:var(--nbr-muted);display:flex;flex-wrap:wrap;gap:4px 16px}
 STATUS_TONE = {"completed": "nbr-ok", "completed_with_errors": "nbr-warn", "failed": "nbr-bad",
                "running": "nbr-info", "waiting": "nbr-warn", "interrupted": "nbr-warn", "superseded": "nbr-dim"}
 STEP_TONE = {"ok": "nbr-ok", "failed": "nbr-bad", "denied": "nbr-bad", "running": "nbr-info", "waiting": "nbr-warn",
-             "info": "nbr-dim"}
+             "info": "nbr-dim", "interrupted": "nbr-warn"}
 PLAN_TONE = {"approved": "nbr-ok", "auto": "nbr-ok", "rejected": "nbr-bad", "refined": "nbr-warn",
              "proposed": "nbr-warn"}
 
@@ -243,6 +245,8 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
         facts = [status]
         if step.get("duration_ms") is not None:
             facts.append(fmt_ms(step["duration_ms"]))
+    elif kind == "tool" and step.get("outcome"):  # the icon, then what it did: "✗ raised KeyError: 'Revenue'"
+        head, body = _said_html(step, f"{icon} ")
         if step.get("retries"):
             facts.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
         head += f' <span class="nbr-facts">· {" · ".join(_esc(f) for f in facts)}</span>'
@@ -297,6 +301,34 @@ def _steps_html(view: dict[str, Any]) -> str:
     by_request = {d.get("request_id"): d for d in view.get("decisions") or [] if d.get("request_id")}
     head, middle, tail = _step_window(steps)
     out = [f'<h4 class="nbr-section">{_esc(timeline_label(view))}</h4>', '<ol class="nbr-steps">']
+def _said_html(step: dict[str, Any], head: str) -> tuple[str, str]:
+    """A tool step worded as a sentence (ui/step_words.py): what it did first, then the call; its traceback and its
+    raw result (JSON, digests) behind disclosures."""
+    args = arguments_of(step)
+    tone = STEP_TONE.get(str(step.get("status")), "nbr-dim")
+    facts = [fmt_ms(step["duration_ms"]) if step.get("duration_ms") is not None and tone != "nbr-warn" else "",
+             f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}" if step.get("retries") else ""]
+    head += (f'<span class="nbr-said {tone if tone != "nbr-ok" else ""}">{_esc(step["outcome"])}</span> '
+             f'<span class="nbr-facts">·</span> <span class="nbr-tool">{_esc(step.get("tool") or step.get("title"))}'
+             f'</span><span class="nbr-args">({_esc(format_args(args))})</span> {risk_badge(step.get("risk"))}')
+    if any(facts):
+        head += f' <span class="nbr-facts">· {" · ".join(_esc(f) for f in facts if f)}</span>'
+    body = ""
+    if why_shown(step):
+        body += f'<div class="nbr-why nbr-bad">{_esc(why_shown(step))}</div>'
+    elif step.get("detail") and step.get("status") == "ok":  # what let it run
+        body += f'<div class="nbr-why">{_esc(step["detail"])}</div>'
+    if step.get("risk_reason"):
+        body += f'<div class="nbr-why nbr-bad">high risk: {_esc(step["risk_reason"])}</div>'
+    if step.get("traceback"):
+        body += _collapsible("traceback (its end)", _pre(str(step["traceback"]), "nbr-traceback"))
+    if isinstance(args, dict) and args and _args_are_long(args):
+        body += _collapsible("arguments", _pre(_json(args, indent=2)))
+    if step.get("result_preview"):
+        body += _collapsible("result", _pre(str(step["result_preview"]), "nbr-result"))
+    return head, body
+
+
     out += [_step_html(s, by_request) for s in head]
     out.append("</ol>")
     if middle:

@@ -19,6 +19,7 @@ from .record_words import (
     NOT_ASKED,
     PLAN_STATUS,
     STATUS_ICON,
+    STEP_ICON,
     _decision_line,
     _indent,
     _looks_like_diff,
@@ -41,6 +42,7 @@ from .record_words import (
     totals_line,
     tree_line,
 )
+    why_shown,
 
 # ------------------------------------------------------------------------------------------------- Markdown → HTML
 
@@ -204,7 +206,15 @@ def render_markdown(view: dict[str, Any]) -> str:
         out += [f"### {timeline_label(v)}", ""]
         for n, s in enumerate(steps, 1):
             kind = s.get("kind")
-            if kind == "tool":
+            if kind == "tool" and s.get("outcome"):  # "1. ✗ raised KeyError: 'Revenue' · **run_cell** `code=…`"
+                out.append(f"{n}. {STEP_ICON.get(str(s.get('status')), '·')} {_md_text(s['outcome'])} · "
+                           f"**{_md_text(s.get('tool') or s.get('title'))}** {_code(format_args(arguments_of(s)))}"
+                           + (f" — `{s['risk']}`" if s.get("risk") else "")
+                           + (f", {fmt_ms(s['duration_ms'])}" if s.get("duration_ms") is not None
+                              and s.get("status") != "interrupted" else ""))
+                if why_shown(s):
+                    out.append(f"   - error: {_md_text(why_shown(s))}")
+            elif kind == "tool":
                 line = (f"{n}. **{_md_text(s.get('tool') or s.get('title'))}** {_code(format_args(arguments_of(s)))}"
                         + (f" — `{s['risk']}`" if s.get("risk") else "") + f" — {s.get('status')}"
                         + (f", {fmt_ms(s['duration_ms'])}" if s.get("duration_ms") is not None else "")

@@ -10,7 +10,8 @@ Shape (version 1):
      "log_path", "previous_run_id", "parent_run_id", "superseded_by", "started_at", "ended_at", "revision",
      "cost_nominal",
      "steps": [{"id", "kind": "model"|"tool"|"denied"|"thinking"|"question"|"child"|"error"|"info",
-                "title", "detail", "status": "running"|"ok"|"failed"|"denied"|"waiting"|"info",
+                "title", "detail", "status": "running"|"ok"|"failed"|"interrupted"|"denied"|"waiting"|"info",
+                "outcome", "traceback",
                 "call_id", "tool", "arguments", "risk", "risk_reason", "target", "preview", "result_preview",
                 "arg_keys", "error_type", "rule", "grant_id", "tokens", "cost", "cost_nominal", "latency_ms",
                 "duration_ms", "retries", "ts", "depth"}],
@@ -24,7 +25,7 @@ Shape (version 1):
      "undone_by": str | null, "undo_history": [{"run_id", "ended_at", "undone_by"}],
      "undoes": null | {"run_id", "to", "runs"},
      "totals": {"tool_calls", "steps", "model_calls", "tokens", "prompt_tokens", "completion_tokens", "cost",
-                "wall_ms", "failed", "denied"},
+                "wall_ms", "failed", "denied", "interrupted"},
      "words": {"totals", "tree", "timeline", "outcome", "pending", "pending_hint", "undo_hint", "plans": {plan_id}}}
 
 `steps` is the timeline (every entry: model calls, tool calls, denials, questions...); `totals.tool_calls` counts
@@ -46,6 +47,9 @@ undo hint, each plan's summary. The live view and the lab extension show these s
 carries no home-folder path.
 A tool call refused because of a fact about the folder (a missing file...) is a failed tool call, not a denial:
 logs written before the runtime recorded it so (as `authorization_denied` with a `scope.missing`... rule) are
+A tool step's `outcome` is what it did, as a sentence ("wrote log.md, 16 bytes, +1 line", "raised KeyError: 'Revenue'",
+"interrupted after 4.6 s"; ui/step_words.py), from its recorded result: a cell whose result reports that its code
+raised is `failed`, one stopped is `interrupted` (with the end of its `traceback`), never `ok`.
 shown the new way.
 """
 
@@ -66,6 +70,7 @@ from .record_words import compaction_line, summary_call_line, summary_label
 
 VERSION = 1
 MIME = "application/vnd.nbagent.run+json"
+from .step_words import said_step
 
 # Rules of the scope check that state a fact about the folder, not a policy. The runtime records these as failed tool
 # calls (its FILE_FACTS); older logs hold them as denials, which the view turns into errors the same way.
@@ -256,7 +261,10 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         depth[e.id] = d
         p: Any = e.payload
         if e.type == "llm_called":
+    plan_steps: dict[str, Any] = {}  # call id -> its plan step (the diff a file change was shown with)
             asked.update(_asked(p))
+        if e.type == "plan_proposed":
+            plan_steps.update((s.call_id, s) for s in e.payload.steps)  # type: ignore[attr-defined]
         if e.type == "authorization_denied" and is_file_fact(p.rule):
             facts.add(f"{p.tool}: denied: {p.reason}")
         if e.type in ("tool_call_completed", "tool_call_failed"):
@@ -278,6 +286,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
                 step["detail"] = p.error
                 if getattr(p, "error_type", None):
                     step["error_type"] = p.error_type
+                said_step(step, p.result, plan_steps)  # its status from the result (a cell that raised), its sentence
             continue
         if e.type == "human_input_received":
             for s in reversed(steps):
@@ -342,6 +351,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
             "wall_ms": _ms_between(state.started_at, state.ended_at or (events[-1].ts if events else None)),
         },
         "tree": tree,
+            "interrupted": sum(1 for s in tool_steps if s.get("status") == "interrupted"),
     })
 
 

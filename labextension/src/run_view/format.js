@@ -9,8 +9,10 @@ export const STATUS_TONE = {
   completed: "ok", completed_with_errors: "warn", failed: "bad", running: "info", waiting: "warn",
   interrupted: "warn", superseded: "dim",
 };
-export const STEP_ICON = { ok: "✓", failed: "✗", denied: "⊘", running: "…", waiting: "‖", info: "·" };
-export const STEP_TONE = { ok: "ok", failed: "bad", denied: "bad", running: "info", waiting: "warn", info: "dim" };
+export const STEP_ICON = { ok: "✓", failed: "✗", denied: "⊘", running: "…", waiting: "‖", info: "·", interrupted: "■" };
+export const STEP_TONE = {
+  ok: "ok", failed: "bad", denied: "bad", running: "info", waiting: "warn", info: "dim", interrupted: "warn",
+};
 export const KIND_LABEL = {
   model: "model", tool: "tool", denied: "denied", thinking: "thinking", question: "question",
   child: "sub-agent", error: "error", info: "info",

@@ -102,7 +102,9 @@ export function headEl(view, status) {
   const undoes = view.undoes && typeof view.undoes === "object" && view.undoes.run_id ? view.undoes : null;
   if (undoes) meta.push(["undo of run", `${undoes.run_id}${undoes.to ? " and every later run" : ""}`]);
   return h("div", { class: "nbv-head" },
+  const stopped = Number(t.interrupted || 0); // cells stopped by an interrupt or their time limit
     h("span", { class: `nbv-badge nbv-${STATUS_TONE[status] || "dim"} nbv-status` },
+    stopped ? plural(stopped, "cell was interrupted", "cells were interrupted") : "",
       status === "running" ? h("span", { class: "nbv-pulse", "aria-hidden": "true" }) : `${STATUS_ICON[status] || ""} `,
       status.replace(/_/g, " ")),
     h("span", { class: "nbv-title", text: "nbagent run" }),

@@ -28,6 +28,42 @@ export function textBlock(ctx, key, text, label, cls) {
   return details(ctx, key, `${label} (${plural(n, "line", "lines")}, ${text.length.toLocaleString("en-US")} chars)`, pre);
 }
 
+// a failed or interrupted step's error, when its sentence does not already say it (record_words.why_shown)
+export function whyShown(step) {
+  const detail = String(step.detail || "");
+  if (!["failed", "interrupted"].includes(step.status) || !detail) return "";
+  return String(step.outcome || "").includes(detail.split(/\s+/).join(" ").trim()) ? "" : detail;
+}
+
+// A tool step worded as a sentence by the kernel (`step.outcome`, nbagent/ui/step_words.py): the icon, then what it
+// did ("✗ raised KeyError: 'Revenue'", "wrote log.md, 16 bytes, +1 line"), then the call; its traceback and its
+// raw result (JSON, digests) behind disclosures. As nbagent/ui/record_html.py `_said_html`.
+function saidStep(ctx, step, line, main, body, facts, retries) {
+  const status = step.status || "info";
+  line.querySelector(".nbv-kind").remove(); // the sentence names what was done; the tool's name follows it
+  line.classList.add("nbv-said"); // (its sentence takes the kind's column too)
+  const tone = STEP_TONE[status] || "dim";
+  main.append(h("span", { class: `nbv-said-text${tone === "ok" ? "" : ` nbv-${tone}`}`, text: step.outcome }),
+    h("span", { class: "nbv-facts", text: " · " }), h("span", { class: "nbv-tool", text: step.tool || step.title }),
+    h("span", { class: "nbv-args", text: `(${formatArgs(step.arguments, 60, step.arg_keys)})` }), " ",
+    riskBadge(step.risk) || "");
+  const more = [status === "interrupted" ? "" : fmtMs(step.duration_ms), retries(step.retries)].filter(Boolean);
+  if (more.length) main.append(facts(more));
+  const why = whyShown(step);
+  if (why) body.push(h("span", { class: "nbv-why nbv-bad", text: why }));
+  else if (step.detail && step.grant_id) body.push(h("span", { class: "nbv-why nbv-grant-why", text: step.detail }));
+  if (step.risk_reason) body.push(h("span", { class: "nbv-why nbv-risk-reason", text: `high risk: ${step.risk_reason}` }));
+  if (step.traceback) {
+    body.push(details(ctx, `tb:${step.id}`, "traceback (its end)", h("pre", { class: "nbv-traceback", text: step.traceback })));
+  }
+  if (argsClipped(step.arguments, 60) || argsAreLong(step.arguments)) {
+    body.push(details(ctx, `args:${step.id}`, "all arguments", h("pre", { text: argsJson(step.arguments, step.arg_keys) })));
+  }
+  if (step.result_preview) {
+    body.push(details(ctx, `result:${step.id}`, "result", h("pre", { class: "nbv-result", text: step.result_preview })));
+  }
+}
+
 export function stepEl(ctx, step, n, decisions) {
   const kind = step.kind || "info";
   const status = step.status || "info";
@@ -43,6 +79,8 @@ export function stepEl(ctx, step, n, decisions) {
     main.append(h("code", { text: step.title }), ` → ${step.detail || ""}`,
       h("span", { class: "nbv-facts" }, ` · ${fmtTokens(step.tokens)} tokens · `,
         costEl(step.cost, ctx.nominal), [fmtMs(step.latency_ms), retries(step.retries)].filter(Boolean).map((t) => ` · ${t}`).join("")));
+  } else if (kind === "tool" && step.outcome) {
+    saidStep(ctx, step, line, main, body, facts, retries);
   } else if (kind === "tool") {
     main.append(h("span", { class: "nbv-tool", text: step.tool || step.title }),
       h("span", { class: "nbv-args", text: `(${formatArgs(step.arguments, 60, step.arg_keys)})` }), " ",
