@@ -15,6 +15,11 @@
  *     replaced cell gets its old source and metadata back (its outputs, made by the code undone, are cleared).
  *   - {action: "done", msg_id: M} (optional, no kernel sends it yet): M's code ended; its cell shows its execution
  *     count again. Without it, that happens when the run's live view shows the call's step ended (outputs.ts).
+ *   - {action: "supersede", agent_cell_id, run_id, cells: [{cell_id, source}]} (a re-run of an `%%agent` cell, sent
+ *     just before its new run writes its first cell; nbagent/ipython/rerun.py): each listed cell the agent ran whose
+ *     source is still the one listed goes, and the new run's cells are put where the first of them was; a listed
+ *     cell the person changed stays, marked as theirs (`metadata.nbagent.edited`). The kernel refuses to run the
+ *     removed cells' requests that Run All had already queued.
  * A cell the person deleted meanwhile is skipped quietly.
  *
  * The notebook objects are used through the few members needed (duck-typed), so the extension needs no
@@ -26,6 +31,7 @@ import { ICodeCellLike, IIOPubMessage, OutputRouter, parentOf } from './outputs'
 import { UNDO_EVENT } from './view';
 import records from './records';
 import undo from './undo';
+import waiting from './waiting';
 
 export const COMM_TARGET = 'nbagent.cells';
 
@@ -40,9 +46,12 @@ export interface ICellRequest {
 }
 
 export interface ICellAction {
-  action: 'replace' | 'remove' | 'restore' | 'done';
+  action: 'replace' | 'remove' | 'restore' | 'done' | 'supersede';
   cell_id?: string;
   cell_ids?: string[];
+  agent_cell_id?: string;
+  run_id?: string;
+  cells?: { cell_id?: unknown; source?: unknown }[];
   source?: string;
   metadata?: Record<string, unknown>;
   msg_id?: string;
@@ -51,7 +60,9 @@ export interface ICellAction {
 
 interface ISharedCell {
   id?: string;
+  source?: string;
   getId?(): string;
+  getSource?(): string;
   getMetadata(key?: string): unknown;
   setSource?(source: string): void;
   setMetadata?(metadata: Record<string, unknown>): void;
@@ -102,12 +113,16 @@ interface INotebookLike {
   };
 }
 
-/** Where a proposed cell goes: below the agent's cell, after the cells its run already inserted. */
-export function insertionIndex(nb: ISharedNotebook, request: ICellRequest): number {
+/**
+ * Where a proposed cell goes: below the agent's cell, after the cells its run already inserted. `after`: the cell
+ * the run's cells follow instead (where the cells it superseded were; null: the top of the notebook).
+ */
+export function insertionIndex(nb: ISharedNotebook, request: ICellRequest, after?: string | null): number {
   const cells = nb.cells;
-  let index = cells.length;
-  for (let i = 0; i < cells.length; i++) {
-    if (cells[i].id === request.after_cell_id) {
+  const anchor = after === undefined || (after !== null && indexOfCell(nb, after) < 0) ? request.after_cell_id : after;
+  let index = anchor === null ? 0 : cells.length;
+  for (let i = 0; i < cells.length && anchor !== null; i++) {
+    if (idOf(cells[i]) === anchor) {
       index = i + 1;
       break;
     }
@@ -123,8 +138,8 @@ export function insertionIndex(nb: ISharedNotebook, request: ICellRequest): numb
   return index;
 }
 
-export function insertCell(nb: ISharedNotebook, request: ICellRequest): number {
-  const index = insertionIndex(nb, request);
+export function insertCell(nb: ISharedNotebook, request: ICellRequest, after?: string | null): number {
+  const index = insertionIndex(nb, request, after);
   const cell: Record<string, unknown> = { cell_type: 'code', source: request.source, metadata: request.metadata ?? {} };
   if (request.ran && typeof request.cell_id === 'string' && request.cell_id) {
     cell.id = request.cell_id; // the kernel named it: its outputs and later replace/undo find it by this id
@@ -169,11 +184,72 @@ function isAction(data: unknown): data is ICellAction {
   return !!d && typeof d === 'object' && typeof d.action === 'string';
 }
 
-/** The notebook a payload acts on: its shared model, its cell models, and the router of its kernel's outputs. */
+/**
+ * The notebook a payload acts on: its shared model, its cell models, the router of its kernel's outputs, and where
+ * the cells of a run that superseded others go (run id -> the cell they follow; null: the top).
+ */
 export interface ITarget {
   nb: ISharedNotebook;
   cells: () => ICellModelList | null | undefined;
   router: OutputRouter;
+  places?: Map<string, string | null>;
+}
+
+function sourceOf(cell: ISharedCell): string {
+  return cell.getSource?.() ?? cell.source ?? '';
+}
+
+/** runner_cells.same_source: the source the log recorded, trailing blank space aside. */
+export function sameSource(a: string, b: string): boolean {
+  return a.trimEnd() === b.trimEnd();
+}
+
+/**
+ * A re-run's `supersede` (see the top of this file): the listed cells still as the agent wrote them go, a changed
+ * one is marked as the person's, and the run's cells will go where the first removed one was. Returns what was done.
+ */
+export function supersede(target: ITarget, data: ICellAction): string {
+  const { nb, router } = target;
+  const listed = (Array.isArray(data.cells) ? data.cells : []).filter(
+    c => typeof c?.cell_id === 'string' && typeof c?.source === 'string') as { cell_id: string; source: string }[];
+  const gone: number[] = [];
+  let kept = 0;
+  for (const c of listed) {
+    const at = indexOfCell(nb, c.cell_id);
+    const shared = at >= 0 ? nb.cells[at] : undefined;
+    const meta = shared?.getMetadata('nbagent') as Record<string, unknown> | undefined;
+    if (!shared || !meta || typeof meta !== 'object' || meta.ran !== true) {
+      continue; // deleted, or made the person's own (its nbagent metadata taken out)
+    }
+    if (sameSource(sourceOf(shared), c.source)) {
+      gone.push(at);
+    } else if (meta.edited !== true && shared.setMetadata) {
+      const all = (shared.getMetadata() ?? {}) as Record<string, unknown>;
+      shared.setMetadata({ ...all, nbagent: { ...meta, edited: true } });
+      kept++;
+    }
+  }
+  if (!gone.length) {
+    return `superseded 0, kept ${kept}`;
+  }
+  gone.sort((a, b) => a - b);
+  let above = gone[0] - 1;
+  while (above >= 0 && gone.includes(above)) {
+    above--;
+  }
+  const place = above >= 0 ? idOf(nb.cells[above]) ?? null : null;
+  if (typeof data.run_id === 'string' && data.run_id) {
+    target.places?.set(data.run_id, place);
+  }
+  const ids = gone.map(i => idOf(nb.cells[i])).filter((id): id is string => !!id);
+  ids.forEach(id => router.forgetCell(id));
+  const remove = (): void => [...gone].reverse().forEach(i => nb.deleteCell?.(i));
+  if (nb.transact) {
+    nb.transact(remove);
+  } else {
+    remove();
+  }
+  return `superseded ${gone.length}, kept ${kept}`;
 }
 
 function setCell(target: ITarget, cellId: string, source: string, metadata: Record<string, unknown>): boolean {
@@ -208,7 +284,8 @@ export function applyPayload(target: ITarget, data: unknown, requestId: string |
       router.start(data.msg_id!, data.cell_id!, requestId, data.execution_count ?? null, callId, data.after_cell_id);
       return 'routed'; // the payload came twice: one cell
     }
-    insertCell(nb, data);
+    const run = data.metadata?.nbagent?.run_id;
+    insertCell(nb, data, run ? target.places?.get(run) : undefined);
     if (ran) {
       router.start(data.msg_id!, data.cell_id!, requestId, data.execution_count ?? null, callId, data.after_cell_id);
       return 'inserted+routed';
@@ -259,6 +336,8 @@ export function applyPayload(target: ITarget, data: unknown, requestId: string |
         router.finish(data.msg_id);
       }
       return 'done';
+    case 'supersede':
+      return supersede(target, data);
     default:
       return 'ignored';
   }
@@ -280,10 +359,11 @@ function listen(panel: INotebookLike): void {
     }
     registered.add(kernel as object);
     const router = new OutputRouter(id => findCell(cells(), id));
+    const places = new Map<string, string | null>();
     kernel.registerCommTarget(COMM_TARGET, (_comm, msg) => {
       const nb = panel.content?.model?.sharedModel;
       if (nb) {
-        applyPayload({ nb, cells, router }, msg.content.data, parentOf(msg));
+        applyPayload({ nb, cells, router, places }, msg.content.data, parentOf(msg));
       }
     });
     kernel.iopubMessage?.connect((_, msg) => {
@@ -402,4 +482,4 @@ export function answerUndo(app: IApp, event: CustomEvent<IUndoClick>): void {
   }
 }
 
-export default [plugin, records, undo];
+export default [plugin, records, undo, waiting];

@@ -392,3 +392,53 @@ describe('the plugin', () => {
     expect(cell.outputs.items).toEqual([]);
   });
 });
+
+// --------------------------------------------------------------------------------------- a re-run's supersede
+
+describe('a re-run of an %%agent cell supersedes the cells its earlier runs ran', () => {
+  const RUN2 = 'run2';
+  const newCell = (n: number, cellId: string): Record<string, unknown> => {
+    const p = ranPayload(n, cellId, `M-${cellId}`);
+    return { ...p, metadata: { nbagent: { run_id: RUN2, index: n, call_id: `nb${n}_0`, ran: true } } };
+  };
+
+  it('removes the unchanged ones, keeps an edited one as the person\'s, and puts the new cells in their place', () => {
+    const nb = notebook();
+    const t: ITarget = { ...target(nb), places: new Map() };
+    applyPayload(t, ranPayload(3, 'old1', 'M1'), AGENT_REQUEST);
+    applyPayload(t, ranPayload(4, 'old2', 'M2', 'print(2)'), AGENT_REQUEST);
+    nb.byId('old2').setSource('print(2)\n# mine\n'); // the person edits the second
+    // the person moves both below their own cell
+    const moved = nb.cells.splice(2, 2);
+    nb.cells.push(...moved);
+    expect(nb.cells.map(c => c.id)).toEqual(['load', 'agent', 'mine', 'old1', 'old2']);
+    const said = applyPayload(t, { action: 'supersede', agent_cell_id: 'agent', run_id: RUN2,
+      cells: [{ cell_id: 'old1', source: nb.byId('old1').source + '\n' }, { cell_id: 'old2', source: 'x' },
+              { cell_id: 'deleted', source: 'y' }] });
+    expect(said).toBe('superseded 1, kept 1');
+    expect(nb.cells.map(c => c.id)).toEqual(['load', 'agent', 'mine', 'old2']);
+    expect((nb.byId('old2').metadata.nbagent as any).edited).toBe(true);
+    applyPayload(t, newCell(5, 'new1'), AGENT_REQUEST);
+    applyPayload(t, newCell(6, 'new2'), AGENT_REQUEST);
+    expect(nb.cells.map(c => c.id)).toEqual(['load', 'agent', 'mine', 'new1', 'new2', 'old2']);
+  });
+
+  it('with nothing unchanged removes nothing and places nothing elsewhere', () => {
+    const nb = notebook();
+    const t: ITarget = { ...target(nb), places: new Map() };
+    expect(applyPayload(t, { action: 'supersede', run_id: RUN2, cells: [{ cell_id: 'mine', source: 'x = 1' },
+      { cell_id: 7 }] })).toBe('superseded 0, kept 0'); // a person's cell (no nbagent metadata) is never touched
+    applyPayload(t, newCell(5, 'new1'), AGENT_REQUEST);
+    expect(nb.cells.map(c => c.id)).toEqual(['load', 'agent', 'new1', 'mine']);
+  });
+
+  it('puts the new cells at the top when the old ones were there', () => {
+    const nb = notebook();
+    const t: ITarget = { ...target(nb), places: new Map() };
+    applyPayload(t, ranPayload(3, 'old1', 'M1'), AGENT_REQUEST);
+    nb.cells.unshift(...nb.cells.splice(2, 1));
+    applyPayload(t, { action: 'supersede', run_id: RUN2, cells: [{ cell_id: 'old1', source: nb.byId('old1').source }] });
+    applyPayload(t, newCell(5, 'new1'), AGENT_REQUEST);
+    expect(nb.cells.map(c => c.id)).toEqual(['new1', 'load', 'agent', 'mine']);
+  });
+});

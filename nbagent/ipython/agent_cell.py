@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .hoststate import HostState
 from .notes import ContinuationNote, InterruptNote, show_notes
 from .options import UsageError, cell_parser, parse
+from .reproduce import Rerun
 
 # The runtime, the deciders and the live view are imported where a run needs them, not here: `%load_ext` imports
 # this module (a base of the host), and a real provider's first run imports them while it waits for the model
@@ -93,15 +94,15 @@ class CellPath(HostState):
             previous = None
         elif cell_runs and cell_runs[-1].status != RunStatus.SUPERSEDED:
             fork_of = cell_runs[-1].run_id  # re-running a cell: start from before its last run
-        replay = None
-        if args.replay is not None:
-            if args.replay:
-                replay = store.resolve_run(args.replay)
-            elif cell_runs:
-                replay = cell_runs[-1].run_id
-            else:
-                raise UsageError("%%agent --replay: this cell has no recorded run; name one: --replay RUN")
+        rerun = self.rerun_of(args, cell_id, prompt)  # ask again, or reproduce the recorded run (reproduce.py)
+        replay = rerun.run_id if rerun.kind == "reproduce" else None
+        if rerun.line is not None and not (rerun.kind == "ask" and self.rerun_noted == self.execution()):
+            show_notes([rerun.line])  # the output's first line (an "asking again" one may be shown already: _shown)
+        if replay is not None:  # the recording's decisions at its autonomy, unless this cell's own line says
+            cfg["approve"], cfg["autonomy"] = args.approve or "recorded", args.autonomy
         options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
+        if replay is not None:
+            options["reproduces"] = replay  # the record says which run it reproduced
         if cfg.get("mcp") and not str(cfg["mcp"]).lstrip().startswith("{"):
             options["mcp"] = cfg["mcp"]  # a file's name, so a resume finds the same servers (never inline JSON:
             # its headers may hold tokens, and the log keeps what it is given)
@@ -109,8 +110,10 @@ class CellPath(HostState):
             options["execution"] = os.environ["NBAGENT_EXECUTION"]
         if cfg["script"]:
             options["script"] = str(self._path(cfg["script"]))
-        agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay,
-                                recorded_from=cell_runs[-1].run_id if cell_runs else None, cell_mcp=args.mcp)
+        recorded_from = replay if replay is not None and not args.approve else \
+            cell_runs[-1].run_id if cell_runs else None
+        agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay, recorded_from=recorded_from,
+                                cell_mcp=args.mcp)
         from .references import for_model
 
         # images: parts for a model that takes them (a replay: as the recorded run's model did), else described
@@ -121,6 +124,39 @@ class CellPath(HostState):
         await self.drive(agent, lambda: agent.run(prompt, previous_run_id=previous, fork_of=fork_of,
                                                   cell_id=cell_id, tools=tools, options=options,
                                                   context=context))
+
+    def rerun_of(self, args: Any, cell_id: str | None, prompt: str | None) -> Rerun:
+        """Whether this execution asks again or reproduces a recorded run (reproduce.py): `--reproduce [RUN]`, a
+        `%agent reproduce RUN` for this cell, or the notebook's `rerun` setting."""
+        from ..secrets import Redactor
+        from .reproduce import decide
+
+        armed = self.reproduce_next.pop(cell_id, None) if cell_id and prompt is not None else None
+        return decide(self.store, cell_id=cell_id, mode=str(self.settings(args)["rerun"][0]), named=args.reproduce,
+                      armed=armed, prompt=Redactor().text(prompt) if prompt is not None else None)
+
+    def note_rerun(self, line: str) -> None:
+        """Before anything else the cell shows (the "loading the model library" line): that it asks again, when it
+        does and its cell has a run already. A reproduction says so once checked (start_run)."""
+        args = parse(cell_parser(), self.shell.var_expand(line) if hasattr(self.shell, "var_expand") else line)
+        cell_id = self.cell_id()
+        if args.help or args.reproduce is not None or (cell_id and cell_id in self.reproduce_next) or \
+                self.settings(args)["rerun"][0] == "reproduce":
+            return
+        rerun = self.rerun_of(args, cell_id, None)
+        if rerun.kind == "ask" and rerun.line is not None:
+            show_notes([rerun.line])
+            self.rerun_noted = self.execution()
+
+    def execution(self) -> str | None:
+        """The id of the request this kernel is executing (its parent message)."""
+        kernel = getattr(self.shell, "kernel", None)
+        try:
+            parent = kernel.get_parent() if kernel is not None else None
+        except Exception:
+            return None
+        msg_id = ((parent or {}).get("header") or {}).get("msg_id")
+        return str(msg_id) if msg_id else None
 
     def make_agent(self, cfg: dict[str, Any], *, session_name: str, replay: str | None = None,
                    recorded_from: str | None = None, cell_mcp: str | None = None) -> RuntimeAgent:
@@ -150,7 +186,7 @@ class CellPath(HostState):
         agent = RuntimeAgent(
             # --script implies the scripted model (its help says so), whatever model a default names
             model=None if script is not None else model, timeout=timeout if timeout > 0 else 120.0,
-            script=script, replay=replay, tools=tools, autonomy=cfg.get("autonomy") or "L1",
+            script=script, replay=replay, tools=tools, autonomy=cfg.get("autonomy") or (None if replay else "L1"),
             decider=decider, store=self.store, session=session_name, budget=budget, stream=True,
             tool_timeout=float(cfg.get("tool_timeout") or 0) or None,
             context_window=int(cfg.get("context_window") or 0) or None,

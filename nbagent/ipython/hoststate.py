@@ -47,6 +47,8 @@ class HostState:
         outputs: OutputCapture
         parameters: Parameters
         agent_cells: Registry
+        reproduce_next: dict[str, str]  # cell id -> the run its next execution reproduces (%agent reproduce RUN)
+        rerun_noted: str | None  # the execution whose "asking again" line is shown (agent_cell.note_rerun)
         reruns: Reruns
 
         # host.py

@@ -4,7 +4,7 @@ Precedence, highest first: the cell's own options, papermill parameters (`-p app
 `%agent config key=value`, traitlets config
 (`%config NbAgent.model = "..."`, or `c.NbAgent.model` in ipython_config.py), environment variables (`NBAGENT_MODEL`,
 `NBAGENT_AUTONOMY`, `NBAGENT_APPROVE`, `NBAGENT_MAX_STEPS`, `NBAGENT_BUDGET`, `NBAGENT_SCRIPT`,
-`NBAGENT_SESSION`, `NBAGENT_MCP`), then the built-in default.
+`NBAGENT_SESSION`, `NBAGENT_MCP`, `NBAGENT_RERUN`), then the built-in default.
 """
 
 from __future__ import annotations
@@ -59,8 +59,10 @@ def cell_parser() -> argparse.ArgumentParser:
     p.add_argument("--approve", choices=["all", "none", "low", "recorded"],
                    help="answer approvals by policy instead of asking (headless runs): recorded = as in the "
                         "cell's previous run")
-    p.add_argument("--replay", nargs="?", const="", default=None, metavar="RUN",
-                   help="replay a recorded run offline, with no model call (default: this cell's last run)")
+    p.add_argument("--reproduce", nargs="?", const="", default=None, metavar="RUN",
+                   help="reproduce a recorded run from the log: its model replies and decisions, no model call, "
+                        "nobody asked (default: this cell's last run)")
+    p.add_argument("--replay", nargs="?", const="", default=None, dest="reproduce", help=argparse.SUPPRESS)
     p.add_argument("--script", help="JSON script of turns for the offline scripted model (implies "
                                     "--model nbagent/scripted)")
     p.add_argument("--mcp", metavar="FILE", help="MCP servers' config (mcpServers JSON), added to mcp.json beside "
@@ -109,6 +111,12 @@ def line_parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="every server from a file that is not trusted yet")
     s.add_argument("--mcp", metavar="FILE", help="also this config (as a cell's --mcp)")
     sub.add_parser("models", help="which model a cell without --model uses, and why", add_help=False)
+    s = sub.add_parser("reproduce", help="re-run %%agent cells from the log (recorded replies and decisions, no "
+                                         "model call), or ask the model again", add_help=False)
+    s.add_argument("what", metavar="on|off|RUN", nargs="?",
+                   help="on: every %%agent cell run reproduces its last run; off: asks again; RUN: the next run of "
+                        "RUN's cell reproduces RUN; nothing: say which")
+    s.add_argument("--cell", metavar="CELL", help="with RUN: the cell whose next run reproduces it (default: RUN's)")
     s = sub.add_parser("fix", help="ask the agent to fix the last error of this kernel", add_help=False)
     s.add_argument("words", metavar="[INSTRUCTIONS]", nargs="*", help="anything to add to the request")
     s = sub.add_parser("config", help="show or set defaults: %agent config model=openai/gpt-4o-mini", add_help=False)
@@ -164,12 +172,14 @@ class NbAgent(Configurable):
     script = Unicode("", help="script of the offline scripted model").tag(config=True)
     session = Unicode("default", help="the conversation cells continue").tag(config=True)
     mcp = Unicode("", help="MCP servers: a config file (mcpServers JSON) or the JSON itself").tag(config=True)
+    rerun = Unicode("ask", help="how a re-run %%agent cell runs: ask (the model again) or reproduce (its recorded "
+                                "run, from the log)").tag(config=True)
 
 
 SETTINGS = ("model", "autonomy", "approve", "max_steps", "budget", "tool_timeout", "model_timeout", "context_window",
-            "script", "session", "mcp")
+            "script", "session", "mcp", "rerun")
 _DEFAULTS = {"model": "", "autonomy": "L1", "approve": "", "max_steps": 50, "budget": 0.0, "tool_timeout": 300.0,
-             "model_timeout": 120.0, "context_window": 0, "script": "", "session": "default", "mcp": ""}
+             "model_timeout": 120.0, "context_window": 0, "script": "", "session": "default", "mcp": "", "rerun": "ask"}
 _CASTS = {"max_steps": int, "budget": float, "tool_timeout": float, "model_timeout": float, "context_window": int}
 
 
@@ -260,6 +270,8 @@ def set_override(overrides: dict[str, Any], pair: str) -> str:
         raise UsageError("%agent config: autonomy must be L0, L1, L2 or L3")
     if key == "approve" and value not in ("", "all", "none", "low", "recorded"):
         raise UsageError("%agent config: approve must be all, none, low or recorded")
+    if key == "rerun" and value not in ("ask", "reproduce"):
+        raise UsageError("%agent config: rerun must be ask or reproduce")
     overrides[key] = cast  # only a value that passed every check replaces the one in force
     if key == "mcp" and str(value).lstrip().startswith("{"):
         return "mcp = <inline JSON>"  # its headers and env may hold tokens: never echoed into the notebook

@@ -142,7 +142,7 @@ def transform_refused(lines: list[str]) -> list[str] | None:
         return None
     header = (parent or {}).get("header") or {}
     meta = (parent or {}).get("metadata") or {}
-    if header.get("msg_type") != "execute_request" or meta.get("nbagent"):  # not a request, or the agent's own
+    if header.get("msg_type") != "execute_request":  # (JupyterLab's metadata carries the cell's own, nbagent's too)
         return None
     source = "".join(lines)
     code = (parent.get("content") or {}).get("code")

@@ -9,6 +9,7 @@ position, which is usually the place to look (a tool that now returns something 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict, deque
 from typing import Any
 
@@ -56,9 +57,55 @@ def first_difference(recorded: list[dict[str, Any]], current: list[dict[str, Any
 
 
 def same_messages(recorded: list[dict[str, Any]], current: list[dict[str, Any]]) -> bool:
-    """The same messages, a tool result's JSON compared as data (its keys may have been in another order)."""
-    return len(recorded) == len(current) and all(a == b or _as_data(a) == _as_data(b)
-                                                  for a, b in zip(recorded, current, strict=True))
+    """The same messages, a tool result's JSON compared as data (its keys may have been in another order), and a
+    kernel cell's result compared as what the cell did (`cell_identity_masked`)."""
+    if len(recorded) != len(current):
+        return False
+    if all(a == b or _as_data(a) == _as_data(b) for a, b in zip(recorded, current, strict=True)):
+        return True
+    return cell_identity_masked(recorded) == cell_identity_masked(current)
+
+
+# A reproduced run's cells are new cells: the kernel names them afresh (their id, the message their outputs go out
+# under, the execution count), their first line names the new run, and their provenance its approval. What the code
+# printed, showed, returned and raised is what must be as recorded; these names are not.
+CELL_TOOLS = frozenset({"run_cell", "replace_cell", "list_cells", "run_python"})
+_ASSIGNED = frozenset({"execution_count", "msg_id", "sent_to_frontend", "metadata", "old_metadata"})
+_NAMING = frozenset({"cell_id", "after_cell_id", "source", "old_source", "diff", "images_note", "written_by",
+                     "traceback"})
+_IDS = re.compile(r"\b(?:[0-9a-f]{32}|[0-9A-HJKMNP-TV-Z]{26})\b")  # a cell's uuid hex, a run's or event's ULID
+_COUNTS = re.compile(r"\b(In|Out)\[\d+\]")  # "Cell In[5], line 2" in a traceback, {Out[5]} in a note
+
+
+def cell_identity_masked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with the results of the kernel's cell tools (run_cell, replace_cell, list_cells) reduced to what
+    their cells did: the keys the kernel assigns per execution dropped, the ids and counts in nbagent's own text
+    (the cell's first line, a diff's header, a traceback's "Cell In[n]") replaced by placeholders. Stdout, stderr,
+    values, rich outputs and errors are compared as they are."""
+    tools = {c.get("id"): (c.get("function") or {}).get("name") for m in messages if m.get("role") == "assistant"
+             for c in m.get("tool_calls") or [] if isinstance(c, dict)}
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") == "tool" and tools.get(m.get("tool_call_id")) in CELL_TOOLS and isinstance(content, str):
+            try:
+                data = json.loads(content)
+            except ValueError:
+                data = None
+            if isinstance(data, dict):
+                m = {**m, "content": _masked(data)}
+        out.append(_as_data(m))
+    return out
+
+
+def _masked(value: Any, key: str | None = None) -> Any:
+    if isinstance(value, dict):
+        return {k: _masked(v, k) for k, v in value.items() if k not in _ASSIGNED}
+    if isinstance(value, list):
+        return [_masked(v, key) for v in value]
+    if isinstance(value, str) and key in _NAMING:
+        return _COUNTS.sub(r"\1[n]", _IDS.sub("<id>", value))
+    return value
 
 
 def _as_data(message: dict[str, Any]) -> dict[str, Any]:
@@ -124,5 +171,7 @@ class ReplayModel(LocalModel):
             self._by_fp[expected.fingerprint].remove(expected)
             self.used += 1
             return self._answer(expected)
-        where = first_difference(expected.own_messages, messages[prefix_len:])
+        # (a cell's results compared as what it did: the first difference is one of substance, not a new cell id)
+        where = first_difference(cell_identity_masked(expected.own_messages),
+                                 cell_identity_masked(messages[prefix_len:]))
         raise ReplayDiverged(f"replay diverged at model call {turn + 1} of {self.source}: {where}")
