@@ -84,7 +84,9 @@ function outcomeWarning(view) {
   const failed = Number(t.failed || 0);
   const refused = (view.effects || {}).refused;
   const denied = Array.isArray(refused) ? refused.length : Number(t.denied || 0);
+  const stopped = Number(t.interrupted || 0); // cells stopped by an interrupt or their time limit
   const what = [failed ? plural(failed, "tool call failed", "tool calls failed") : "",
+    stopped ? plural(stopped, "cell was interrupted", "cells were interrupted") : "",
     denied ? plural(denied, "tool call was denied", "tool calls were denied") : ""].filter(Boolean);
   const head = what.length ? what.join(" and ") : "the run recorded errors";
   return `${upperFirst(head)}: the answer is the model's own account and may describe what did not happen; check Effects and Errors`;
@@ -102,9 +104,7 @@ export function headEl(view, status) {
   const undoes = view.undoes && typeof view.undoes === "object" && view.undoes.run_id ? view.undoes : null;
   if (undoes) meta.push(["undo of run", `${undoes.run_id}${undoes.to ? " and every later run" : ""}`]);
   return h("div", { class: "nbv-head" },
-  const stopped = Number(t.interrupted || 0); // cells stopped by an interrupt or their time limit
     h("span", { class: `nbv-badge nbv-${STATUS_TONE[status] || "dim"} nbv-status` },
-    stopped ? plural(stopped, "cell was interrupted", "cells were interrupted") : "",
       status === "running" ? h("span", { class: "nbv-pulse", "aria-hidden": "true" }) : `${STATUS_ICON[status] || ""} `,
       status.replace(/_/g, " ")),
     h("span", { class: "nbv-title", text: "nbagent run" }),
