@@ -8,6 +8,7 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
 import { followFocus } from './focus';
+import { showReproduce } from './reproduce';
 import type { IUndoOffer } from './undo';
 import { IRunView, renderView, UNDO_ASK_EVENT, UNDO_EVENT } from './view';
 
@@ -39,6 +40,7 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
       root.setAttribute('role', 'region');
       root.setAttribute('aria-label', `nbagent run ${String((data as IRunView).run_id ?? '')}`);
       this.view = data as IRunView;
+      showReproduce(this.node, this.view); // (reproduce.ts)
       if (this.node.isConnected) {
         askUndo(this.node, this.view);
       }

@@ -273,6 +273,40 @@ class Commands(HostState):
         if not value and not script:
             print(f"model: {found[0].model} (detected: {found[0].why})" if found else NO_MODEL)
 
+    async def cmd_reproduce(self, args: Any) -> None:
+        """`%agent reproduce [on|off|RUN]`: how re-run `%%agent` cells run (reproduce.py). RUN: the next run of the
+        cell that recorded RUN reproduces RUN (a record's Reproduce button sends this, then runs the cell); it is
+        checked against the log when that cell runs, where a refusal shows."""
+        from .reproduce import OFF_HINT, ON_HINT
+
+        what = (args.what or "").strip()
+        if what in ("on", "off"):
+            set_override(self.overrides, f"rerun={'reproduce' if what == 'on' else 'ask'}")
+        elif what and args.cell:  # (a record's button: checked against the log when that cell runs)
+            self.reproduce_next[args.cell] = what
+            print(f"the next run of cell {args.cell} reproduces run {what} from the log")
+            return
+        elif what:
+            from ..store import StoreError
+
+            try:
+                run_id = self.store.resolve_run(what)
+            except StoreError as exc:
+                raise UsageError(f"%agent reproduce: {exc}") from None
+            cell_id = self.store.run_state(run_id).cell_id
+            if not cell_id:
+                raise UsageError(f"%agent reproduce: run {run_id} names no cell (the front end sent no cell id); "
+                                 f"give its cell --reproduce {run_id}")
+            self.reproduce_next[cell_id] = run_id
+            print(f"the next run of cell {cell_id} reproduces run {run_id} from the log")
+            return
+        mode, source = self.settings()["rerun"]
+        if mode == "reproduce":
+            print(f"reproduce is on ({source}): a re-run %%agent cell reproduces its last recorded run from the "
+                  f"log, no model call, its recorded decisions; {OFF_HINT}")
+        else:
+            print(f"reproduce is off ({source}): a re-run %%agent cell asks the model again; {ON_HINT}")
+
     async def cmd_fix(self, args: Any) -> None:
         error = self.last_error
         if error is None:

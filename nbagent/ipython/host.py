@@ -57,7 +57,8 @@ def current() -> NotebookHost:
 
 async def run_cell(line: str, body: str) -> Any:
     return await _shown(lambda: current().run_cell(line, body),
-                        needs_model=lambda: current().cell_needs_model_library(line), hold=True)
+                        needs_model=lambda: current().cell_needs_model_library(line), hold=True,
+                        before=lambda: current().note_rerun(line))
 
 
 async def run_line(line: str) -> Any:
@@ -148,11 +149,17 @@ async def _loaded(needs_model: bool) -> str | None:
 
 
 async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], bool] | None = None,
-                 hold: bool = False) -> Any:
+                 hold: bool = False, before: Callable[[], None] | None = None) -> Any:
     """Run a cell's work. An nbagent error (bad options, an unknown `{name}`, no run waiting...) fails the cell
     with one clear line and no traceback, so Run All and `nbagent run` stop there; whatever the cell shows is
-    redacted. With `hold` (an `%%agent` cell), its runs' start and end are committed just after its reply."""
+    redacted. With `hold` (an `%%agent` cell), its runs' start and end are committed just after its reply. `before`
+    shows the cell's first line (asking again: reproduce.py) ahead of the loading line."""
     _own_imports_checked()
+    if before is not None:
+        try:
+            before()
+        except Exception:  # options or a log that fail: the cell says so once it runs
+            pass
     try:
         needed = needs_model() if needs_model is not None else False
     except Exception:  # options that do not parse: the cell reports them once it runs
@@ -290,6 +297,8 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         from .agent_cells import Registry
 
         self.agent_cells = Registry()  # the cells run_cell and replace_cell wrote in this kernel (agent_cells.py)
+        self.reproduce_next: dict[str, str] = {}  # cell id -> the run it reproduces next (%agent reproduce RUN)
+        self.rerun_noted: str | None = None  # the execution that said "asking again" first (agent_cell.note_rerun)
         from .rerun import Reruns
 
         self.reruns = Reruns()  # the agent's cells that re-runs of their %%agent cells superseded (rerun.py)
@@ -412,7 +421,8 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         """Whether this `%%agent` line calls a real provider through litellm: not a script, a replay or an
         `nbagent/` model, and a model named, configured or found (`detect`), as `make_agent` will choose it."""
         args = parse(cell_parser(), line)
-        if args.replay is not None:
+        if args.reproduce is not None or self.settings(args)["rerun"][0] == "reproduce" or \
+                self.cell_id() in self.reproduce_next:
             return False
         model, script = (self.settings(args)[k][0] for k in ("model", "script"))
         if script:

@@ -37,12 +37,13 @@ from .record_words import (
     pending_hint,
     pending_text,
     plan_summary,
+    reproduced_line,
     step_summary,
     timeline_label,
     totals_line,
     tree_line,
-    why_shown,
 )
+    why_shown,
 
 # ------------------------------------------------------------------------------------------------- Markdown → HTML
 
@@ -191,6 +192,8 @@ def render_markdown(view: dict[str, Any]) -> str:
     if v.get("started_at"):
         meta.append(f"**started** {fmt_ts(v['started_at'])}")
     out += [" · ".join(meta), ""]
+    if reproduced_line(v):
+        out += [f"> **↻** {_md_text(_upper_first(reproduced_line(v)))}", ""]
     if v.get("superseded_by"):
         out += [f"> **Superseded** by run {_code(v['superseded_by'])}: an earlier cell was re-run.", ""]
     if undo_note(v)[1]:

@@ -27,6 +27,7 @@ from .record_words import (
     pending_text,
     plan_summary,
     plural,
+    reproduced_line,
     step_summary,
     timeline_label,
     totals_line,
@@ -41,6 +42,8 @@ def render_text(view: dict[str, Any]) -> str:
     status = str(v.get("status") or "running")
     lines = [f"nbagent run {v.get('run_id', '')} · {STATUS_ICON.get(status, '')} {status} · model {v.get('model')}"
              f" · autonomy {v.get('autonomy')}" + (f" · cell {cell_label(v)}" if v.get("cell_id") else "")]
+    if reproduced_line(v):
+        lines.append(f"↻ {reproduced_line(v)}")
     if v.get("superseded_by"):
         lines.append(f"superseded by run {v['superseded_by']} (an earlier cell was re-run)")
     if undo_note(v)[1]:
