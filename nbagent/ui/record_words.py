@@ -97,9 +97,6 @@ def short_id(run_id: Any) -> str:
     return str(run_id or "")[:12]
 
 
-def _clip(text: str, n: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 1] + "…"
 def reproduced_line(view: dict[str, Any]) -> str:
     """A reproduced run's first line: the recorded run it reproduced (`options.reproduces`), and that no model was
     called (ipython/reproduce.py)."""
@@ -109,6 +106,9 @@ def reproduced_line(view: dict[str, Any]) -> str:
     return f"reproduced run {short_id(source)} from the log: no model call, the recorded decisions"
 
 
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _json(value: Any, indent: int | None = None) -> str:
