@@ -64,9 +64,26 @@ def agent_cells(k: RecordingKernel, notebook: str = "test") -> list[dict[str, An
     return list(out.values())
 
 
+def submit_as_lab(k: RecordingKernel, code: str, cell_id: str | None) -> Cell:
+    """An execute_request as JupyterLab sends it: its metadata is the cell's own (an agent's cell: its `nbagent`
+    provenance) with the cell's id."""
+    if cell_id is None:
+        return k.submit(code)
+    meta: dict[str, Any] = {"cellId": cell_id, "deletedCells": [], "recordTiming": False, "trusted": True}
+    if code.startswith("# nbagent: run by run"):
+        meta["nbagent"] = {"ran": True, "run_id": code.split()[5].rstrip(":")}
+    content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False,
+               "stop_on_error": True}
+    msg = k.kc.session.msg("execute_request", content, metadata=meta)
+    k.kc.shell_channel.send(msg)
+    cell = Cell(msg["header"]["msg_id"])
+    k.cells[cell.msg_id] = cell
+    return cell
+
+
 def run_all(k: RecordingKernel, cells: list[tuple[str | None, str]], timeout: float = 120) -> list[Cell]:
     """Run All: every request sent at once (as JupyterLab queues them), then each reply awaited."""
-    sent = [k.submit(code, cell_id) for cell_id, code in cells]
+    sent = [submit_as_lab(k, code, cell_id) for cell_id, code in cells]
     for c in sent:
         k.wait(c, timeout)
     return sent
