@@ -73,6 +73,7 @@ class Grant(GrantTerms):
     session_id: str = ""
     revoked_at: str | None = None
     revoked_by: str | None = None
+    revoked_reason: str = ""  # the reason given with the revoke (shown wherever the revocation is)
     seal: str | None = None  # grant_seal under the giver's key (sealed_here)
 
     def active(self, now: datetime) -> bool:
@@ -82,7 +83,7 @@ class Grant(GrantTerms):
 
     def status(self, now: datetime, run_ended: bool = False) -> str:
         if self.revoked_at is not None:
-            return f"revoked {_hm(self.revoked_at)} by {self.revoked_by}"
+            return f"revoked {_hm(self.revoked_at)} by {self.revoked_by}" + _why(self.revoked_reason)
         if self.expires_at is not None and now >= datetime.fromisoformat(self.expires_at):
             return f"expired {_hm(self.expires_at)}"
         if self.scope == "run" and run_ended:
@@ -169,6 +170,12 @@ def expiry(spec: GrantSpec, given: datetime) -> str | None:
 # ------------------------------------------------------------------------------------------------ reading
 
 
+def _why(reason: str) -> str:
+    """': "not needed any more"' after a revocation, or nothing when none was given (one line, clipped)."""
+    text = " ".join(str(reason or "").split())
+    return f': "{text[:197] + "…" if len(text) > 200 else text}"' if text else ""
+
+
 def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
     """Grants by id, folded from `grant_given` / `grant_revoked` events (any order of chains).
 
@@ -176,7 +183,7 @@ def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
     copy appended to extend or widen it) is ignored (`duplicated` names them for `nbagent verify`). A revoke or the
     expiry ends a grant; nothing extends it."""
     grants: dict[str, Grant] = {}
-    revoked: dict[str, tuple[str, str]] = {}
+    revoked: dict[str, tuple[str, str, str]] = {}
     for e in events:
         p: Any = e.payload
         if e.type == "grant_given":
@@ -189,10 +196,11 @@ def from_events(events: Iterable[EventBase]) -> dict[str, Grant]:
                 pinned=bool(getattr(p, "pinned", False)), digests=list(getattr(p, "digests", None) or []),
                 seal=getattr(p, "seal", None))
         elif e.type == "grant_revoked":
-            revoked.setdefault(p.grant_id, (e.ts, p.by))
-    for gid, (ts, by) in revoked.items():
+            revoked.setdefault(p.grant_id, (e.ts, p.by, str(getattr(p, "reason", "") or "")))
+    for gid, (ts, by, reason) in revoked.items():
         if gid in grants:
-            grants[gid] = grants[gid].model_copy(update={"revoked_at": ts, "revoked_by": by})
+            grants[gid] = grants[gid].model_copy(update={"revoked_at": ts, "revoked_by": by,
+                                                         "revoked_reason": reason})
     return grants
 
 
@@ -388,8 +396,8 @@ def revoke(store: Store, grant_id: str, *, by: str = "user", reason: str = "") -
     g = find(store, grant_id)
     at = now()
     if g.revoked_at is not None:
-        raise GrantError(f"grant {g.grant_id} was already revoked at {_hm(g.revoked_at)} by {g.revoked_by}; "
-                         "nothing changed")
+        raise GrantError(f"grant {g.grant_id} was already revoked at {_hm(g.revoked_at)} by {g.revoked_by}"
+                         f"{_why(g.revoked_reason)}; nothing changed")
     if not _active(g, at):
         raise GrantError(f"grant {g.grant_id} expired at {_hm(g.expires_at or '')}; nothing to revoke")
     if g.scope == "run" and _run_ended(store, g.root_run_id):

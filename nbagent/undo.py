@@ -19,7 +19,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,16 @@ from .replay import run_tree
 from .scope import Scope, ScopeGuard
 from .store import RunNotFound, Store
 from .tools.base import ToolError
-from .undo_cells import CELL_TOOLS, CELL_UNDO_TOOL, KERNEL_NOTE, CellUndo, cell_changes, cell_conflicts
+from .undo_cells import (
+    ACTED,
+    CELL_TOOLS,
+    CELL_UNDO_TOOL,
+    KERNEL_NOTE,
+    CellUndo,
+    cell_changes,
+    cell_conflicts,
+    cell_name,
+)
 from .verify import verify_store
 
 UNDO_MODEL = "nbagent/undo"
@@ -124,8 +133,7 @@ class UndoReport(BaseModel):
             lines.append(f"undo failed (run {self.undo_run_id}); the files it had restored were put back:")
             lines.extend(f"  failed: {f}" for f in self.failed)
         elif self.undo_run_id:
-            lines.append(f"undo run {self.undo_run_id}: {len(self.restores)} file(s) restored "
-                         f"(runs {', '.join(self.runs)})")
+            lines.append(f"undo run {self.undo_run_id}: {self.summary()} (runs {', '.join(self.runs)})")
             lines.extend(f"  {r.action}d {r.path}" for r in self.restores)
         if self.cells and not self.conflicts and not self.failed:
             lines.extend(f"  {c.line()}" for c in self.cells)
@@ -133,6 +141,22 @@ class UndoReport(BaseModel):
         for n in self.not_undoable:
             lines.append(f"  not undoable: {n.tool} (run {n.run_id}, call {n.call_id}): {n.why}")
         return "\n".join(lines)
+
+    def summary(self) -> str:
+        """"1 file put back, 1 cell removed, 1 kept (yours)": what the undo does, by what changed."""
+        return said(len(self.restores), [c.acted for c in self.cells])
+
+
+def said(files: int, acted: list[str]) -> str:
+    """What an undo did in a few words, files and cells by what happened to them (restore_cell's actions)."""
+    parts = [f"{files} file{'s' if files != 1 else ''} put back"] if files or not acted else []
+    counts = {a: acted.count(a) for a in ("remove", "restore", "keep") if a in acted}
+    cells = [f"{n} {ACTED[a]}" + (" (yours: you edited it since)" if a == "keep" else "") for a, n in counts.items()]
+    if cells:
+        total = sum(counts.values())
+        parts.append(f"{total} cell{'s' if total != 1 else ''}: " + ", ".join(cells) if len(cells) > 1 else
+                     f"{total} cell{'s' if total != 1 else ''} {cells[0].split(' ', 1)[1]}")
+    return ", ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------- reading the log
@@ -262,7 +286,24 @@ def undo_history(store: Store, run_id: str) -> list[dict[str, Any]]:
     """Every completed undo of `run_id`, oldest first: its run id, when it ended, and the undo that undid it."""
     by_run = undoers(store)
     return [{"run_id": uid, "ended_at": store.run_state(uid).ended_at,
-             "undone_by": standing_undo(store, uid, by_run)} for uid in by_run.get(run_id, [])]
+             "undone_by": standing_undo(store, uid, by_run), **undo_did(store, uid)} for uid in by_run.get(run_id, [])]
+
+
+def undo_did(store: Store, undo_run_id: str) -> dict[str, Any]:
+    """What an undo run did, from its own recorded steps: the files it restored, and each cell it removed, restored
+    or kept (`{"name": "[4] x = 1", "action": "remove"|"restore"|"keep"}`): what its records may claim."""
+    files, cells = 0, []
+    for e in store.run_events(undo_run_id):
+        p: Any = e.payload
+        if e.type != "tool_call_completed" or not isinstance(p.result, dict):
+            continue
+        if p.tool == RESTORE_TOOL and p.call_id.startswith("undo"):
+            files += 1
+        elif p.tool == CELL_UNDO_TOOL and p.result.get("action") in ACTED:
+            r = p.result
+            cells.append({"name": str(r.get("name") or cell_name(str(r.get("cell_id")), None, "")),
+                          "action": r["action"]})
+    return {"files": files, "cells": cells}
 
 
 def runs_to_undo(store: Store, run_id: str, *, to: bool = False) -> list[str]:
@@ -354,20 +395,22 @@ def _diff(left: bytes | None, now: bytes | None, path: str) -> str:
 
 
 def preview(store: Store, run_id: str, *, to: bool = False, force: bool = False,
-            folder: str | Path | None = None) -> UndoReport:
+            folder: str | Path | None = None, kept: Collection[str] = ()) -> UndoReport:
     """What `undo` would do, checked against the folder now and changing nothing: the restores, each file changed
     since the run (a conflict, with its diff), the calls undo cannot reverse, and `undone_by` when an earlier undo
     already put the run back. What the Undo panel shows before any button; UndoError as `undo`."""
-    return _prepare(store, run_id, to=to, force=force, folder=folder)[0]
+    return _prepare(store, run_id, to=to, force=force, folder=folder, kept=kept)[0]
 
 
 def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, folder: str | Path | None = None,
-         by: str = "user") -> UndoReport:
+         by: str = "user", kept: Collection[str] = ()) -> UndoReport:
     """Undo a run (and its children; with `to`, every later run too). Conflicts refuse unless `force`; an
-    UndoError means nothing was changed. The restores are recorded as a new run of model `nbagent/undo`."""
+    UndoError means nothing was changed. The restores are recorded as a new run of model `nbagent/undo`. `kept`:
+    the agent's cells the person edited and ran since (the kernel knows them): theirs, left as they are, and
+    recorded as kept, so the log never says a cell went that stayed."""
     if store.readonly:
         raise UndoError(f"{shown(store.path)}: the log is open read-only; undo records a run, so it needs to write")
-    report, contents, fs, what = _prepare(store, run_id, to=to, force=force, folder=folder)
+    report, contents, fs, what = _prepare(store, run_id, to=to, force=force, folder=folder, kept=kept)
     if report.undone_by:
         raise UndoError(f"{what} was already undone by run {report.undone_by}; nothing was changed (undoing run "
                         f"{report.undone_by} brings its changes back)")
@@ -378,8 +421,8 @@ def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, fo
     return report
 
 
-def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | Path | None
-             ) -> tuple[UndoReport, dict[str, bytes | None], _Folder, str]:
+def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | Path | None,
+             kept: Collection[str] = ()) -> tuple[UndoReport, dict[str, bytes | None], _Folder, str]:
     """Everything checked and loaded before anything changes: the plan, the saved contents, the conflicts."""
     root = Path(folder) if folder is not None else store.path.parent
     try:
@@ -394,6 +437,8 @@ def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | 
     changes, problems = collect(store, set(runs))
     every = _logged(store)
     cells, cell_problems = cell_changes([e for e in every if e.run_id in set(runs)])
+    for c in cells:
+        c.kept = c.cell_id in kept
     problems += [NotUndoable(run_id=r, call_id=c, tool=t, why=w) for r, c, t, w in cell_problems]
     report = UndoReport(runs=runs, restores=plan(changes), not_undoable=problems, cells=cells)
     what = f"run {run_id}" + (" and every later run" if to else "")
@@ -401,10 +446,12 @@ def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | 
         raise UndoError(f"{what}: no file changes to undo, nor cells" + (
             f" ({len(problems)} call(s) not undoable: {', '.join(sorted({p.tool for p in problems}))})"
             if problems else ""))
+    if not report.restores and all(c.kept for c in report.cells):
+        raise UndoError(f"{what}: nothing to undo: " + "; ".join(c.line() for c in report.cells))
     standing = standing_undo(store, run_id)
     report.undone_by = standing if standing is not None and standing not in runs else None
     if not force and not report.undone_by:
-        for cell_id, why in cell_conflicts(every, set(runs), cells).items():
+        for cell_id, why in cell_conflicts(every, set(runs), [c for c in cells if not c.kept]).items():
             report.conflicts.append(Conflict(path=f"cell {cell_id}", reason=why))
     blobs = BlobStore.of_store(store.path)
     fs = _Folder(root)
@@ -469,11 +516,12 @@ def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None],
                 done.append((r.path, step(f"undo{i + 1}", r.path, r.to_sha256, contents[r.path], reason)))
             for i, c in enumerate(report.cells):  # the kernel removes or restores them in the notebook
                 started = store.append(ToolCallStarted(
-                    call_id=f"cell{i + 1}", tool=CELL_UNDO_TOOL, arguments={"cell_id": c.cell_id, "action": c.action},
+                    call_id=f"cell{i + 1}", tool=CELL_UNDO_TOOL, arguments={"cell_id": c.cell_id, "action": c.acted},
                     risk=Risk.WRITE_HIGH_RISK, target=c.cell_id, reason=reason), run_id=run.id)
                 store.append(ToolCallCompleted(
                     call_id=f"cell{i + 1}", tool=CELL_UNDO_TOOL, duration_ms=0.0, preview=c.line(),
-                    result={"cell_id": c.cell_id, "action": c.action, "note": KERNEL_NOTE}),
+                    result={"cell_id": c.cell_id, "action": c.acted, "name": c.name,
+                            "execution_count": c.count, "note": KERNEL_NOTE}),
                     run_id=run.id, parent_event_id=started.id)
         except (ToolError, OSError) as exc:
             report.failed.append(f"{report.restores[len(done)].path}: {exc}")
@@ -488,8 +536,7 @@ def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None],
         if report.failed:
             store.append(CompletedWithErrors(errors=report.failed), run_id=run.id)
         else:
-            store.append(Completed(summary=f"{len(report.restores)} file(s) restored" + (
-                f", {len(report.cells)} cell(s) removed or restored" if report.cells else "")), run_id=run.id)
+            store.append(Completed(summary=report.summary()), run_id=run.id)
     finally:
         store.release_lease(run.id)
     report.undo_run_id = run.id

@@ -20,18 +20,52 @@ CELL_UNDO_TOOL = "restore_cell"  # how an undo run records what it did to a cell
 KERNEL_NOTE = "the cells' effects on the kernel's memory (variables, imports) are not undone"
 
 
+HEADER = "# nbagent:"  # the first line run_cell writes ("# nbagent: run by run R: ..."): not what a person reads
+KEPT = "kept: you edited it since; it is yours"
+ACTED = {"remove": "removed", "restore": "restored", "keep": "kept"}  # a restore_cell's recorded action, as said
+
+
+def first_line(source: Any, width: int = 60) -> str:
+    """The cell's first line of code, as a person finds it in the notebook (the nbagent header skipped)."""
+    lines = [ln.strip() for ln in str(source or "").splitlines() if ln.strip()]
+    code = [ln for ln in lines if not ln.startswith(HEADER)] or lines
+    text = code[0] if code else ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def cell_name(cell_id: str, count: Any, line: str) -> str:
+    """"[4] df = load()": the execution count JupyterLab shows beside the cell, then its first line."""
+    head = f"[{count}]" if isinstance(count, int) and not isinstance(count, bool) else f"cell {str(cell_id)[:8]}"
+    return f"{head} {line}".rstrip()
+
+
 class CellUndo(BaseModel):
-    """What undo does to one cell: remove it (a run undone added it), or restore its code from before."""
+    """What undo does to one cell: remove it (a run undone added it), or restore its code from before; `kept` when
+    the person edited and ran it since (it is theirs: left as it is, and said so)."""
 
     cell_id: str
     action: Literal["remove", "restore"]
     source: str | None = None  # restore: the code to put back
     metadata: dict[str, Any] | None = None
     calls: int = 1  # the run_cell/replace_cell calls of the runs undone that wrote it
+    count: int | None = None  # the execution count of the runs' last write of it (what the person saw)
+    first: str = ""  # its first line as the runs left it
+    kept: bool = False
+
+    @property
+    def name(self) -> str:
+        return cell_name(self.cell_id, self.count, self.first)
+
+    @property
+    def acted(self) -> str:
+        """What undo does to it, as recorded in restore_cell's `action`: remove, restore or keep."""
+        return "keep" if self.kept else self.action
 
     def line(self) -> str:
-        return (f"removed cell {self.cell_id} (written by the agent)" if self.action == "remove" else
-                f"restored the code of cell {self.cell_id} from before its replacement")
+        if self.kept:
+            return f"{self.name}: {KEPT}"
+        return (f"{self.name}: removed (the agent added it)" if self.action == "remove" else
+                f"{self.name}: restored to its code from before the agent replaced it")
 
 
 def cell_changes(events: list[Any]) -> tuple[list[CellUndo], list[tuple[str, str, str, str]]]:
@@ -50,8 +84,11 @@ def cell_changes(events: list[Any]) -> tuple[list[CellUndo], list[tuple[str, str
             problems.append((e.run_id, p.call_id, p.tool, "its result in the log does not name the cell"))
             continue
         held = plan.get(cell_id)
+        count = result.get("execution_count")
+        count = count if isinstance(count, int) and not isinstance(count, bool) else None
         if held is not None:
             held.calls += 1
+            held.count, held.first = count, first_line(result.get("source"))  # the runs' last write of it
             continue
         if p.tool == "run_cell":
             plan[cell_id] = CellUndo(cell_id=cell_id, action="remove")
@@ -62,6 +99,7 @@ def cell_changes(events: list[Any]) -> tuple[list[CellUndo], list[tuple[str, str
         else:
             problems.append((e.run_id, p.call_id, p.tool, "the code it replaced is not in the log"))
             continue
+        plan[cell_id].count, plan[cell_id].first = count, first_line(result.get("source"))
         order.append(cell_id)
     return [plan[c] for c in reversed(order)], problems
 
@@ -87,7 +125,9 @@ def cell_conflicts(events: list[Any], run_ids: set[str], cells: list[CellUndo]) 
 
 
 def payloads(cells: list[CellUndo]) -> list[dict[str, Any]]:
-    """The comm messages that do the undo in a front end: one remove of every removed cell, then each restore."""
+    """The comm messages that do the undo in a front end: one remove of every removed cell, then each restore (a
+    kept cell is the person's: nothing is sent for it)."""
+    cells = [c for c in cells if not c.kept]
     removed = [c.cell_id for c in cells if c.action == "remove"]
     out: list[dict[str, Any]] = [{"action": "remove", "cell_ids": removed}] if removed else []
     out += [{"action": "restore", "cell_id": c.cell_id, "source": c.source, "metadata": c.metadata or {}}
@@ -95,4 +135,5 @@ def payloads(cells: list[CellUndo]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["CELL_TOOLS", "CELL_UNDO_TOOL", "KERNEL_NOTE", "CellUndo", "cell_changes", "cell_conflicts", "payloads"]
+__all__ = ["ACTED", "CELL_TOOLS", "CELL_UNDO_TOOL", "KEPT", "KERNEL_NOTE", "CellUndo", "cell_changes", "cell_conflicts",
+           "cell_name", "first_line", "payloads"]

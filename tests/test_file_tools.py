@@ -115,8 +115,42 @@ def test_write_replaces_atomically_and_keeps_the_mode(ft: FileTools, tmp_path: P
     assert target.read_text() == "new text\n" and oct(target.stat().st_mode & 0o777) == "0o640"
     assert target.stat().st_ino != inode  # a new file renamed over the old one: never half-written
     assert not [p for p in tmp_path.iterdir() if "nbagent-tmp" in p.name]
-    with pytest.raises(ScopeDenied, match="does not exist; use create_file"):
-        ft.write_file("missing.md", "x")
+    made = ft.write_file("missing.md", "x")  # a file that is not there yet is created (issue 46)
+    assert made == {"written": "missing.md", "bytes": 1, "created": True}
+    assert (tmp_path / "missing.md").read_text() == "x"
+
+
+def test_a_write_file_to_a_missing_file_is_a_create_on_its_card_in_effects_and_for_undo(tmp_path: Path) -> None:
+    """Issue 46: the card said "Overwrite notes.md?" for a file that did not exist, and the approved call failed."""
+    from nbagent.blobs import BlobStore
+    from nbagent.deciders import PauseDecider
+    from nbagent.effects import call_digest, resolve
+    from nbagent.store import Store
+    from nbagent.ui.record_words import high_risk_effects
+    from nbagent.ui.viewstate import run_view
+    from nbagent.undo import undo
+    from tests.agents import call, turns
+
+    store = Store(tmp_path / "nb.ipynb")
+    tools = FileTools(tmp_path, BlobStore.of_store(store.path)).tools()
+    script = turns([call("write_file", path="notes.md", content="new\n")], "wrote it")
+    paused = asyncio.run(Agent(script=script, tools=tools, store=store, decider=PauseDecider()).run("write notes"))
+    view = run_view(store, paused.run_id)
+    (plan,) = view["plans"]
+    assert view["words"]["plans"][plan["plan_id"]] == "create notes.md"
+    assert high_risk_effects(plan) == ["creates notes.md"] and plan["steps"][0]["preview"].startswith("--- /dev/null")
+    # the decision binds to the create: once a file is there, the same call is another effect (an overwrite)
+    write = next(t for t in tools if t.name == "write_file")
+    args = {"path": "notes.md", "content": "new\n"}
+    before = call_digest("write_file", args, resolve(write, args, None))
+    (tmp_path / "notes.md").write_text("appeared\n")
+    assert call_digest("write_file", args, resolve(write, args, None)) != before
+    (tmp_path / "notes.md").unlink()
+    done = asyncio.run(Agent(script=script, tools=tools, store=store, autonomy="L3",
+                             decider=PolicyDecider("all")).run("write notes"))
+    assert done.status == RunStatus.COMPLETED and (tmp_path / "notes.md").read_text() == "new\n"
+    assert run_view(store, done.run_id)["effects"]["created"] == ["notes.md"]
+    assert undo(store, done.run_id, folder=tmp_path).ok and not (tmp_path / "notes.md").exists()
 
 
 def test_write_and_delete_refuse_hard_links(ft: FileTools, tmp_path: Path) -> None:

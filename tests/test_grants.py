@@ -188,8 +188,11 @@ def test_revoke_and_expiry_end_a_grant(tmp_path: Path, monkeypatch: pytest.Monke
     line = grants.revoke(a.store, g.grant_id[:12], by="tester", reason="enough")
     assert line.startswith(f"revoked grant {g.grant_id}")
     n = len(a.store.query_events(types="grant_revoked"))
-    with pytest.raises(GrantError, match=r"already revoked .* by tester; nothing changed"):
+    with pytest.raises(GrantError, match=r'already revoked .* by tester: "enough"; nothing changed'):
         grants.revoke(a.store, g.grant_id)
+    # the reason is shown where revocations are listed (issue 46: it was recorded and never shown)
+    table = grants.grants_table(a.store, everything=True)
+    assert 'by tester: "enough"' in table, table
     assert len(a.store.query_events(types="grant_revoked")) == n == 1
     asker = Person()
     d = agent(tmp_path, script(one("make", path="r.md")), asker, store=a.store)

@@ -335,7 +335,7 @@ def test_a_saved_notebook_converted_to_html_shows_a_denial_an_undo_and_a_conflic
     page = (tmp_path / "converted.html").read_text(encoding="utf-8")
     assert "not done" in page and "create_file report.md: denied by the headless policy" in page  # the denial
     assert "created</span> <code>a.txt</code>" in page  # what the first run did
-    assert "2 file(s) restored" in page and "removed a.txt" in page  # the undo
+    assert "2 files put back" in page and "removed a.txt" in page  # the undo
     assert "undo refused: 1 file(s) changed since the run(s)" in page and "conflict: summary.md" in page
     assert "+my edit" in page
     assert str(tmp_path) not in page

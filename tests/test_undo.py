@@ -272,3 +272,220 @@ def test_a_file_now_a_symlink_or_a_damaged_copy_is_refused_and_nothing_changes(f
         undo(store, run)
     assert (folder / "notes.md").read_text() == "agent\n" and (folder / "new.md").read_text() == "n\n"
     assert [r for r in store.list_runs() if r.model == UNDO_MODEL] == []
+
+
+# ---------------------------------------------------------------------------------------------- cells, as a property
+# Issue 46: an undo of a run whose cell the person had edited said "cell removed" and logged `restore_cell … removed`
+# while the cell stayed, and its record said "the files this run changed were put back" for a run that changed no
+# file. Here runs add and replace cells (tools that do what run_cell/replace_cell do to the kernel's registry and
+# tell a notebook as cells.ts applies the comm), a person edits and deletes cells between runs, and every claim the
+# undo and the undone record make about a cell is checked against the notebook after the undo.
+
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nbagent.ipython.agent_cells import Registry  # noqa: E402
+from nbagent.tools.base import Tool  # noqa: E402
+from nbagent.ui.viewstate import run_view  # noqa: E402
+from nbagent.undo import undo_history  # noqa: E402
+from nbagent.undo_cells import first_line, payloads  # noqa: E402
+
+
+class Notebook:
+    """The notebook a front end shows (cell id -> source), the kernel's registry of the agent's cells, and the
+    execution count, as a kernel and JupyterLab keep them."""
+
+    def __init__(self) -> None:
+        self.cells: dict[str, str] = {}
+        self.registry = Registry()
+        self.count = 0
+        self.next = 0
+        self.deleted: set[str] = set()
+
+    def tools(self) -> list[Tool]:
+        def run_cell(code: str) -> dict[str, Any]:
+            """Write a new cell and run it."""
+            self.count += 1
+            cell_id = f"cell{self.next}"
+            self.next += 1
+            source = f"# nbagent: run by run R\n{code}\n"
+            self.cells[cell_id] = source
+            result = {"ran": True, "cell_id": cell_id, "source": source, "execution_count": self.count,
+                      "metadata": {"nbagent": {"run_id": "R"}}}
+            self.registry.wrote(result)
+            return result
+
+        def replace_cell(cell: str, code: str) -> dict[str, Any]:
+            """Replace a cell the agent wrote and run it."""
+            held = self.registry.cells[cell]
+            self.count += 1
+            source = f"# nbagent: run by run R\n{code}\n"
+            if cell in self.cells:  # (a cell the person deleted is skipped by the front end)
+                self.cells[cell] = source
+            result = {"ran": True, "cell_id": cell, "source": source, "execution_count": self.count, "metadata": {},
+                      "replaced": True, "old_source": held.source, "old_metadata": held.metadata}
+            self.registry.wrote(result, tool="replace_cell")
+            return result
+
+        return [Tool(run_cell), Tool(replace_cell)]
+
+    def person_edits(self, cell_id: str) -> None:
+        self.count += 1
+        self.cells[cell_id] = f"mine = {self.count}\n"
+        self.registry.before_cell(type("Info", (), {"cell_id": cell_id, "raw_cell": self.cells[cell_id]})(),
+                                  self.count)
+
+    def apply(self, payload: dict[str, Any]) -> None:
+        """What labextension/src/cells.ts does with an undo's comm message (a cell not there is skipped)."""
+        if payload["action"] == "remove":
+            for cid in payload["cell_ids"]:
+                self.cells.pop(cid, None)
+        elif payload["action"] == "restore" and payload["cell_id"] in self.cells:
+            self.cells[payload["cell_id"]] = payload["source"]
+
+
+SEEN: list[tuple[str, ...]] = []  # what the examples undid (looked at by hand: every action is reached)
+ops = st.lists(st.tuples(st.sampled_from(["add", "add", "replace", "replace", "edit", "delete", "run", "run"]),
+                         st.integers(0, 9)), min_size=3, max_size=14)
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=ops, which=st.integers(0, 9))
+@example(plan=[("add", 0), ("run", 0), ("replace", 0), ("add", 1)], which=0)  # restored, and removed
+@example(plan=[("add", 0), ("add", 1), ("run", 0), ("replace", 0), ("edit", 1)], which=1)  # removed, and kept
+@example(plan=[("add", 0), ("run", 0), ("edit", 0)], which=0)  # all the person's: nothing to undo
+def test_every_claim_an_undo_makes_about_a_cell_holds_in_the_notebook(tmp_path_factory: Any, plan: Any,
+                                                                      which: int) -> None:
+    tmp = tmp_path_factory.mktemp("cells")
+    nb = Notebook()
+    store = store_of(tmp)
+    runs: list[str] = []
+    pending: list[Any] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        a = Agent(script=turns(*[[c] for c in pending], "done"), tools=nb.tools(), store=store, autonomy="L3",
+                  decider=PolicyDecider("all"), retry_base=0.001, retry_cap=0.01)
+        result = asyncio.run(a.run("cells"))
+        assert result.status == RunStatus.COMPLETED, result
+        runs.append(result.run_id)
+        pending.clear()
+
+    n_ids = 0
+    for op, k in plan:
+        live = [c for c in nb.registry.cells if not nb.registry.cells[c].edited and c in nb.cells
+                and c not in nb.deleted]
+        if op == "add":
+            pending.append(call("run_cell", code=f"x{n_ids} = {k}"))
+            n_ids += 1
+        elif op == "replace" and live:
+            pending.append(call("replace_cell", cell=live[k % len(live)], code=f"y = {k}"))
+        elif op in ("edit", "delete"):
+            flush()
+            mine = [c for c in nb.cells if c in nb.registry.cells]
+            if mine:
+                cid = mine[k % len(mine)]
+                if op == "edit":
+                    nb.person_edits(cid)
+                else:
+                    del nb.cells[cid]
+                    nb.deleted.add(cid)
+        elif op == "run":
+            flush()
+    flush()
+    if not runs:
+        return
+    target = runs[-1 - which % len(runs)]
+    kept = {c for c, held in nb.registry.cells.items() if held.edited}
+    try:
+        report = undo(store, target, to=True, folder=tmp, kept=kept)
+    except UndoError as exc:  # every cell is the person's: nothing to undo, and it says so per cell
+        assert "nothing to undo" in str(exc) and "kept: you edited it since; it is yours" in str(exc)
+        return
+    assert report.ok
+    for p in payloads(report.cells):
+        nb.apply(p)
+    # what the undo recorded for each cell, and what its record then says, hold in the notebook
+    (did,) = [h for h in undo_history(store, target) if h["run_id"] == report.undo_run_id]
+    recorded = {c.cell_id: c for c in report.cells}
+    assert did["files"] == 0 and len(did["cells"]) == len(recorded)
+    for c in report.cells:
+        if c.acted == "remove":
+            assert c.cell_id not in nb.cells, c
+        elif c.acted == "keep":
+            assert c.cell_id in kept and (c.cell_id in nb.deleted or nb.cells[c.cell_id].startswith("mine = ")), c
+        else:  # restored: the code from before (a cell the person deleted is not brought back: the kernel
+            # does not see deletions, and docs/undo.md says so)
+            assert c.cell_id in nb.deleted or nb.cells[c.cell_id] == c.source, c
+            assert first_line(c.source) == first_line(nb.cells.get(c.cell_id, c.source))
+    view = run_view(store, target)
+    note = view["words"]["undo_note"]
+    assert "file" not in note.split(" (")[0], note  # no file was changed: none is claimed
+    said = note.split(": ", 1)[1].split(" (")[0].split("; ")  # a clause per action, and per kept cell
+    for c in report.cells:
+        clause = next(x for x in said if c.name in x)
+        assert clause.endswith({"remove": " removed", "restore": "code from before",
+                                "keep": "kept: you edited it since"}[c.acted]) or (
+            c.acted == "keep" and clause == f"{c.name} kept: you edited it since") or (
+            c.acted == "remove" and clause.startswith(("cell ", "cells ")) and " removed" in clause), (c, note)
+    SEEN.append(tuple(sorted(c.acted for c in report.cells)))
+    fx = run_view(store, report.undo_run_id)["effects"]
+    assert sorted((x["cell_id"], x["verb"]) for x in fx["cells"]) == sorted(
+        (c.cell_id, {"remove": "removed", "restore": "restored", "keep": "kept"}[c.acted]) for c in report.cells)
+
+
+def test_a_run_that_only_wrote_cells_says_so_in_every_form_and_its_undo_panel_speaks_of_cells(tmp_path: Path) -> None:
+    """Its Effects name each cell as the person sees it, its record offers the undo, the Undo panel counts cells (not
+    "it changed 1 file", "Each file goes back"), a kept cell is no change, and undoing the undo is said not to bring
+    cells back. With NBAGENT_WRITE_FIXTURES=1 the views are written for labextension/test/undocells.test.ts."""
+    import json
+    import os
+
+    from nbagent.ui.record import render_html, render_markdown, render_text, undo_hint
+    from nbagent.ui.undo_record import undo_bundle
+    from nbagent.ui.undo_view import undo_offer, undo_result
+
+    nb = Notebook()
+    store = store_of(tmp_path)
+    a = Agent(script=turns([call("run_cell", code="a = 1\nprint(a)")], [call("run_cell", code="b = 2")], "done"),
+              tools=nb.tools(), store=store, autonomy="L3", decider=PolicyDecider("all"), retry_base=0.001,
+              retry_cap=0.01)
+    run = asyncio.run(a.run("cells")).run_id
+    view = run_view(store, run)
+    assert [(c["verb"], c["name"]) for c in view["effects"]["cells"]] == [("added", "[1] a = 1"),
+                                                                           ("added", "[2] b = 2")]
+    assert "effects: added [1] a = 1" in render_text(view) and "- effects: added \\[2\\] b = 2" in render_markdown(view)
+    assert '<span class="nbr-verb nbr-ok">added</span> <code>[1] a = 1</code>' in render_html(view)
+    assert "file by file" not in render_text(view)
+    assert undo_hint(view) == f"%agent undo {run} undoes this run's changes (2 cells)"
+    nb.person_edits("cell1")
+    offer = undo_offer(store, run, folder=tmp_path, kept={"cell1"})
+    assert offer["summary"] == "it changed 2 cells" and offer["button"] == "Undo 1 change"
+    assert offer["question"] == ("Undo 1 change? Each cell of the agent's is removed or gets its old code back; a cell "
+                                 "you edited since stays as it is: it is yours:")
+    assert [(c["path"], c["action"]) for c in offer["changes"]] == [
+        ("[2] b = 2", "kept: you edited it since; it is yours"), ("[1] a = 1", "removed (the agent added it)")]
+    report = undo(store, run, folder=tmp_path, kept={"cell1"})
+    result = undo_result(report)
+    assert result["said"] == "2 cells: 1 removed, 1 kept (yours: you edited it since)"
+    assert result["hint"] == (f"The undo is a recorded run: %agent undo {report.undo_run_id} undoes it, but the cells "
+                              "do not come back (ask the agent to run them again).")
+    saved = undo_bundle(offer, result)["text/plain"]
+    assert f"✓ undone: 2 cells: 1 removed, 1 kept (yours: you edited it since) (undo run {report.undo_run_id})" in saved
+    assert "[2] b = 2 — kept: you edited it since; it is yours" in saved and "file" not in saved.split("\n")[0]
+    undone = run_view(store, run)
+    note = (f"undone by run {report.undo_run_id}: cell [1] a = 1 removed; [2] b = 2 kept: you edited it since; it is "
+            f"yours (undoing run {report.undo_run_id} does not bring cells back)")
+    assert undone["words"]["undo_note"] == note and f"↶ {note}" in render_text(undone)
+    assert f"Effects — undone since by undo run {report.undo_run_id}" in render_html(undone)
+    assert undo_hint(undone) == ""
+    undoer = run_view(store, report.undo_run_id)
+    assert [(c["verb"], c["name"]) for c in undoer["effects"]["cells"]] == [("kept", "[2] b = 2"),
+                                                                             ("removed", "[1] a = 1")]
+    if os.environ.get("NBAGENT_WRITE_FIXTURES") == "1":
+        out = Path(__file__).resolve().parents[1] / "labextension" / "test" / "undocells" / "views.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({"run": view, "undone": undone, "undo_run": undoer, "offer": offer,
+                                   "result": result}, indent=1, ensure_ascii=False) + "\n")

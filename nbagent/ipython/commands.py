@@ -336,11 +336,12 @@ class Commands(HostState):
         from ..undo import UndoError, undo
 
         if await self._undo_panel(args, lambda: undo(self.store, args.run, to=args.to, force=args.force,
-                                                     folder=self.folder, by="the Undo button")):
+                                                     folder=self.folder, by="the Undo button",
+                                                     kept=self.cells_yours())):
             return
         try:
             report = undo(self.store, args.run, to=args.to, force=args.force, folder=self.folder,
-                          by="%agent undo")
+                          by="%agent undo", kept=self.cells_yours())
         except UndoError as exc:
             raise UsageError(f"%agent undo: {exc}") from None
         print(report.text())
@@ -352,13 +353,19 @@ class Commands(HostState):
                              if report.conflicts else
                              "%agent undo: a restore failed (listed above); the undo put back what it had restored")
 
+    def cells_yours(self) -> set[str]:
+        """The agent's cells the person edited and ran since (the kernel saw it): an undo keeps them, and says so."""
+        return {cid for cid, c in self.agent_cells.cells.items() if c.edited}
+
     def _undo_cells(self, report: Any) -> None:
-        """The cells an undo removes or restores (run_cell, replace_cell), done in the front end (agent_cells.py)."""
-        if not report.ok or not report.cells:
+        """The cells an undo removes or restores (run_cell, replace_cell), done in the front end (agent_cells.py);
+        the ones it kept were said in its report."""
+        todo = [c for c in report.cells if not c.kept]
+        if not report.ok or not todo:
             return
         from .agent_cells import undo_cells
 
-        for line in undo_cells(self.agent_cells, report.cells):
+        for line in undo_cells(self.agent_cells, todo):
             print(f"  {line}")
 
     async def _undo_panel(self, args: Any, run_undo: Callable[[], Any]) -> bool:
@@ -374,7 +381,8 @@ class Commands(HostState):
         try:
             from ..ui.undo_view import UndoView, undo_offer
 
-            offer = undo_offer(self.store, args.run, to=args.to, force=args.force, folder=self.folder)
+            offer = undo_offer(self.store, args.run, to=args.to, force=args.force, folder=self.folder,
+                               kept=self.cells_yours())
         except UndoError as exc:
             raise UsageError(f"%agent undo: {exc}") from None
         except ImportError:

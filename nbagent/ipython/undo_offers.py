@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def _answer(comm: Any, msg: dict[str, Any]) -> None:
 
     host = current()
     try:
-        found = offers(host.notebook, run_ids, host.folder)
+        found = offers(host.notebook, run_ids, host.folder, kept=host.cells_yours())
     except Exception as exc:  # an answer always comes: a record whose run cannot be checked offers no Undo…
         from ..secrets import Redactor
 
@@ -68,9 +69,10 @@ def _answer(comm: Any, msg: dict[str, Any]) -> None:
     comm.send({"id": data.get("id"), "offers": found})
 
 
-def offers(notebook: Path, run_ids: list[str], folder: Path) -> dict[str, dict[str, Any]]:
+def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[str] = ()) -> dict[str, dict[str, Any]]:
     """What Undo… can do for each run, read from `notebook`'s own log (never written: a notebook without a log
-    gets none), checked against `folder` as the Undo panel checks it (`undo_offer`)."""
+    gets none), checked against `folder` as the Undo panel checks it (`undo_offer`); `kept`: the agent's cells the
+    person edited since (a run whose only changes are those has nothing to undo)."""
     from ..store import StoreError, store_path_for
 
     path = store_path_for(notebook)
@@ -90,7 +92,7 @@ def offers(notebook: Path, run_ids: list[str], folder: Path) -> dict[str, dict[s
     try:
         with log_checked(store):  # once for every record asked about
             mine = store.anchors.heads()
-            return {r: _offer(store, r, folder, mine) for r in dict.fromkeys(run_ids)}
+            return {r: _offer(store, r, folder, mine, kept) for r in dict.fromkeys(run_ids)}
     except UndoError as exc:  # the log fails verification: undo acts on none of its runs
         from ..secrets import Redactor
 
@@ -99,14 +101,14 @@ def offers(notebook: Path, run_ids: list[str], folder: Path) -> dict[str, dict[s
         store.close()
 
 
-def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any]) -> dict[str, Any]:
+def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any], kept: Collection[str] = ()) -> dict[str, Any]:
     from ..secrets import Redactor
     from ..store import RunNotFound, StoreError
     from ..ui.undo_view import undo_offer
     from ..undo import UndoError
 
     try:
-        offer = undo_offer(store, run_id, folder=folder)
+        offer = undo_offer(store, run_id, folder=folder, kept=kept)
     except RunNotFound:
         return {"undo": False, "why": f"not in this notebook's log ({store.path.name}): a record of another "
                                       "notebook's run, or of a log since replaced; nothing here to undo"}
@@ -121,8 +123,8 @@ def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any]) -> dict[
                                       "what it would restore, and asks"}
     if offer["state"] == "undone":
         return {"undo": False, "why": offer["why_not"]}
-    files = sum(1 for c in offer["changes"] if not str(c["path"]).startswith("cell "))
-    cells = len(offer["changes"]) - files
+    files = sum(1 for c in offer["changes"] if c.get("kind") != "cell")
+    cells = sum(1 for c in offer["changes"] if c.get("kind") == "cell" and not c.get("kept"))
     parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((files, "file"), (cells, "cell")) if n]
     line = f"%agent undo {run_id} undoes this run's changes ({', '.join(parts)})"
     title = f"insert and run %agent undo {run_id} below: it shows what will change and asks first"

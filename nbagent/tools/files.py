@@ -382,12 +382,19 @@ class FileTools(SearchContent):
         return self._saved({"created": r.rel, "bytes": size}, None, after)
 
     def write_file(self, path: str, content: str) -> dict[str, Any]:
-        """Replace the whole content of an existing text file.
+        """Replace the whole content of a text file (a file that does not exist yet is created).
 
         Args:
             path: the file, relative to the notebook's folder
             content: the new text
         """
+        if self._missing(path):  # a create, as its card said (the resolver binds the decision to "create")
+            r = self.guard.check(path, "create")
+            self.guard.check_write_size(content, path)
+            data = content.encode("utf-8")
+            after = self.blobs.put(data) if self.blobs is not None else None
+            size = self.guard.write(r, data, create=True)
+            return self._saved({"written": r.rel, "bytes": size, "created": True}, None, after)
         r = self.guard.check(path, "write", max_bytes=0)
         self.guard.check_write_size(content, path)
         self.guard.recheck(r)
@@ -419,7 +426,23 @@ class FileTools(SearchContent):
         r = self.guard.check(args["path"], "create")
         return _diff("", args.get("content", ""), r.rel, new_file=True)
 
+    def _authorize_write(self, args: dict[str, Any]) -> None:
+        self.guard.check(args.get("path", "."), "create" if self._missing(args.get("path", ".")) else "write",
+                         max_bytes=0)
+
+    def _missing(self, path: Any) -> bool:
+        """Nothing at `path` (inside the scope): a write_file there creates the file."""
+        from ..scope import ScopeDenied
+
+        try:
+            self.guard.check(path, "create")
+        except ScopeDenied:
+            return False
+        return True
+
     def preview_write(self, args: dict[str, Any]) -> str:
+        if self._missing(args["path"]):
+            return self.preview_create(args)
         old, rel = self._old_text(args["path"])
         return _diff(old, args.get("content", ""), rel)
 
@@ -433,6 +456,14 @@ class FileTools(SearchContent):
         from ..effects import resolve_target
 
         return lambda args: [resolve_target(self.guard, op, args.get(arg, "."), arg)]
+
+    def _write_targets(self) -> Any:
+        """write_file's resolver: a write, or a create where no file is yet (so an approval of "create notes.md"
+        does not cover overwriting a file that appeared since: the effect, and so the digest, differ)."""
+        from ..effects import resolve_target
+
+        return lambda args: [resolve_target(self.guard, "create" if self._missing(args.get("path", ".")) else "write",
+                                            args.get("path", "."), "path")]
 
     def tools(self) -> list[Tool]:
         def authorize(op: Any, arg: str = "path", **kw: Any) -> Callable[[dict[str, Any]], None]:
@@ -455,8 +486,8 @@ class FileTools(SearchContent):
                  resolver=self._targets("read")),
             Tool(self.create_file, risk=Risk.WRITE_LOW_RISK, authorize=authorize("create"),
                  preview=self.preview_create, resolver=self._targets("create")),
-            Tool(self.write_file, risk=Risk.WRITE_HIGH_RISK, authorize=authorize("write", max_bytes=0),
-                 preview=self.preview_write, resolver=self._targets("write")),
+            Tool(self.write_file, risk=Risk.WRITE_HIGH_RISK, authorize=self._authorize_write,
+                 preview=self.preview_write, resolver=self._write_targets()),
             Tool(self.delete_file, risk=Risk.WRITE_HIGH_RISK, authorize=authorize("delete", max_bytes=0),
                  preview=self.preview_delete, resolver=self._targets("delete")),
         ]

@@ -44,14 +44,18 @@ def outcome(offer: dict[str, Any], result: dict[str, Any] | None) -> tuple[str, 
         cells = result.get("cells") or []
         lines, body = _changes(restored + cells)
         uid = result.get("undo_run_id") or ""
-        said = [plural(len(restored), "file", "files") + " put back"] if restored or not cells else []
-        said += [plural(len(cells), "cell", "cells") + " removed or restored"] if cells else []
-        return ("ok", f"✓ undone: {', '.join(said)} (undo run {uid})", lines, body,
-                f"The undo is a recorded run: %agent undo {uid} undoes it.")
+        said = str(result.get("said") or plural(len(restored), "file", "files") + " put back")
+        from .undo_view import again_hint
+
+        hint = str(result.get("hint") or again_hint(uid, bool(restored), any(not c.get("kept") for c in cells)))
+        return "ok", f"✓ undone: {said} (undo run {uid})", lines, body, hint
     if state == "refused" or (state is None and offer.get("state") == "conflicts"):
         conflicts = result.get("conflicts") if state else offer.get("conflicts")
         lines, body = _conflicts(conflicts or [])
-        title = (f"⚠ undo refused: {plural(len(conflicts or []), 'file was', 'files were')} changed since the run; "
+        cells = sum(1 for c in conflicts or [] if str(c.get("path") or "").startswith("cell "))
+        files = len(conflicts or []) - cells
+        what = " and ".join(plural(k, w, w + "s") for k, w in ((files, "file"), (cells, "cell")) if k) or "nothing"
+        title = (f"⚠ undo refused: {what} {'was' if len(conflicts or []) == 1 else 'were'} changed since the run; "
                  "nothing was changed")
         return "warn", title, lines, body, f"To restore anyway: %agent undo {run_id} --force"
     if state is None and offer.get("state") == "undone":

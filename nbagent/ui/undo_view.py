@@ -18,19 +18,43 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------- the Undo panel
 
 UNDO_ACTION = {"remove": "removed", "restore": "restored", "recreate": "restored (the run deleted it)"}
-CELL_ACTION = {"remove": "cell removed (the agent added it)", "restore": "cell's code restored (from before the agent "
-               "replaced it)"}
+CELL_ACTION = {"remove": "removed (the agent added it)", "restore": "restored to its code from before the agent "
+               "replaced it", "keep": "kept: you edited it since; it is yours"}
+
+
+def again_hint(undo_run_id: Any, files: bool, cells: bool) -> str:
+    """What undoing this undo run does: it brings files back, never cells (a removed cell is not inserted again)."""
+    head = f"The undo is a recorded run: %agent undo {undo_run_id} undoes it"
+    if not cells:
+        return head + "."
+    return head + (": the files come back, the cells do not" if files else ", but the cells do not come back") + \
+        " (ask the agent to run them again)."
 
 
 def _cell_changes(report: Any, conflicts: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The agent's cells the undo removes or restores, listed beside the files (counted as changes too)."""
-    return [{"path": f"cell {c.cell_id}", "action": CELL_ACTION[c.action],
+    """The agent's cells the undo removes, restores or keeps (the person's now), listed beside the files by the name
+    a person finds them by ("[4] x = 1"); a kept cell is no change."""
+    return [{"path": c.name, "kind": "cell", "cell_id": c.cell_id, "action": CELL_ACTION[c.acted], "kept": c.kept,
              "conflict": (conflicts or {}).get(f"cell {c.cell_id}"), "overwrites_edit": False}
             for c in getattr(report, "cells", [])]
 
 
+def _words(files: int, cells: int, kept: int) -> dict[str, str]:
+    """The panel's sentences, by what the undo changes: files, cells, or both (never "files" for cells)."""
+    def n(k: int, one: str, many: str) -> str:
+        return f"{k} {one if k == 1 else many}"
+    what = " and ".join(x for x in (n(files, "file", "files") if files else "", n(cells + kept, "cell", "cells")
+                                    if cells + kept else "") if x) or "nothing undo can change"
+    how = [x for x in ("each file goes back to how it was before the run" if files else "",
+                       "each cell of the agent's is removed or gets its old code back" if cells else "",
+                       "a cell you edited since stays as it is: it is yours" if kept else "") if x]
+    said = "; ".join(how) + ":"
+    question = f"Undo {n(files + cells, 'change', 'changes')}? {said[:1].upper()}{said[1:]}"
+    return {"summary": f"it changed {what}", "question": question}
+
+
 def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False,
-               folder: str | Path | None = None) -> dict[str, Any]:
+               folder: str | Path | None = None, kept: Any = ()) -> dict[str, Any]:
     """What undoing `run_id` would do, checked against the folder now (`nbagent.undo.preview`), for the Undo panel
     to show before any button: one entry per file with what happens to it, each file changed since the run (a
     conflict, with its diff), an earlier undo that already put the run back, and the calls undo cannot reverse.
@@ -39,19 +63,20 @@ def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False
     happen but a refusal; `why_not` says why and what to run instead). UndoError when there is nothing to undo."""
     from ..undo import preview
 
-    report = preview(store, run_id, to=to, force=force, folder=folder)
+    report = preview(store, run_id, to=to, force=force, folder=folder, kept=kept)
     run_id = report.runs[0]
     conflicts = {c.path: c.reason for c in report.conflicts}
     edited = [r.path for r in report.restores if force and r.current_sha256 != r.expect_sha256]
     state = "undone" if report.undone_by else "conflicts" if conflicts else "ready"
-    n = len(report.restores) + len(getattr(report, "cells", []))
+    cells = getattr(report, "cells", [])
+    n = len(report.restores) + sum(1 for c in cells if not c.kept)
     button = None
     if state == "ready":
         button = f"Undo {n} change{'s' if n != 1 else ''}" + (
             f", overwriting {len(edited)} edited file{'s' if len(edited) != 1 else ''}" if edited else "")
     why_not = (f"already undone by run {report.undone_by}: %agent undo {report.undone_by} brings its changes back"
                if state == "undone" else
-               f"{len(conflicts)} file{'s' if len(conflicts) != 1 else ''} changed since the run: nothing would be "
+               f"{_since(conflicts)} changed since the run: nothing would be "
                f"undone; %agent undo {run_id} --force restores anyway" if state == "conflicts" else None)
     return {"run_id": run_id, "to": to, "force": force, "runs": report.runs, "state": state, "button": button,
             "why_not": why_not, "undone_by": report.undone_by,
@@ -59,7 +84,15 @@ def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False
                          "overwrites_edit": r.path in edited} for r in report.restores]
             + _cell_changes(report, conflicts),
             "conflicts": [c.model_dump(mode="json") for c in report.conflicts],
-            "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in report.not_undoable]}
+            "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in report.not_undoable],
+            **_words(len(report.restores), n - len(report.restores), len(cells) - (n - len(report.restores)))}
+
+
+def _since(conflicts: dict[str, str]) -> str:
+    """"1 file", "2 cells", "1 file and 1 cell": what changed since the run, by what it is."""
+    cells = sum(1 for p in conflicts if p.startswith("cell "))
+    files = len(conflicts) - cells
+    return " and ".join(f"{k} {w}{'s' if k != 1 else ''}" for k, w in ((files, "file"), (cells, "cell")) if k)
 
 
 def undo_result(report: Any, store: Any = None) -> dict[str, Any]:
@@ -67,10 +100,14 @@ def undo_result(report: Any, store: Any = None) -> dict[str, Any]:
     store, `records`: the static records (MIME bundles) of the runs it undid as the log now tells them ("undone by
     ..."), for the page to put in place of their older records, which a kernel started since cannot reach."""
     state = "refused" if report.conflicts else "failed" if report.failed else "done"
+    cells = getattr(report, "cells", [])
     out = {"state": state, "text": report.text(), "undo_run_id": report.undo_run_id,
            "restored": [{"path": r.path, "action": UNDO_ACTION[r.action]} for r in report.restores],
-           "cells": [{"path": c["path"], "action": c["action"]} for c in _cell_changes(report)],
-           "conflicts": [c.model_dump(mode="json") for c in report.conflicts], "runs": list(report.runs)}
+           "cells": [{"path": c["path"], "action": c["action"], "kept": c["kept"]} for c in _cell_changes(report)],
+           "conflicts": [c.model_dump(mode="json") for c in report.conflicts], "runs": list(report.runs),
+           "said": report.summary() if state == "done" else "",
+           "hint": again_hint(report.undo_run_id, bool(report.restores), any(not c.kept for c in cells))
+           if state == "done" else ""}
     if store is not None and state == "done":
         from .record import bundle
         from .viewstate import run_view

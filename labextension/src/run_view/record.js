@@ -18,7 +18,7 @@ export function showsEffects(view) {
   const fx = view.effects;
   if (!fx || typeof fx !== "object") return false;
   const ended = !["running", "waiting"].includes(String(view.status || "running"));
-  return ended || !!(fileCount(fx) || (fx.refused || []).length || (fx.other || []).length);
+  return ended || !!(fileCount(fx) || (fx.refused || []).length || (fx.other || []).length || (fx.cells || []).length);
 }
 
 // "create_file report.md: plan denied by you: not today"
@@ -33,6 +33,9 @@ export function refusalLine(r) {
 }
 
 export const VERB_TONE = { created: "ok", changed: "warn", deleted: "bad" };
+export const CELL_TONE = { added: "ok", replaced: "warn", removed: "bad", restored: "warn" };
+// (as nbagent/ui/effects_summary.py cells_note)
+const CELLS_NOTE = "what these cells' code did (variables, files it wrote) is not tracked here, nor undone by an undo";
 
 export function effectsEl(view) {
   if (!showsEffects(view)) return "";
@@ -43,19 +46,33 @@ export function effectsEl(view) {
       items.push(h("li", {}, h("span", { class: `nbv-verb nbv-${VERB_TONE[verb]}`, text: verb }), " ", h("code", { text: path })));
     }
   }
+  // the notebook cells it wrote (or an undo acted on), named as the person finds them: "[4] df = load()"
+  const cells = (fx.cells || []).filter((c) => c && typeof c === "object");
+  for (const c of cells) {
+    items.push(h("li", { "data-cell-id": c.cell_id || null }, h("span", { class: `nbv-verb nbv-${CELL_TONE[c.verb] || "dim"}`, text: c.verb }),
+      " ", h("code", { text: c.name })));
+  }
+  if (cells.some((c) => c.verb === "added" || c.verb === "replaced")) {
+    items.push(h("li", { class: "nbv-dim", text: CELLS_NOTE }));
+  }
   for (const r of fx.refused || []) {
     items.push(h("li", { class: "nbv-bad" }, h("span", { class: "nbv-verb", text: "⊘ not done" }), ` ${refusalLine(r)}`));
   }
   const other = [...new Set((fx.other || []).map((o) => String(o.tool)))];
   if (other.length) items.push(h("li", { class: "nbv-dim", text: `also ran ${other.join(", ")}: effects not tracked file by file` }));
-  const undone = view.undone_by && fileCount(fx) ? ` — put back since by undo run ${view.undone_by}` : "";
+  const undone = !view.undone_by ? "" : fileCount(fx) ? ` — put back since by undo run ${view.undone_by}`
+    : cells.length ? ` — undone since by undo run ${view.undone_by}` : "";
   return h("div", { class: "nbv-effects-box" }, h("div", { class: "nbv-section", text: `Effects${undone}` }),
-    h("div", { class: "nbv-effects", role: "note", "data-files": fileCount(fx), "data-refused": (fx.refused || []).length },
+    h("div", { class: "nbv-effects", role: "note", "data-files": fileCount(fx), "data-cells": cells.length, "data-refused": (fx.refused || []).length },
       items.length ? h("ul", {}, items) : h("p", { class: "nbv-dim", text: "No file was created, changed or deleted." })));
 }
 
-// "undone by run U: …" (its changes are not in the folder), or undone and brought back
+// "undone by run U: …" (its changes are not in the folder), or undone and brought back: the kernel's words
+// (view.words.undo_note, nbagent/ui/effects_summary.py undo_note, which names the cells an undo removed or kept);
+// a record saved without them says it as such records always did
 export function undoNote(view) {
+  const words = view.words && typeof view.words.undo_note === "string" ? view.words.undo_note : null;
+  if (words !== null) return [!words ? "" : view.undone_by ? "warn" : "dim", words];
   if (view.undone_by) {
     return ["warn", `undone by run ${view.undone_by}: the files this run changed were put back, so what it says it did is `
       + `no longer in the folder (%agent undo ${view.undone_by} brings the changes back)`];
@@ -234,8 +251,14 @@ export function undoHint(view) {
   const paths = new Set((view.steps || [])
     .filter((s) => s.kind === "tool" && FILE_CHANGE_TOOLS.has(s.tool) && s.status === "ok")
     .map((s) => String(s.target || (s.arguments || {}).path || s.call_id)));
-  if (!paths.size) return "";
   const n = paths.size;
+  // cells it wrote (its Effects list them): as the kernel's Undo… offer words it (nbagent/ipython/undo_offers.py)
+  const cells = ((view.effects || {}).cells || []).filter((c) => c && (c.verb === "added" || c.verb === "replaced"));
+  if (cells.length) {
+    const what = [n ? plural(n, "file", "files") : "", plural(cells.length, "cell", "cells")].filter(Boolean);
+    return `%agent undo ${view.run_id} undoes this run's changes (${what.join(", ")})`;
+  }
+  if (!n) return "";
   return `%agent undo ${view.run_id} undoes this run's ${n} file ${n === 1 ? "change" : "changes"}`;
 }
 

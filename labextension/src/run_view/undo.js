@@ -4,8 +4,20 @@
 // changes: [{path, action}], not_undoable}) and `result` (set by the kernel once the undo ran). "Undo" first asks,
 // listing each file and what happens to it; "Undo N changes" sends `{event: "undo"}` (a custom message, like a
 // decision), "Cancel" goes back. The result: done (what was restored), or refused with each conflict's diff.
+// The sentences come from the kernel (`offer.summary`, `offer.question`, `result.said`, `result.hint`: worded by
+// what changed, files or the agent's cells, nbagent/ui/undo_view.py); a cell the person edited since is listed as
+// kept, and is no change.
 
 import { h, plural, badge, diffPre } from "./format.js";
+
+// "1 file was", "2 cells were", "1 file and 1 cell were": what changed since, by what it is (conflict paths of cells
+// are "cell ID", as nbagent/undo.py names them)
+export function conflictsSaid(conflicts) {
+  const cells = conflicts.filter((c) => String(c.path || "").startsWith("cell ")).length;
+  const files = conflicts.length - cells;
+  const what = [files ? plural(files, "file", "files") : "", cells ? plural(cells, "cell", "cells") : ""].filter(Boolean);
+  return `${what.join(" and ") || "nothing"} ${conflicts.length === 1 ? "was" : "were"}`;
+}
 
 export function renderUndo({ model, el }) {
   const local = { asking: false, sent: false, note: "" };
@@ -16,7 +28,8 @@ export function renderUndo({ model, el }) {
 
   function changesList(items) {
     return h("ul", { class: "nbv-undo-list" }, items.map((c) =>
-      h("li", {}, h("code", { text: c.path }), " — ", h("span", { class: "nbv-undo-action", text: c.action }),
+      h("li", { class: c.kept ? "nbv-dim nbv-undo-kept" : null }, h("code", { text: c.path }), " — ",
+        h("span", { class: "nbv-undo-action", text: c.action }),
         c.overwrites_edit ? h("span", { class: "nbv-why", text: " (edited since the run: that edit is overwritten)" }) : "")));
   }
 
@@ -38,16 +51,16 @@ export function renderUndo({ model, el }) {
     if (state === "done") {
       return h("div", { class: "nbv-undo-result nbv-undo-done", role: "status", tabindex: "-1" },
         h("div", { class: "nbv-undo-title" }, badge("✓ undone", "ok"),
-          ` ${plural((result.restored || []).length, "file", "files")} put back (undo run `,
+          ` ${result.said || plural((result.restored || []).length, "file", "files") + " put back"} (undo run `,
           h("code", { text: result.undo_run_id || "" }), ")"),
-        changesList(result.restored || []),
-        h("div", { class: "nbv-hint", text: `The undo is a recorded run: %agent undo ${result.undo_run_id} undoes it.` }));
+        changesList([...(result.restored || []), ...(result.cells || [])]),
+        h("div", { class: "nbv-hint", text: result.hint || `The undo is a recorded run: %agent undo ${result.undo_run_id} undoes it.` }));
     }
     if (state === "refused") {
       const conflicts = result.conflicts || [];
       return h("div", { class: "nbv-undo-result nbv-undo-refused", role: "status", tabindex: "-1" },
         h("div", { class: "nbv-undo-title" }, badge("⚠ undo refused", "warn"),
-          ` ${plural(conflicts.length, "file was", "files were")} changed since the run; nothing was changed.`),
+          ` ${conflictsSaid(conflicts)} changed since the run; nothing was changed.`),
         conflicts.map((c) => h("div", { class: "nbv-undo-conflict" },
           h("div", {}, h("code", { text: c.path }), ": ", c.reason || ""), c.diff ? diffPre(c.diff) : "")),
         h("div", { class: "nbv-hint", text: `To restore anyway: %agent undo ${offer.run_id} --force` }));
@@ -69,10 +82,10 @@ export function renderUndo({ model, el }) {
     const offer = model.get("offer") || {};
     const result = model.get("result") || {};
     const changes = offer.changes || [];
-    const n = changes.length;
+    const n = changes.filter((c) => !c.kept).length;
     root.replaceChildren(h("div", { class: "nbv-undo-head" }, h("strong", {}, "Undo run "),
       h("code", { class: "nbv-run-id", text: offer.run_id || "" }),
-      h("span", { class: "nbv-facts", text: ` · it changed ${plural(n, "file", "files")}` })));
+      h("span", { class: "nbv-facts", text: ` · ${offer.summary || `it changed ${plural(changes.length, "file", "files")}`}` })));
     if (result.state) {
       root.append(resultEl(offer, result));
       return;
@@ -104,7 +117,7 @@ export function renderUndo({ model, el }) {
       return;
     }
     root.append(h("div", { class: "nbv-decide nbv-undo-ask", role: "group", "aria-label": "undo", tabindex: "-1" },
-      h("div", { class: "nbv-decide-q", text: `Undo ${plural(n, "change", "changes")}? Each file goes back to how it was before the run:` }),
+      h("div", { class: "nbv-decide-q", text: offer.question || `Undo ${plural(n, "change", "changes")}? Each file goes back to how it was before the run:` }),
       changesList(changes), cannot,
       h("div", { class: "nbv-buttons" },
         h("button", { class: "nbv-btn nbv-approve", type: "button", disabled: local.sent, onclick: send }, label),
