@@ -53,10 +53,10 @@ from .record_words import (
     totals_line,
     tree_line,
     undo_hint,
+    why_shown,
 )
 
 # ------------------------------------------------------------------------------------------------------- HTML
-    why_shown,
 
 CSS = """
 .nbagent-run{--nbr-fg:var(--jp-ui-font-color1,#1f2328);--nbr-muted:var(--jp-ui-font-color2,#59636e);
@@ -113,10 +113,10 @@ background:var(--nbr-bg2)}
 .nbagent-run .nbr-kind{display:inline-block;min-width:6.2em;margin-right:2px;font-size:11px;color:var(--nbr-muted);
 text-transform:uppercase;letter-spacing:.03em}
 .nbagent-run .nbr-tool{font-family:var(--nbr-mono);font-weight:600}
+.nbagent-run .nbr-said{font-weight:600}
 .nbagent-run .nbr-args{font-family:var(--nbr-mono);font-size:12px;color:var(--nbr-muted)}
 .nbagent-run .nbr-facts{color:var(--nbr-muted);font-size:12px}
 .nbagent-run .nbr-why{color:var(--nbr-muted);font-size:11.5px;margin:0}
-.nbagent-run .nbr-said{font-weight:600}
 .nbagent-run .nbr-why.nbr-bad{color:var(--nbr-red)}
 .nbagent-run .nbr-thinking{color:var(--nbr-muted);font-style:italic;white-space:pre-wrap}
 .nbagent-run .nbr-st-failed>.nbr-line,.nbagent-run .nbr-k-error>.nbr-line{color:var(--nbr-red)}
@@ -239,6 +239,8 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
             facts.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
         head += (f'<code>{_esc(step.get("title"))}</code> → {_esc(step.get("detail"))} '
                  f'<span class="nbr-facts">· {" · ".join(_esc(f) for f in facts if f)}</span>')
+    elif kind == "tool" and step.get("outcome"):  # the icon, then what it did: "✗ raised KeyError: 'Revenue'"
+        head, body = _said_html(step, f"{icon} ")
     elif kind == "tool":
         args = arguments_of(step)
         head += (f'<span class="nbr-tool">{_esc(step.get("tool") or step.get("title"))}</span>'
@@ -246,8 +248,6 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
         facts = [status]
         if step.get("duration_ms") is not None:
             facts.append(fmt_ms(step["duration_ms"]))
-    elif kind == "tool" and step.get("outcome"):  # the icon, then what it did: "✗ raised KeyError: 'Revenue'"
-        head, body = _said_html(step, f"{icon} ")
         if step.get("retries"):
             facts.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
         head += f' <span class="nbr-facts">· {" · ".join(_esc(f) for f in facts)}</span>'
@@ -295,13 +295,6 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
             f"{body}</li>")
 
 
-def _steps_html(view: dict[str, Any]) -> str:
-    steps = view.get("steps") or []
-    if not steps:
-        return ""
-    by_request = {d.get("request_id"): d for d in view.get("decisions") or [] if d.get("request_id")}
-    head, middle, tail = _step_window(steps)
-    out = [f'<h4 class="nbr-section">{_esc(timeline_label(view))}</h4>', '<ol class="nbr-steps">']
 def _said_html(step: dict[str, Any], head: str) -> tuple[str, str]:
     """A tool step worded as a sentence (ui/step_words.py): what it did first, then the call; its traceback and its
     raw result (JSON, digests) behind disclosures."""
@@ -330,6 +323,13 @@ def _said_html(step: dict[str, Any], head: str) -> tuple[str, str]:
     return head, body
 
 
+def _steps_html(view: dict[str, Any]) -> str:
+    steps = view.get("steps") or []
+    if not steps:
+        return ""
+    by_request = {d.get("request_id"): d for d in view.get("decisions") or [] if d.get("request_id")}
+    head, middle, tail = _step_window(steps)
+    out = [f'<h4 class="nbr-section">{_esc(timeline_label(view))}</h4>', '<ol class="nbr-steps">']
     out += [_step_html(s, by_request) for s in head]
     out.append("</ol>")
     if middle:

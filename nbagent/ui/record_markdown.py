@@ -42,8 +42,8 @@ from .record_words import (
     timeline_label,
     totals_line,
     tree_line,
-)
     why_shown,
+)
 
 # ------------------------------------------------------------------------------------------------- Markdown → HTML
 

@@ -238,7 +238,9 @@ def outcome_warning(view: dict[str, Any]) -> str:
     failed = int(t.get("failed") or 0)
     refused = (view.get("effects") or {}).get("refused")  # denied plans too, which never became tool steps
     denied = len(refused) if isinstance(refused, list) else int(t.get("denied") or 0)
+    stopped = int(t.get("interrupted") or 0)  # cells stopped by an interrupt or their time limit
     what = [x for x in (plural(failed, "tool call failed", "tool calls failed") if failed else "",
+                        plural(stopped, "cell was interrupted", "cells were interrupted") if stopped else "",
                         plural(denied, "tool call was denied", "tool calls were denied") if denied else "") if x]
     head = " and ".join(what) if what else "the run recorded errors"
     return (f"{head[:1].upper()}{head[1:]}: the answer is the model's own account and may describe what did not "
@@ -250,9 +252,7 @@ def pending_hint(view: dict[str, Any]) -> str:
     pending = view.get("pending") or {}
     rid = short_id(view.get("run_id"))
     if pending.get("kind") == "approval":
-    stopped = int(t.get("interrupted") or 0)  # cells stopped by an interrupt or their time limit
         return (f'%agent approve {rid}  ·  %agent deny {rid} "reason"  ·  %agent refine {rid} "feedback"'
-                        plural(stopped, "cell was interrupted", "cells were interrupted") if stopped else "",
                 + ("  (then %agent resume " + rid + ")" if view.get("status") == "interrupted" else ""))
     if pending.get("kind") == "human_input":
         return f'%agent answer {rid} "your answer"'
@@ -384,6 +384,8 @@ def step_summary(step: dict[str, Any]) -> str:
         if step.get("retries"):
             bits.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
         return f"model {step.get('title', '')}: {step.get('detail', '')} · " + " · ".join(b for b in bits if b)
+    if kind == "tool" and step.get("outcome"):
+        return said_line(step)
     if kind == "tool":
         line = f"{step.get('tool') or step.get('title')}({format_args(arguments_of(step), 40)})"
         done = _CELL_DONE.get(str(step.get("tool")))
@@ -411,8 +413,6 @@ def step_summary(step: dict[str, Any]) -> str:
     if kind == "question":
         line = f"question: {_clip(step.get('detail') or '', 120)}"
         if step.get("answer") is not None:
-    if kind == "tool" and step.get("outcome"):
-        return said_line(step)
             line += f" → answer: {_clip(step['answer'], 80)}"
         return line
     if kind == "child":
@@ -420,6 +420,33 @@ def step_summary(step: dict[str, Any]) -> str:
     if kind == "error":
         return f"error {step.get('title', '')}: {_clip(step.get('detail') or '', 160)}"
     return _clip(step.get("detail") or step.get("title") or "", 160)
+
+
+def why_shown(step: dict[str, Any]) -> str:
+    """A failed or interrupted step's error, when its outcome sentence does not already say it ("" if it does)."""
+    detail = str(step.get("detail") or "")
+    if step.get("status") not in ("failed", "interrupted") or not detail:
+        return ""
+    return "" if " ".join(detail.split()) in str(step.get("outcome") or "") else detail
+
+
+def said_line(step: dict[str, Any]) -> str:
+    """"✗ raised KeyError: 'Revenue' · run_cell(code=…) [WRITE_HIGH_RISK] 1.2 s": a tool step that has an outcome
+    sentence (ui/step_words.py), plain text, its status as its icon."""
+    status = str(step.get("status") or "")
+    line = (f"{STEP_ICON.get(status, '·')} {step['outcome']} · "
+            f"{step.get('tool') or step.get('title')}({format_args(arguments_of(step), 40)})")
+    if step.get("risk"):
+        line += f" [{step['risk']}]"
+    if step.get("duration_ms") is not None and status != "interrupted":  # (an interrupted one's sentence says it)
+        line += f" {fmt_ms(step['duration_ms'])}"
+    if step.get("retries"):
+        line += f" ({step['retries']} retr{'y' if step['retries'] == 1 else 'ies'})"
+    if why_shown(step):
+        line += f": {_clip(why_shown(step), 120)}"
+    elif step.get("grant_id"):
+        line += f" · {_clip(step.get('detail') or '', 160)}"
+    return line
 
 
 def _plan_decisions(view: dict[str, Any], plan_id: Any) -> list[dict[str, Any]]:
@@ -448,33 +475,6 @@ def grant_reach(g: dict[str, Any]) -> str:
 
 
 Steps = list[dict[str, Any]]
-
-def why_shown(step: dict[str, Any]) -> str:
-    """A failed or interrupted step's error, when its outcome sentence does not already say it ("" if it does)."""
-    detail = str(step.get("detail") or "")
-    if step.get("status") not in ("failed", "interrupted") or not detail:
-        return ""
-    return "" if " ".join(detail.split()) in str(step.get("outcome") or "") else detail
-
-
-def said_line(step: dict[str, Any]) -> str:
-    """"✗ raised KeyError: 'Revenue' · run_cell(code=…) [WRITE_HIGH_RISK] 1.2 s": a tool step that has an outcome
-    sentence (ui/step_words.py), plain text, its status as its icon."""
-    status = str(step.get("status") or "")
-    line = (f"{STEP_ICON.get(status, '·')} {step['outcome']} · "
-            f"{step.get('tool') or step.get('title')}({format_args(arguments_of(step), 40)})")
-    if step.get("risk"):
-        line += f" [{step['risk']}]"
-    if step.get("duration_ms") is not None and status != "interrupted":  # (an interrupted one's sentence says it)
-        line += f" {fmt_ms(step['duration_ms'])}"
-    if step.get("retries"):
-        line += f" ({step['retries']} retr{'y' if step['retries'] == 1 else 'ies'})"
-    if why_shown(step):
-        line += f": {_clip(why_shown(step), 120)}"
-    elif step.get("grant_id"):
-        line += f" · {_clip(step.get('detail') or '', 160)}"
-    return line
-
 
 
 def _step_window(steps: Steps) -> tuple[Steps, Steps, Steps]:

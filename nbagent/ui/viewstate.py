@@ -45,11 +45,11 @@ lines, the timeline's label, the outcome warning, the pending question and the `
 undo hint, each plan's summary. The live view and the lab extension show these strings as they are.
 `log_path` is relative to the notebook (the log's folder name: it sits beside the notebook), so a shared notebook
 carries no home-folder path.
-A tool call refused because of a fact about the folder (a missing file...) is a failed tool call, not a denial:
-logs written before the runtime recorded it so (as `authorization_denied` with a `scope.missing`... rule) are
 A tool step's `outcome` is what it did, as a sentence ("wrote log.md, 16 bytes, +1 line", "raised KeyError: 'Revenue'",
 "interrupted after 4.6 s"; ui/step_words.py), from its recorded result: a cell whose result reports that its code
 raised is `failed`, one stopped is `interrupted` (with the end of its `traceback`), never `ok`.
+A tool call refused because of a fact about the folder (a missing file...) is a failed tool call, not a denial:
+logs written before the runtime recorded it so (as `authorization_denied` with a `scope.missing`... rule) are
 shown the new way.
 """
 
@@ -67,10 +67,10 @@ from ..state import RunState
 from ..timeline import clip
 from .effects_summary import effects as effects_of
 from .record_words import compaction_line, summary_call_line, summary_label
+from .step_words import said_step
 
 VERSION = 1
 MIME = "application/vnd.nbagent.run+json"
-from .step_words import said_step
 
 # Rules of the scope check that state a fact about the folder, not a policy. The runtime records these as failed tool
 # calls (its FILE_FACTS); older logs hold them as denials, which the view turns into errors the same way.
@@ -256,15 +256,15 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
     depth: dict[str, int] = {}
     asked: dict[str, dict[str, Any]] = {}
     facts: set[str] = set()  # an older log's fact "denials", as the errors list words them
+    plan_steps: dict[str, Any] = {}  # call id -> its plan step (the diff a file change was shown with)
     for e in events:
+        if e.type == "plan_proposed":
+            plan_steps.update((s.call_id, s) for s in e.payload.steps)  # type: ignore[attr-defined]
         d = depth.get(e.parent_event_id or "", -1) + 1 if e.parent_event_id else 0
         depth[e.id] = d
         p: Any = e.payload
         if e.type == "llm_called":
-    plan_steps: dict[str, Any] = {}  # call id -> its plan step (the diff a file change was shown with)
             asked.update(_asked(p))
-        if e.type == "plan_proposed":
-            plan_steps.update((s.call_id, s) for s in e.payload.steps)  # type: ignore[attr-defined]
         if e.type == "authorization_denied" and is_file_fact(p.rule):
             facts.add(f"{p.tool}: denied: {p.reason}")
         if e.type in ("tool_call_completed", "tool_call_failed"):
@@ -281,12 +281,12 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
             if e.type == "tool_call_completed":
                 step["status"] = "ok"
                 step["result_preview"] = p.preview or clip(p.result, 300)
+                said_step(step, p.result, plan_steps)  # its status from the result (a cell that raised), its sentence
             else:
                 step["status"] = "failed"
                 step["detail"] = p.error
                 if getattr(p, "error_type", None):
                     step["error_type"] = p.error_type
-                said_step(step, p.result, plan_steps)  # its status from the result (a cell that raised), its sentence
             continue
         if e.type == "human_input_received":
             for s in reversed(steps):
@@ -339,20 +339,20 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         "answer": state.answer, "error": state.error, "errors": errors,
         "effects": effects if effects is not None else effects_of(events),
         "undone_by": standing[-1]["run_id"] if standing else None, "undo_history": history,
-        "reproduces": state.options.get("reproduces"),  # the recorded run this one reproduced (ipython/reproduce.py)
         "undoes": {k: undoes.get(k) for k in ("run_id", "to", "runs")} if undoes else None,
         "children": list(state.children),
         "totals": {
             "tool_calls": len(state.steps), "steps": len(state.steps),
             "failed": sum(1 for s in tool_steps if s.get("status") == "failed"),
+        "reproduces": state.options.get("reproduces"),  # the recorded run this one reproduced (ipython/reproduce.py)
             "denied": sum(1 for s in tool_steps if s.get("status") == "denied"),
+            "interrupted": sum(1 for s in tool_steps if s.get("status") == "interrupted"),
             "model_calls": state.all_model_calls, "tokens": state.tokens,
             "prompt_tokens": state.usage.prompt_tokens, "completion_tokens": state.usage.completion_tokens,
             "cost": state.cost if state.cost_known else None,
             "wall_ms": _ms_between(state.started_at, state.ended_at or (events[-1].ts if events else None)),
         },
         "tree": tree,
-            "interrupted": sum(1 for s in tool_steps if s.get("status") == "interrupted"),
     })
 
 
