@@ -28,9 +28,16 @@ export function stepTarget(s) {
   return typeof a.path === "string" ? a.path : "";
 }
 
+// a write_file step whose file did not exist when it was planned: a create (nbagent/tools/files.py), said as one
+// (as nbagent/ui/record_words.py creates)
+export function creates(s) {
+  const targets = (s && s.effect && Array.isArray(s.effect.targets)) ? s.effect.targets : [];
+  return s.tool === "write_file" && targets.length > 0 && targets.every((t) => t && t.op === "create");
+}
+
 // "delete data.txt", "overwrite report.md", "create notes.md", "run code", "run my_tool"
 export function stepAction(s) {
-  const verb = FILE_VERB[s.tool];
+  const verb = creates(s) ? "create" : FILE_VERB[s.tool];
   if (verb) return `${verb} ${clip(stepTarget(s) || "a file", 60)}`;
   const cell = CELL_ACTION[s.tool];
   if (cell) return cell.replace("{}", clip(stepTarget(s) || "a cell", 40));
@@ -41,7 +48,7 @@ export function stepAction(s) {
 // what one step does, said plainly (for the high-risk line): "deletes data.txt", "runs Python code in the kernel"
 export function stepEffect(s) {
   const t = clip(stepTarget(s) || "a file", 80);
-  const effect = { delete_file: `deletes ${t}`, write_file: `replaces the contents of ${t}`,
+  const effect = { delete_file: `deletes ${t}`, write_file: creates(s) ? `creates ${t}` : `replaces the contents of ${t}`,
     create_file: `creates ${t}` }[s.tool]
     || (CELL_EFFECT[s.tool] ? CELL_EFFECT[s.tool].replace("{}", clip(stepTarget(s) || "a cell", 40))
       : undefined)
@@ -60,7 +67,7 @@ export function approveLabel(plan) {
   const counts = new Map();
   for (const s of steps) {
     if (s.risk !== HIGH) continue;
-    const noun = HIGH_NOUN[s.tool] || ["high-risk step", "high-risk steps"];
+    const noun = (creates(s) ? ["create", "creates"] : HIGH_NOUN[s.tool]) || ["high-risk step", "high-risk steps"];
     counts.set(noun, (counts.get(noun) || 0) + 1);
   }
   const high = [...counts].map(([[one, many], n]) => `${n} ${n === 1 ? one : many}`);
