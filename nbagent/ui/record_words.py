@@ -33,6 +33,7 @@ PLAN_STATUS = {"proposed": "proposed", "auto": "ran without asking", "approved":
 
 # ---------------------------------------------------------------------------------------------- small formatters
 
+
 def _esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 

@@ -339,12 +339,12 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         "answer": state.answer, "error": state.error, "errors": errors,
         "effects": effects if effects is not None else effects_of(events),
         "undone_by": standing[-1]["run_id"] if standing else None, "undo_history": history,
+        "reproduces": state.options.get("reproduces"),  # the recorded run this one reproduced (ipython/reproduce.py)
         "undoes": {k: undoes.get(k) for k in ("run_id", "to", "runs")} if undoes else None,
         "children": list(state.children),
         "totals": {
             "tool_calls": len(state.steps), "steps": len(state.steps),
             "failed": sum(1 for s in tool_steps if s.get("status") == "failed"),
-        "reproduces": state.options.get("reproduces"),  # the recorded run this one reproduced (ipython/reproduce.py)
             "denied": sum(1 for s in tool_steps if s.get("status") == "denied"),
             "interrupted": sum(1 for s in tool_steps if s.get("status") == "interrupted"),
             "model_calls": state.all_model_calls, "tokens": state.tokens,
