@@ -14,6 +14,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from .effects_summary import undo_note
+
 HEAD_STEPS = 8  # a run with more than MAX_STEPS_SHOWN steps shows the first HEAD_STEPS and the last TAIL_STEPS
 TAIL_STEPS = 8
 MAX_STEPS_SHOWN = 20
@@ -270,13 +272,20 @@ FILE_CHANGE_TOOLS = ("create_file", "write_file", "delete_file")
 
 
 def undo_hint(view: dict[str, Any]) -> str:
-    """For a run that ended having changed files (completed create/write/delete calls): how to undo it."""
+    """For a run that ended having changed files (completed create/write/delete calls) or written cells (run_cell,
+    replace_cell, as its Effects list them): how to undo it."""
     if str(view.get("status") or "running") in ("running", "waiting") or not view.get("run_id") or \
             view.get("undone_by"):  # undone already: its changes are not in the folder to undo
         return ""
     paths = {str(s.get("target") or (s.get("arguments") or {}).get("path") or s.get("call_id"))
              for s in view.get("steps") or []
              if s.get("kind") == "tool" and s.get("tool") in FILE_CHANGE_TOOLS and s.get("status") == "ok"}
+    cells = [c for c in (view.get("effects") or {}).get("cells") or []
+             if isinstance(c, dict) and c.get("verb") in ("added", "replaced")]
+    if cells:  # as the kernel's Undo… offer words it (ipython/undo_offers.py)
+        what = [plural(len(paths), "file", "files")] if paths else []
+        return f"%agent undo {view['run_id']} undoes this run's changes " \
+               f"({', '.join([*what, plural(len(cells), 'cell', 'cells')])})"
     if not paths:
         return ""
     return f"%agent undo {view['run_id']} undoes this run's {plural(len(paths), 'file change', 'file changes')}"
@@ -314,10 +323,18 @@ def model_note(plan: dict[str, Any]) -> str:
     return "" if _NO_NOTE.fullmatch(purpose) else purpose
 
 
+def creates(step: dict[str, Any]) -> bool:
+    """A write_file step whose file did not exist when it was planned: a create (files.py), said as one."""
+    targets = ((step.get("effect") or {}).get("targets") or []) if isinstance(step.get("effect"), dict) else []
+    return bool(targets) and all(isinstance(t, dict) and t.get("op") == "create" for t in targets)
+
+
 def step_action(step: dict[str, Any]) -> str:
     """What a plan step does, in nbagent's words (as labextension/src/run_view/plans.js stepAction): "delete data.txt",
     "run code"."""
     verb = _FILE_VERB.get(str(step.get("tool")))
+    if verb == "overwrite" and creates(step):
+        verb = "create"
     if verb:
         return f"{verb} {_clip(_step_target(step) or 'a file', 60)}"
     cell = _CELL_ACTION.get(str(step.get("tool")))
@@ -357,8 +374,8 @@ def high_risk_effects(plan: dict[str, Any]) -> list[str]:
         if s.get("risk") != HIGH:
             continue
         t = _clip(_step_target(s) or "a file", 80)
-        effect = {"delete_file": f"deletes {t}", "write_file": f"replaces the contents of {t}",
-                  "create_file": f"creates {t}"}.get(str(s.get("tool")))
+        effect = {"delete_file": f"deletes {t}", "write_file": f"creates {t}" if creates(s) else
+                  f"replaces the contents of {t}", "create_file": f"creates {t}"}.get(str(s.get("tool")))
         if effect is None and str(s.get("tool")) in _CELL_EFFECT:
             effect = _CELL_EFFECT[str(s.get("tool"))].format(_clip(_step_target(s) or "a cell", 40))
         if effect is None and (s.get("effect") or {}).get("unknown"):
@@ -515,5 +532,6 @@ def words(view: dict[str, Any]) -> dict[str, Any]:
         "pending": pending_text(v) if v.get("pending") else "",
         "pending_hint": pending_hint(v) if v.get("pending") or v.get("status") in ("waiting", "interrupted") else "",
         "undo_hint": undo_hint(v),
+        "undo_note": undo_note(v)[1],  # (effects_summary: what an undo of this run did, by files and cells)
         "plans": {str(p.get("plan_id")): plan_summary(p) for p in v.get("plans") or [] if p.get("plan_id")},
     }
