@@ -137,7 +137,7 @@ class LiveDisplay:
     def view(self) -> dict[str, Any]:
         assert self.run_id is not None
         store = self.agent.store
-        view = run_view(store, self.run_id)
+        view = run_view(store, self.run_id, known=self._known)
         if view["pending"] is None:  # a sub-agent may be the one waiting: show its question here
             for child in view["children"]:
                 child_state = store.run_state(child)
@@ -153,6 +153,12 @@ class LiveDisplay:
                             "steps": [s.model_dump(mode="json") for s in plan.steps]}
                     break
         return view
+
+    def _known(self, spelling: str, run_id: str | None) -> tuple[str, int | None, str] | None:
+        """A cell the model named, as this kernel ran it (an earlier run's too), for the card to name it "[3] …"."""
+        registry = getattr(self.host, "agent_cells", None)
+        found = registry.find(spelling, run_id) if registry is not None else None
+        return None if found is None or found.edited else (found.cell_id, found.execution_count, found.source)
 
     def finish(self) -> None:
         self._finished = True

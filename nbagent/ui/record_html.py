@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .cell_names import cell_name, cell_title
 from .effects_summary import CSS as EFFECTS_CSS
 from .effects_summary import effects_html, undo_banner_html, undoes_line
 from .record_markdown import markdown_html
+from .record_summary import compact, summary_head, summary_tail
 from .record_words import (
     DECISION_VERB,
     DIFF_OPEN_LINES,
@@ -150,6 +152,10 @@ color:var(--nbr-muted)}
 color:var(--nbr-muted);display:flex;flex-wrap:wrap;gap:4px 16px}
 .nbagent-run .nbr-foot strong{color:var(--nbr-fg);font-weight:600}
 .nbagent-run .nbr-errors{color:var(--nbr-red);margin:4px 0;padding-left:1.4em}
+.nbagent-run details.nbr-compact{margin:0}
+.nbagent-run details.nbr-compact>summary.nbr-summary-line{color:var(--nbr-fg);font-size:13px;padding:1px 0}
+.nbagent-run .nbr-summary-more{display:block;color:var(--nbr-muted);font-size:12px;margin-left:1.15em}
+.nbagent-run details.nbr-compact[open]>summary.nbr-summary-line{margin-bottom:6px}
 """
 
 STATUS_TONE = {"completed": "nbr-ok", "completed_with_errors": "nbr-warn", "failed": "nbr-bad",
@@ -364,7 +370,7 @@ def _plan_html(plan: dict[str, Any], index: int, view: dict[str, Any]) -> str:
                    "</thead><tbody>")
         for n, s in enumerate(steps, 1):
             out.append(f'<tr><td>{n}</td><td><span class="nbr-tool">{_esc(s.get("tool"))}</span></td>'
-                       f'<td>{"<code>" + _esc(s.get("target")) + "</code>" if s.get("target") else ""}</td>'
+                       f'<td>{_target_html(s)}</td>'
                        f'<td>{risk_badge(s.get("risk"))}{_risk_reason_html(s)}</td>'
                        f'<td><span class="nbr-args">{_esc(format_args(arguments_of(s), 48))}</span></td></tr>')
         out.append("</tbody></table>")
@@ -389,12 +395,28 @@ def _plan_html(plan: dict[str, Any], index: int, view: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _target_html(step: dict[str, Any]) -> str:
+    """A plan step's target; an agent's cell as the notebook shows it ("[3] df = …"), its ids on hover."""
+    if cell_name(step):
+        return f'<code class="nbr-cell-name" title="{_esc(cell_title(step))}">{_esc(cell_name(step))}</code>'
+    return f"<code>{_esc(step.get('target'))}</code>" if step.get("target") else ""
+
+
 def _risk_reason_html(step: dict[str, Any]) -> str:
     reason = step.get("risk_reason")
     out = f'<div class="nbr-risk-reason">{_esc(reason)}</div>' if reason else ""
     if step.get("asks") is False:
         out += f'<div class="nbr-not-asked">{_esc(NOT_ASKED)}</div>'
     return out
+
+
+def _summary_html(v: dict[str, Any], status: str) -> str:
+    """The compact record's summary (record_summary): the status and the request, then the outcome and counts."""
+    state, sep, request = summary_head(v).partition(" · ")
+    more = summary_tail(v)
+    tone = STATUS_TONE.get("superseded" if v.get("superseded_by") else status, "nbr-dim")
+    return (f'<details class="nbr-compact"><summary class="nbr-summary-line"><strong class="{tone}">{_esc(state)}'
+            f'</strong>{_esc(sep)}{_esc(request)}<span class="nbr-summary-more">{_esc(more)}</span></summary>')
 
 
 def render_html(view: dict[str, Any]) -> str:
@@ -404,6 +426,9 @@ def render_html(view: dict[str, Any]) -> str:
     run_id = str(v.get("run_id") or "")
     out = [f'<div class="nbagent-run nbr-status-{_esc(status)}" data-run-id="{_esc(run_id)}">',
            f"<style>{CSS}{EFFECTS_CSS}</style>"]
+    folded = compact(v)
+    if folded:  # two lines; the whole record behind them (a <details>: no script needed)
+        out.append(_summary_html(v, status))
     if reproduced_line(v):  # in sight, folded or not
         out.append(f'<p class="nbr-reproduced"><strong>↻</strong> {_esc(_upper_first(reproduced_line(v)))}</p>')
     if v.get("superseded_by"):
@@ -464,5 +489,5 @@ def render_html(view: dict[str, Any]) -> str:
         command, _, rest = undo_hint(v).partition(" undoes ")
         out.append(f'<p class="nbr-undo"><strong>↶ Undo</strong> <code>{_esc(command)}</code> undoes '
                    f"{_esc(rest)}</p>")
-    out.append('<div class="nbr-foot">' + "".join(foot) + "</div></div>")
+    out.append('<div class="nbr-foot">' + "".join(foot) + "</div>" + ("</details>" if folded else "") + "</div>")
     return "\n".join(o for o in out if o)

@@ -14,6 +14,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from .cell_names import cell_short
+
 from .effects_summary import undo_note
 
 HEAD_STEPS = 8  # a run with more than MAX_STEPS_SHOWN steps shows the first HEAD_STEPS and the last TAIL_STEPS
@@ -339,7 +341,7 @@ def step_action(step: dict[str, Any]) -> str:
         return f"{verb} {_clip(_step_target(step) or 'a file', 60)}"
     cell = _CELL_ACTION.get(str(step.get("tool")))
     if cell:
-        return cell.format(_clip(_step_target(step) or "a cell", 40))
+        return cell.format(cell_short(step) or _clip(_step_target(step) or "a cell", 40))  # "[3]", as the page shows it
     return "run code" if step.get("tool") == "run_python" else f"run {step.get('tool') or 'a tool'}"
 
 
@@ -377,7 +379,7 @@ def high_risk_effects(plan: dict[str, Any]) -> list[str]:
         effect = {"delete_file": f"deletes {t}", "write_file": f"creates {t}" if creates(s) else
                   f"replaces the contents of {t}", "create_file": f"creates {t}"}.get(str(s.get("tool")))
         if effect is None and str(s.get("tool")) in _CELL_EFFECT:
-            effect = _CELL_EFFECT[str(s.get("tool"))].format(_clip(_step_target(s) or "a cell", 40))
+            effect = _CELL_EFFECT[str(s.get("tool"))].format(cell_short(s) or _clip(_step_target(s) or "a cell", 40))
         if effect is None and (s.get("effect") or {}).get("unknown"):
             # an MCP tool whose writes nbagent cannot see (mcp/rules.py): said as such, never as a known effect
             on = f" on {_clip(str(s['target']), 60)}" if s.get("target") else ""
@@ -534,4 +536,12 @@ def words(view: dict[str, Any]) -> dict[str, Any]:
         "undo_hint": undo_hint(v),
         "undo_note": undo_note(v)[1],  # (effects_summary: what an undo of this run did, by files and cells)
         "plans": {str(p.get("plan_id")): plan_summary(p) for p in v.get("plans") or [] if p.get("plan_id")},
+        **_summary_words(v),
     }
+
+
+def _summary_words(v: dict[str, Any]) -> dict[str, Any]:
+    """The compact record's two lines (record_summary), and whether the record folds to them."""
+    from .record_summary import compact, summary_head, summary_tail
+
+    return {"compact": compact(v), "summary": summary_head(v), "summary_more": summary_tail(v)}

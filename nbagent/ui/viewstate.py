@@ -34,6 +34,8 @@ the run's tool calls (`totals.steps` is the same number, kept for views written 
 `arg_keys` (tool and plan steps) is the order in which the model wrote a call's arguments, from its raw reply: the
 log's JSON (and a saved notebook's) has its keys sorted, so views order `arguments` by it.
 `cell_label` is the cell id as short as it can be while no other cell of the same log shares it.
+A `run_cell`/`replace_cell` step (of the timeline and of a plan) carries `cell`, the agent's cell as the notebook
+shows it (its execution count and first line, or the new cell's place): ui/cell_names.py.
 `cost_nominal` is true for the offline models (`nbagent/scripted`, `nbagent/function`, `nbagent/replay`): their
 prices are made up so that cost tracking runs end to end; no money was spent.
 `effects` is what the run and its sub-agents did to the folder, from the file tools' recorded results, and every call
@@ -65,6 +67,7 @@ from typing import Any
 from ..events import EventBase
 from ..state import RunState
 from ..timeline import clip
+from .cell_names import Known, name_cells
 from .effects_summary import effects as effects_of
 from .record_words import compaction_line, summary_call_line, summary_label
 from .step_words import said_step
@@ -201,8 +204,9 @@ def _summary_call(e: EventBase, depth: int, model: str | None) -> dict[str, Any]
             "cost": p.cost, "cost_nominal": is_nominal(model), "latency_ms": None, "retries": 0}
 
 
-def run_view(store: Any, run_id: str) -> dict[str, Any]:
-    """`view_state` of a run in a store, with the totals of its sub-agents when it has any."""
+def run_view(store: Any, run_id: str, known: Known | None = None) -> dict[str, Any]:
+    """`view_state` of a run in a store, with the totals of its sub-agents when it has any; `known`: the cells the
+    kernel ran (cell_names.Known), to name a cell an earlier run wrote."""
     state = store.run_state(run_id)
     tree = None
     if state.children:
@@ -224,7 +228,7 @@ def run_view(store: Any, run_id: str) -> dict[str, Any]:
     from ..undo import undo_history
 
     return view_state(state, events, log_path=store.path.name, tree=tree, cell_label=labels.get(state.cell_id or ""),
-                      effects=fx, undo_history=undo_history(store, state.run_id or run_id))
+                      effects=fx, undo_history=undo_history(store, state.run_id or run_id), known=known)
 
 
 def _asked(p: Any) -> dict[str, dict[str, Any]]:
@@ -245,12 +249,13 @@ def _asked(p: Any) -> dict[str, dict[str, Any]]:
 
 def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
                tree: dict[str, Any] | None = None, cell_label: str | None = None,
-               effects: dict[str, Any] | None = None, undo_history: list[dict[str, Any]] | None = None
-               ) -> dict[str, Any]:
+               effects: dict[str, Any] | None = None, undo_history: list[dict[str, Any]] | None = None,
+               known: Known | None = None) -> dict[str, Any]:
     """Everything a view shows about a run, from its events; `tree`: what it and its sub-agents spent
     (`policy.TreeUsage`), which is what budgets are checked against; `cell_label`: the cell id as `run_view`
     shortens it among the log's cells (default: the whole id); `effects`: of the run tree (default: of `events`);
-    `undo_history`: the undos of this run (`nbagent.undo.undo_history`, which reads other runs)."""
+    `undo_history`: the undos of this run (`nbagent.undo.undo_history`, which reads other runs); `known`: the
+    kernel's cells, naming a cell an earlier run wrote (cell_names)."""
     steps: list[dict[str, Any]] = []
     by_call: dict[str, dict[str, Any]] = {}
     depth: dict[str, int] = {}
@@ -323,7 +328,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
     standing = [h for h in history if not h.get("undone_by")]
     undoes = state.options.get("undo") if isinstance(state.options.get("undo"), dict) else None
     tool_steps = [s for s in steps if s["kind"] in ("tool", "denied")]
-    return with_words({
+    return with_words(name_cells({
         "version": VERSION,
         "run_id": state.run_id, "session_id": state.session_id, "status": state.status.value,
         "model": state.model, "autonomy": state.autonomy.value, "prompt": state.prompt, "cell_id": state.cell_id,
@@ -353,7 +358,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
             "wall_ms": _ms_between(state.started_at, state.ended_at or (events[-1].ts if events else None)),
         },
         "tree": tree,
-    })
+    }, events, known))
 
 
 def with_words(view: dict[str, Any]) -> dict[str, Any]:
