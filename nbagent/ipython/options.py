@@ -111,10 +111,10 @@ def line_parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="every server from a file that is not trusted yet")
     s.add_argument("--mcp", metavar="FILE", help="also this config (as a cell's --mcp)")
     sub.add_parser("models", help="which model a cell without --model uses, and why", add_help=False)
-    s = sub.add_parser("reproduce", help="re-run %%agent cells from the log (recorded replies and decisions, no "
+    s = sub.add_parser("reproduce", help="re-run %%%%agent cells from the log (recorded replies and decisions, no "
                                          "model call), or ask the model again", add_help=False)
     s.add_argument("what", metavar="on|off|RUN", nargs="?",
-                   help="on: every %%agent cell run reproduces its last run; off: asks again; RUN: the next run of "
+                   help="on: every %%%%agent cell run reproduces its last run; off: asks again; RUN: the next run of "
                         "RUN's cell reproduces RUN; nothing: say which")
     s.add_argument("--cell", metavar="CELL", help="with RUN: the cell whose next run reproduces it (default: RUN's)")
     s = sub.add_parser("fix", help="ask the agent to fix the last error of this kernel", add_help=False)
