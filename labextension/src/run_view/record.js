@@ -269,6 +269,15 @@ export function undoHintEl(view) {
   return h("p", { class: "nbv-undo-hint" }, h("strong", {}, "↶ Undo "), h("code", { text: command }), ` undoes ${rest}`);
 }
 
+// a reproduced run: which recorded run it replayed from the log (as nbagent/ui/record_words.py reproduced_line says)
+export const reproducedLine = (view) => (view.reproduces
+  ? `reproduced run ${shortId(view.reproduces)} from the log: no model call, the recorded decisions` : "");
+
+export function reproducedEl(view) {
+  const line = said(view, "reproduced", () => reproducedLine(view));
+  return line ? h("p", { class: "nbv-reproduced" }, h("strong", { text: "↻ " }), upperFirst(line)) : "";
+}
+
 /**
  * Draw a run's static record (no buttons, no kernel needed) into `el`; returns the root element.
  * `options.open`: a Map of <details> open states by key, kept across re-renders.
@@ -278,7 +287,8 @@ export function renderView(el, view, options = {}) {
   const ctx = { open: options.open || new Map(), static: true, nominal: !!view.cost_nominal };
   const status = String(view.status || "running");
   const root = h("div", { class: `nbagent-live nbv-static nbv-status-${status}`, "data-run-id": view.run_id || null },
-    bannerEl(view), undoBannerEl(view), headEl(view, status), promptEl(view), staticPendingEl(view, status),
+    reproducedEl(view), bannerEl(view), undoBannerEl(view), headEl(view, status), promptEl(view),
+    staticPendingEl(view, status),
     outcomeWarningEl(view), staticStepsEl(ctx, view), plansEl(ctx, view), effectsEl(view), answerEl(view),
     errorsEl(view), undoHintEl(view), footEl(view, true));
   el.appendChild(root);
