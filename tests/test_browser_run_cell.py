@@ -179,6 +179,12 @@ def test_a_failing_cell_then_a_plot_in_cells_below_the_agent(page: Page, lab: La
     expect(first.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]:"))
     first.scroll_into_view_if_needed()
     shot(page, "run-cell-1-keyerror-below-the-agent")
+    # the live view's step says so while the next card waits: ✗ and what the kernel reported, never ✓ ok
+    live_step = cell(page, 1).locator(".nbagent-live li.nbv-k-tool").first
+    expect(live_step.locator(".nbv-main")).to_contain_text(re.compile(r"^raised KeyError: .*Revenue"), timeout=30_000)
+    expect(live_step.locator(".nbv-icon")).to_have_text("✗")
+    live_step.scroll_into_view_if_needed()
+    shot(page, "run-cell-1b-live-step-raised")
 
     approve(page, 2)
     record = finished(page, "completed_with_errors")  # its first cell raised: said in its step, and in its status

@@ -209,3 +209,29 @@ def test_the_fixture_the_lab_extension_draws_is_todays_view_and_python_says_the_
     assert items[0].startswith("✗ raised KeyError: 'Revenue' · run_cell(")
     assert items[1].startswith("■ interrupted after 4.6 s · run_cell(")
     assert items[2].startswith("✓ ran [6]: printed 3 lines, showed a figure · run_cell(")
+
+
+def test_an_older_log_that_called_a_raised_cell_completed_still_renders_and_says_so(tmp_path: Path) -> None:
+    """A log written before this (its run ended `completed` though its cell raised) renders: the step is ✗, the
+    error is listed, and the run's own recorded end stays what the log says."""
+    from nbagent import events as E
+    from nbagent.levels import Risk
+
+    store = Store(tmp_path / "nb.ipynb")
+    session = store.session("default")
+    run_id = store.create_run(session.id, "revenue", model="nbagent/scripted").id
+    started = store.append(E.ToolCallStarted(call_id="nb1_0", tool="run_cell", arguments={"code": "x['Revenue']"},
+                                             risk=Risk.WRITE_HIGH_RISK), run_id=run_id)
+    store.append(E.ToolCallCompleted(call_id="nb1_0", tool="run_cell", duration_ms=1200.0, result=RAISED,
+                                     preview="{\"ran\": true, \"error\": \"KeyError: 'Revenue'\"…"),
+                 run_id=run_id, parent_event_id=started.id)
+    store.append(E.AnswerReady(content="Revenue is 120."), run_id=run_id)
+    store.append(E.Completed(), run_id=run_id)
+    view = run_view(store, run_id)
+    assert view["status"] == "completed"  # as recorded
+    (step,) = [s for s in view["steps"] if s["kind"] == "tool"]
+    assert (step["status"], step["outcome"]) == ("failed", "raised KeyError: 'Revenue'")
+    assert view["errors"] == ["run_cell: raised KeyError: 'Revenue'"]
+    text = render_text(view)
+    assert "✗ raised KeyError: 'Revenue' · run_cell(" in text and "error: run_cell: raised KeyError" in text
+    assert "✗ raised KeyError: 'Revenue'" in text_of(render_html(view))
