@@ -136,7 +136,7 @@ export function showOffer(node: HTMLElement, runId: string, given: IUndoOffer | 
     const [command, rest] = String(offer.line || `%agent undo ${runId} undoes this run's changes`).split(' undoes ');
     hint = el('p', 'nbv-undo-hint nbv-undo-added');
     hint.append(el('strong', '', '↶ Undo '), el('code', '', command), ` undoes ${rest ?? ''}`);
-    root.insertBefore(hint, root.querySelector('.nbv-foot'));
+    root.insertBefore(hint, root.querySelector(':scope > .nbv-foot')); // a folded record: below its summary
   }
   const button = el('button', 'nbv-btn nbv-quiet nbv-undo-offer', 'Undo…') as HTMLButtonElement;
   button.type = 'button';

@@ -28,6 +28,31 @@ export function stepTarget(s) {
   return typeof a.path === "string" ? a.path : "";
 }
 
+// The agent's cell named as the page shows it (nbagent/ui/cell_names.py puts `cell` on the step): "[3] df = …",
+// "new cell below [4]: import pandas as pd"; "" when the log and the kernel know no such cell (then its spelling).
+export function cellName(s) {
+  const c = s && s.cell && typeof s.cell === "object" ? s.cell : null;
+  if (!c) return "";
+  const line = String(c.first_line || "");
+  if (c.new) {
+    const where = Number.isInteger(c.below) ? `new cell below [${c.below}]` : "new cell below the request";
+    return line ? `${where}: ${line}` : where;
+  }
+  const label = Number.isInteger(c.count) ? `[${c.count}]` : "cell";
+  return line || label !== "cell" ? `${label} ${line}`.trim() : "";
+}
+
+// "[3]" for a sentence ("replace cell [3] and run it"), "" when its execution count is unknown
+export const cellShort = (s) => (s && s.cell && !s.cell.new && Number.isInteger(s.cell.count) ? `[${s.cell.count}]` : "");
+
+// the ids behind the name, for its tooltip: "cell 3f2a… (the model wrote nb1_0)"
+export function cellTitle(s) {
+  const c = s && s.cell && typeof s.cell === "object" ? s.cell : null;
+  if (!c || c.new) return c && c.cell_id ? `cell ${c.cell_id}` : null;
+  const spelled = String((s.arguments && s.arguments.cell) || s.target || "");
+  return `cell ${c.cell_id || "?"}${spelled && spelled !== c.cell_id ? ` (the model wrote ${spelled})` : ""}`;
+}
+
 // a write_file step whose file did not exist when it was planned: a create (nbagent/tools/files.py), said as one
 // (as nbagent/ui/record_words.py creates)
 export function creates(s) {
@@ -40,7 +65,7 @@ export function stepAction(s) {
   const verb = creates(s) ? "create" : FILE_VERB[s.tool];
   if (verb) return `${verb} ${clip(stepTarget(s) || "a file", 60)}`;
   const cell = CELL_ACTION[s.tool];
-  if (cell) return cell.replace("{}", clip(stepTarget(s) || "a cell", 40));
+  if (cell) return cell.replace("{}", cellShort(s) || clip(stepTarget(s) || "a cell", 40));
   if (s.tool === "run_python") return "run code";
   return `run ${s.tool || "a tool"}`;
 }
@@ -50,7 +75,7 @@ export function stepEffect(s) {
   const t = clip(stepTarget(s) || "a file", 80);
   const effect = { delete_file: `deletes ${t}`, write_file: creates(s) ? `creates ${t}` : `replaces the contents of ${t}`,
     create_file: `creates ${t}` }[s.tool]
-    || (CELL_EFFECT[s.tool] ? CELL_EFFECT[s.tool].replace("{}", clip(stepTarget(s) || "a cell", 40))
+    || (CELL_EFFECT[s.tool] ? CELL_EFFECT[s.tool].replace("{}", cellShort(s) || clip(stepTarget(s) || "a cell", 40))
       : undefined)
     || (s.tool === "run_python" ? "runs Python code in the kernel, with everything the notebook can reach"
       : `runs ${s.tool || "a tool"}${s.target ? ` on ${clip(s.target, 60)}` : ""}, a tool marked high risk`);
@@ -151,7 +176,8 @@ export function planEl(ctx, plan, index, view, controls) {
       h("thead", {}, h("tr", {}, ["#", "tool", "target", "risk", "arguments"].map((t) => h("th", { text: t })))),
       h("tbody", {}, steps.map((s, k) => h("tr", { class: s.risk === HIGH ? "nbv-row-high" : null },
         h("td", { text: k + 1 }), h("td", {}, h("span", { class: "nbv-tool", text: s.tool })),
-        h("td", {}, s.target ? h("code", { text: s.target }) : ""),
+        h("td", {}, cellName(s) ? h("code", { class: "nbv-cell-name", text: cellName(s), title: cellTitle(s) })
+          : s.target ? h("code", { text: s.target }) : ""),
         h("td", {}, riskBadge(s.risk) || "", s.risk_reason ? h("div", { class: "nbv-risk-reason", text: s.risk_reason }) : "",
           // a call a grant (a yes, or a standing no) or the autonomy answered: this decision is not about it
           s.asks === false ? h("div", { class: "nbv-not-asked", text: NOT_ASKED }) : ""),

@@ -11,6 +11,7 @@ import { STATUS_ICON, STATUS_TONE, said, totalsEl, h, byWhom, shortId, plural, c
 import { markdown } from "./markdown.js";
 import { HEAD_STEPS, TAIL_STEPS, MAX_STEPS_SHOWN, details, stepEl } from "./timeline.js";
 import { upperFirst, planSummary, planEl, bannerEl } from "./plans.js";
+import { compactEl, isCompact } from "./summary.js";
 
 export const fileCount = (fx) => ["created", "changed", "deleted"].reduce((n, k) => n + ((fx || {})[k] || []).length, 0);
 
@@ -286,11 +287,16 @@ export function renderView(el, view, options = {}) {
   view = view && typeof view === "object" ? view : {};
   const ctx = { open: options.open || new Map(), static: true, nominal: !!view.cost_nominal };
   const status = String(view.status || "running");
+  const sections = () => [bannerEl(view), undoBannerEl(view), headEl(view, status), promptEl(view),
+    staticPendingEl(view, status), outcomeWarningEl(view), staticStepsEl(ctx, view), plansEl(ctx, view),
+    effectsEl(view), answerEl(view), errorsEl(view)];
+  // a finished run folds to two lines (summary.js); its ↶ Undo line stays in sight below them
+  const parts = isCompact(view)
+    ? [reproducedEl(view), compactEl(ctx, view, said(view, "outcome", () => outcomeWarning(view)), [...sections(), footEl(view, true)]),
+      undoHintEl(view)]
+    : [reproducedEl(view), ...sections(), undoHintEl(view), footEl(view, true)];
   const root = h("div", { class: `nbagent-live nbv-static nbv-status-${status}`, "data-run-id": view.run_id || null },
-    reproducedEl(view), bannerEl(view), undoBannerEl(view), headEl(view, status), promptEl(view),
-    staticPendingEl(view, status),
-    outcomeWarningEl(view), staticStepsEl(ctx, view), plansEl(ctx, view), effectsEl(view), answerEl(view),
-    errorsEl(view), undoHintEl(view), footEl(view, true));
+    parts);
   el.appendChild(root);
   return root;
 }
