@@ -143,7 +143,7 @@ class UndoReport(BaseModel):
         return "\n".join(lines)
 
     def summary(self) -> str:
-        """"1 file put back, 1 cell removed, 1 kept (yours)": what the undo does, by what changed."""
+        """"1 file put back, 2 cells: 1 removed, 1 kept as yours (you edited it since)": what the undo does."""
         return said(len(self.restores), [c.acted for c in self.cells])
 
 
@@ -151,7 +151,7 @@ def said(files: int, acted: list[str]) -> str:
     """What an undo did in a few words, files and cells by what happened to them (restore_cell's actions)."""
     parts = [f"{files} file{'s' if files != 1 else ''} put back"] if files or not acted else []
     counts = {a: acted.count(a) for a in ("remove", "restore", "keep") if a in acted}
-    cells = [f"{n} {ACTED[a]}" + (" (yours: you edited it since)" if a == "keep" else "") for a, n in counts.items()]
+    cells = [f"{n} {ACTED[a]}" + (" as yours (you edited it since)" if a == "keep" else "") for a, n in counts.items()]
     if cells:
         total = sum(counts.values())
         parts.append(f"{total} cell{'s' if total != 1 else ''}: " + ", ".join(cells) if len(cells) > 1 else
@@ -181,7 +181,7 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
             started[(e.run_id, p.call_id)] = p.tool
             if p.tool in CELL_TOOLS:
                 problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=(
-                    "its cell is undone (listed above); " + KERNEL_NOTE + ", nor files its code wrote")))
+                    "what undo does to its cell is listed above; " + KERNEL_NOTE + ", nor files its code wrote")))
             elif p.tool == CELL_UNDO_TOOL:
                 problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=(
                     "a cell an undo removed or restored is not brought back: ask the agent to run it again")))

@@ -130,3 +130,73 @@ def test_undo_is_offered_only_where_it_can_act_and_a_click_says_where(
     expect(ours.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)
     ours.scroll_into_view_if_needed()
     shot(page, "undo-offer-3-undone")
+
+
+SOURCES = """() => { const c = window.jupyterapp.shell.currentWidget.content.model.cells;
+  return Array.from({length: c.length}, (_, i) => c.get(i).sharedModel.getSource()); }"""
+
+
+def test_a_run_that_only_wrote_cells_offers_undo_and_its_undo_keeps_the_cell_you_edited(
+        page: Page, lab: Lab) -> None:  # noqa: F811
+    """Issue 46: such a run's Effects said "effects not tracked file by file" and its panel "it changed 1 file", and
+    its undo said "cell removed" of the cell the person had edited, which stayed. Here its Effects name both cells,
+    Undo… is on its record, the panel counts cells and lists the edited one as kept, the undo removes the other,
+    and the record says exactly that."""
+    folder = lab.root / "undo-cells"
+    folder.mkdir()
+    (folder / "turns.json").write_text(json.dumps({"turns": [
+        {"tool_calls": [{"name": "run_cell", "arguments": {"code": "a = 1"}}]},
+        {"tool_calls": [{"name": "run_cell", "arguments": {"code": "b = 2"}}]},
+        {"content": "Set a and b."}]}))
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext nbagent"),
+                nbformat.v4.new_code_cell("%%agent --model nbagent/scripted --autonomy L3 --script turns.json\nset")]
+    notebook = folder / "cells.ipynb"
+    nbformat.write(nb, notebook)
+    open_notebook(page, lab, notebook)
+    wait_kernel_idle(page, lab, notebook)
+    run_cell_at(page, 0)
+    wait_kernel_idle(page, lab, notebook)
+    run_cell_at(page, 1)
+    ours = page.locator(f"{ACTIVE} {RECORD}").filter(has_text="Set a and b.")
+    expect(ours).to_be_visible(timeout=90_000)
+    effects = ours.locator(".nbv-effects")
+    expect(effects).to_contain_text(re.compile(r"added\s*\[\d+\] a = 1"))
+    expect(effects).to_contain_text(re.compile(r"added\s*\[\d+\] b = 2"))
+    expect(effects).not_to_contain_text("file by file")
+    expect(ours.locator(".nbv-undo-hint")).to_contain_text("undoes this run's changes (2 cells)")
+    # the person edits the agent's second cell and runs it: it is theirs now
+    wait_until(lambda: any("b = 2" in s for s in page.evaluate(SOURCES)), 30, "the agent's cells in the notebook")
+    sources = page.evaluate(SOURCES)
+    b = next(i for i, s in enumerate(sources) if "b = 2" in s)
+    page.evaluate("([i, src]) => window.jupyterapp.shell.currentWidget.content.model.cells.get(i).sharedModel"
+                  ".setSource(src)", [b, "b = 'mine'\n"])
+    run_cell_at(page, b)
+    wait_kernel_idle(page, lab, notebook)
+    ours.scroll_into_view_if_needed()
+    shot(page, "undo-cells-1-record")
+    offer = ours.get_by_role("button", name="Undo…", exact=True)
+    expect(offer).to_be_visible(timeout=30_000)
+    offer.click()
+    panel = page.locator(PANEL).first
+    expect(panel).to_be_visible(timeout=60_000)
+    expect(panel.locator(".nbv-undo-head")).to_contain_text("it changed 2 cells")
+    panel.get_by_role("button", name="Undo", exact=True).click()
+    expect(panel.locator(".nbv-decide-q")).to_contain_text("a cell you edited since stays as it is: it is yours")
+    expect(panel.locator(".nbv-undo-kept")).to_contain_text("b = 2 — kept: you edited it since; it is yours")
+    expect(panel).not_to_contain_text("Each file")
+    shot(page, "undo-cells-2-panel")
+    panel.get_by_role("button", name="Undo 1 change", exact=True).click()
+    expect(page.locator(OUTCOME).first).to_contain_text("2 cells: 1 removed, 1 kept as yours (you edited it since)",
+                                                        timeout=30_000)
+    # exactly what it said: a = 1's cell is gone, the person's cell stays as they wrote it
+    wait_until(lambda: not any("a = 1" in s for s in page.evaluate(SOURCES)), 30, "the agent's a = 1 cell removed")
+    assert "b = 'mine'\n" in page.evaluate(SOURCES)
+    undone = ours.locator(".nbv-undone")
+    expect(undone).to_contain_text(re.compile(r"cell \[\d+\] a = 1 removed; \[\d+\] b = 2 kept: you edited it since"),
+                                   timeout=30_000)
+    expect(undone).to_contain_text("does not bring cells back")
+    expect(undone).not_to_contain_text("file")
+    ours.scroll_into_view_if_needed()
+    shot(page, "undo-cells-3-undone")

@@ -469,11 +469,12 @@ def test_a_run_that_only_wrote_cells_says_so_in_every_form_and_its_undo_panel_sp
         ("[2] b = 2", "kept: you edited it since; it is yours"), ("[1] a = 1", "removed (the agent added it)")]
     report = undo(store, run, folder=tmp_path, kept={"cell1"})
     result = undo_result(report)
-    assert result["said"] == "2 cells: 1 removed, 1 kept (yours: you edited it since)"
+    assert result["said"] == "2 cells: 1 removed, 1 kept as yours (you edited it since)"
     assert result["hint"] == (f"The undo is a recorded run: %agent undo {report.undo_run_id} undoes it, but the cells "
                               "do not come back (ask the agent to run them again).")
     saved = undo_bundle(offer, result)["text/plain"]
-    assert f"✓ undone: 2 cells: 1 removed, 1 kept (yours: you edited it since) (undo run {report.undo_run_id})" in saved
+    assert (f"✓ undone: 2 cells: 1 removed, 1 kept as yours (you edited it since) (undo run {report.undo_run_id})"
+            in saved)
     assert "[2] b = 2 — kept: you edited it since; it is yours" in saved and "file" not in saved.split("\n")[0]
     undone = run_view(store, run)
     note = (f"undone by run {report.undo_run_id}: cell [1] a = 1 removed; [2] b = 2 kept: you edited it since; it is "
