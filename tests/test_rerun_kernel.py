@@ -242,3 +242,18 @@ def test_a_cell_whose_run_is_missing_from_the_log_is_refused_in_one_line(tmp_pat
         assert supersedes(copy) == []  # the copy's log has no earlier run of the cell
     finally:
         copy.close()
+
+
+def test_a_rerun_cannot_replace_a_cell_it_supersedes(k: RecordingKernel) -> None:
+    """In the same kernel, the re-run's replace_cell of the earlier run's cell (named by its id, as list_cells shows
+    it) is refused in one line the model reads: that cell is being replaced by this run; the run goes on."""
+    first_run(k)
+    (old,) = agent_cells(k)
+    script(k.folder / "s.json", {"tool_calls": [{"name": "replace_cell", "arguments": {
+        "cell": old["cell_id"], "code": mark("again")}}]}, {"content": "done"})
+    c = k.run(MAGIC.format(name="s.json", prompt="go"), cell_id="agent")
+    assert c.ok and ran(k) == ["first", "fixed"]
+    store = Store(k.folder / "test.nbagent", readonly=True)
+    last = store.run_ids()[-1]
+    (failed,) = [e.payload for e in store.run_events(last) if e.type == "tool_call_failed"]
+    assert "written by an earlier run of this %%agent cell" in str(failed.error), failed

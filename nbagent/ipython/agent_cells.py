@@ -211,7 +211,7 @@ def unified_diff(old: str, new: str, cell_id: str) -> str:
 
 
 def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[str | None, str | None]],
-                      put_image: Callable[[bytes], str] | None = None) -> Tool:
+                      put_image: Callable[[bytes], str] | None = None, reruns: Any = None) -> Tool:
     from ..levels import Risk
     from ..tools.base import Tool, ToolError
     from .run_cell import cell_source, fitted, keep_images, run_in_shell
@@ -251,6 +251,9 @@ def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[
         if held.edited:
             raise ToolError(f"cell {held.cell_id} was edited and run by the person since you wrote it: it is theirs "
                             "now; write the new code with run_cell")
+        if reruns is not None and held.cell_id in reruns.cells:  # (a cell of an earlier run, never this one's)
+            raise ToolError(f"cell {held.cell_id} was written by an earlier run of this %%agent cell, which this run "
+                            "replaces (rerun.py): write the new code with run_cell")
         _, run_id = where()
         call = now
         if call is not None:

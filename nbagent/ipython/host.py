@@ -497,7 +497,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
                    + [insert_cell_tool(where), run_cell_tool(self.shell, where, self.agent_cells, blobs.put,
                                                                  reruns=self.reruns),
                       list_cells_tool(self.shell, self.agent_cells),
-                      replace_cell_tool(self.shell, self.agent_cells, where, blobs.put)])
+                      replace_cell_tool(self.shell, self.agent_cells, where, blobs.put, reruns=self.reruns)])
         names = {t.name for t in builtin}
         tools = builtin + [t for t in self.user_tools() if t.name not in names]
         from ..mcp import notebook_toolset
