@@ -24,7 +24,6 @@ from test_browser import (  # noqa: F401  (browser, page are fixtures)
     Lab,
     browser,
     command,
-    expect,
     open_notebook,
     page,
     save,
@@ -36,7 +35,7 @@ from test_browser_run_cell import lab  # noqa: F401  (the checkout's build of th
 
 pytest.importorskip("playwright.sync_api")
 
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
 CELLS = f"{ACTIVE} .jp-Notebook .jp-Cell"
 WAITING = f"{LIVE} .nbv-plan.nbv-plan-waiting"
@@ -156,7 +155,6 @@ def test_a_card_off_screen_after_run_all_is_one_shortcut_away_and_the_record_fol
     # saved: the .ipynb's HTML record folds the same way (nbconvert shows it)
     save(page, notebook)
     nb = json.loads(notebook.read_text())
-    html = "".join(o["data"]["text/html"] if isinstance(o["data"]["text/html"], str) else "".join(o["data"]["text/html"])
-                   for c in nb["cells"] for o in c.get("outputs", [])
+    html = "".join("".join(o["data"]["text/html"]) for c in nb["cells"] for o in c.get("outputs", [])
                    if "application/vnd.nbagent.run+json" in o.get("data", {}))
     assert '<details class="nbr-compact">' in html and "The regions add up to 3." in html
