@@ -56,9 +56,13 @@ def test_a_reopened_notebook_reproduces_its_run_with_no_model_call_and_no_click(
         assert first.ok and first.records[-1]["status"] == "completed", first.outputs
         assert not first.notes  # a cell's first run says nothing of re-running
         recorded = first.records[-1]["run_id"]
+        stub.push(Reply(content="Twice x is 84."))
+        second = k.run("%%agent\nAnd twice x?", cell_id="ask2")  # continues the conversation
+        assert second.ok and second.records[-1]["status"] == "completed", second.outputs
+        recorded2 = second.records[-1]["run_id"]
     finally:
         k.close()
-    assert len(stub.completion_requests) == 2
+    assert len(stub.completion_requests) == 3
 
     k = Kernel(tmp_path, env=env)  # the notebook reopened: a new kernel, then Run All with reproduce on
     try:
@@ -68,11 +72,14 @@ def test_a_reopened_notebook_reproduces_its_run_with_no_model_call_and_no_click(
         on = k.run("%agent reproduce", cell_id="mode")
         assert on.ok and on.stdout.startswith("reproduce is on (%config NbAgent)"), on.stdout
         again = k.submit("%%agent\nCompute x", cell_id="ask")
+        again2 = k.submit("%%agent\nAnd twice x?", cell_id="ask2")  # (Run All: queued behind the first)
         after = k.submit("print(x * 2)", cell_id="after")
         k.wait(again, timeout=90)  # no click is given: a run that asked would wait here until the timeout
+        k.wait(again2)
         k.wait(after)
-        assert again.ok, again.outputs
-        assert len(stub.completion_requests) == 2  # not one request reached the model's server
+        assert again.ok and again2.ok, (again.outputs, again2.outputs)
+        assert len(stub.completion_requests) == 3  # not one request reached the model's server
+        assert again2.records[-1]["reproduces"] == recorded2 and again2.records[-1]["answer"] == "Twice x is 84."
         assert again.notes and again.notes[0].startswith(f"reproducing run {recorded[:12]} from the log: no model "
                                                          "call"), again.notes
         assert again.outputs[0]["data"]["text/plain"] == again.notes[0]  # the output's first line
@@ -96,7 +103,7 @@ def test_a_reopened_notebook_reproduces_its_run_with_no_model_call_and_no_click(
         stub.push(Reply(content="x is still 42."))
         k.run("%agent reproduce off", cell_id="mode")
         asked = k.run("%%agent\nCompute x", cell_id="ask")
-        assert asked.ok and len(stub.completion_requests) == 3
+        assert asked.ok and len(stub.completion_requests) == 4
         assert asked.notes[0].startswith("asking again: the model answers this cell anew"), asked.notes
         assert asked.records[-1].get("reproduces") is None
     finally:

@@ -72,7 +72,9 @@ def ended_as(store: Any, run_id: str) -> str:
 
 
 def checked(store: Any, run_id: str, cell_id: str | None, prompt: str | None) -> str:
-    """The recording `run_id` names, once it is one this cell can reproduce; else UsageError, one line."""
+    """The recording `run_id` names, once it is one this cell can reproduce; else UsageError, one line. `cell_id`:
+    the run must have been recorded for this cell (a record's button; a run the cell's line names may be another
+    cell's, as long as it answered the same request)."""
     from ..replay import RecordingRefused, recorded_events
     from ..store import StoreError
 
@@ -126,7 +128,7 @@ def decide(store: Any, *, cell_id: str | None, mode: str, named: str | None, arm
                 raise UsageError(f"%%agent: nothing to reproduce: the log holds no run of this cell{where}; "
                                  f"{OFF_HINT}")
             wanted = runs[-1].run_id
-        source = checked(store, str(wanted), cell_id, prompt)
+        source = checked(store, str(wanted), None if named else cell_id, prompt)
         return Rerun(REPRODUCE, source, f"reproducing run {short(source)} from the log: no model call, its recorded "
                                         f"decisions ({OFF_HINT})")
     if not runs:
