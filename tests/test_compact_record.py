@@ -3,7 +3,8 @@
 A finished run's saved record (its `text/html`, which nbconvert's HTML and GitHub show) folds to two lines, the
 whole record inside a `<details>` (no script needed); a run that waits or failed is never folded. A card or record
 names the agent's cell by its execution count and first line (`[3] data = …`), not by `nb1_0` or a 32-hex id. Run
-through the real parts: `nbagent run` in a real kernel, then nbconvert's HTML exporter on the saved notebook.
+through the real parts: `nbagent run` in a real kernel, then nbconvert's HTML exporter on the saved notebook; and a
+hypothesis property over hostile views: the fold is exactly a finished run's, its two lines escape what they quote.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 import nbformat
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nbagent.ui.cell_names import name_cells
 from nbagent.ui.record_html import render_html
@@ -141,3 +144,34 @@ def test_a_cell_an_earlier_run_wrote_is_named_through_what_the_kernel_ran() -> N
     assert named["plans"][0]["steps"][0]["cell"] == {"cell_id": cell_id, "count": 7,
                                                      "first_line": "import pandas as pd"}
     assert named["words"]["plans"]["p"] == "replace cell [7] and run it"
+
+
+_TEXT = st.lists(st.sampled_from([*"ab <>&\"'`*#\n\t-_[]()/", "<script>", "</details>", "</summary>"]),
+                 max_size=30).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(status=st.sampled_from(["completed", "completed_with_errors", "failed", "waiting", "interrupted", "running",
+                               "superseded", "weird"]),
+       prompt=st.one_of(st.none(), _TEXT), answer=st.one_of(st.none(), _TEXT),
+       pending=st.booleans(), superseded=st.booleans(), cost=st.one_of(st.none(), st.floats(0, 5)))
+def test_the_fold_is_exactly_a_finished_run_and_its_two_lines_carry_no_markup_of_their_own(
+        status: str, prompt: str | None, answer: str | None, pending: bool, superseded: bool,
+        cost: float | None) -> None:
+    v = with_words({"run_id": "01RUN", "status": status, "prompt": prompt, "answer": answer,
+                    "pending": {"kind": "approval", "request_id": "r", "plan_id": "p"} if pending else None,
+                    "superseded_by": "01NEXT" if superseded else None,
+                    "totals": {"tool_calls": 2, "cost": cost}, "steps": [], "plans": []})
+    answerable = pending and not superseded and status != "superseded"
+    folds = (status in ("completed", "completed_with_errors", "superseded") or superseded) and not answerable
+    assert v["words"]["compact"] is folds
+    html = render_html(v)
+    assert html.count('<details class="nbr-compact">') == (1 if folds else 0)
+    for line in (v["words"]["summary"], v["words"]["summary_more"]):
+        assert "\n" not in line  # one line each
+    if folds:
+        summary = html[html.index('<summary class="nbr-summary-line">'):html.index("</summary>")]
+        assert "<script" not in summary and "</details" not in summary  # the model's and person's text escaped
+        assert html.rstrip().endswith("</details></div>")  # the whole record inside the fold
+    if answerable:
+        assert "in a new cell:" in html  # the line that answers it stays in sight

@@ -64,6 +64,7 @@ interface IMessage {
 
 export interface IKernelLike {
   anyMessage?: ISignal<{ msg: IMessage; direction: string }>;
+  statusChanged?: ISignal<string>;
 }
 
 export interface IAppWithCommands extends IApp {
@@ -203,18 +204,38 @@ export function watchKernel(kernel: IKernelLike | null | undefined): void {
     return;
   }
   watched.add(kernel);
+  const mine = new Set<string>(); // this kernel's `%%agent` requests still running
+  // a kernel that dies, restarts or loses its connection sends no idle for its cells: they end with it
+  const forget = (): void => {
+    let changed = false;
+    mine.forEach(id => {
+      changed = agentCells.delete(id) || changed;
+    });
+    mine.clear();
+    if (changed) {
+      applyQuiet();
+    }
+  };
   kernel.anyMessage.connect((_, { msg, direction }) => {
     const type = msg.header?.msg_type;
+    const state = msg.content?.execution_state;
     if (direction === 'send' && type === 'execute_request' && isAgentCode(msg.content?.code) && msg.header?.msg_id) {
       agentCells.add(msg.header.msg_id);
+      mine.add(msg.header.msg_id);
       applyQuiet();
-    } else if (direction === 'recv' && type === 'status' && msg.content?.execution_state === 'idle'
-      && agentCells.delete(msg.parent_header?.msg_id ?? '')) {
-      applyQuiet();
-    } else if (direction === 'recv' && type === 'status' && msg.content?.execution_state === 'restarting'
-      && agentCells.size) {
-      agentCells.clear(); // its cells are gone with it
-      applyQuiet();
+    } else if (direction === 'recv' && type === 'status' && state === 'idle') {
+      const id = msg.parent_header?.msg_id ?? '';
+      mine.delete(id);
+      if (agentCells.delete(id)) {
+        applyQuiet();
+      }
+    } else if (direction === 'recv' && type === 'status' && state === 'restarting') {
+      forget();
+    }
+  });
+  kernel.statusChanged?.connect((_, status) => {
+    if (['dead', 'restarting', 'autorestarting', 'terminating', 'unknown'].includes(status)) {
+      forget();
     }
   });
 }

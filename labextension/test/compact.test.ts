@@ -226,4 +226,21 @@ describe('the kernel shown busy while an %%agent cell runs', () => {
     expect(agentRequests().size).toBe(0);
     expect(JSON.parse(PageConfig.getOption('untracked_message_types'))).toEqual(['kernel_info_request']);
   });
+
+  it('ends the cells of a kernel that dies or restarts (no idle comes for them)', () => {
+    type Listener = (sender: unknown, args: any) => void;
+    const on: Record<string, Listener[]> = { msg: [], status: [] };
+    const kernel = {
+      anyMessage: { connect: (fn: Listener) => on.msg.push(fn) > 0 },
+      statusChanged: { connect: (fn: Listener) => on.status.push(fn) > 0 }
+    };
+    watchKernel(kernel);
+    on.msg.forEach(fn => fn(kernel, { msg: { header: { msg_type: 'execute_request', msg_id: 'B' },
+      content: { code: '  %%agent --model x\nhi' } }, direction: 'send' }));
+    expect(agentRequests().has('B')).toBe(true);
+    expect(JSON.parse(PageConfig.getOption('untracked_message_types'))).toContain('comm_msg');
+    on.status.forEach(fn => fn(kernel, 'dead'));
+    expect(agentRequests().size).toBe(0);
+    expect(JSON.parse(PageConfig.getOption('untracked_message_types'))).not.toContain('comm_msg');
+  });
 });
