@@ -336,6 +336,16 @@ def finished_record(page: Page, status: str = "completed") -> Any:
     expect(record).to_be_visible(timeout=60_000)
     expect(record).to_have_class(re.compile(rf"\bnbv-status-{status}\b"))
     expect(page.locator(LIVE)).to_have_count(0)
+    return open_record(record)
+
+
+def open_record(record: Any) -> Any:
+    """A finished run's record is folded to two lines (nbagent/ui/record_summary.py): open it as a person does, by a
+    click on its summary, so what it holds can be seen and measured."""
+    fold = record.locator("details.nbv-compact").first
+    if fold.count() and fold.get_attribute("open") is None:
+        fold.locator("summary.nbv-summary-line").first.click()
+        expect(fold).to_have_attribute("open", "")
     return record
 
 
