@@ -23,6 +23,7 @@ from nbagent.store import Store
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 
 CODE = "x = 40 + 2\nprint('x is', x)"
+AGENT = "%%agent --model openai/gpt-4o-mini"
 REPRODUCE_ON = "__import__('nbagent.ipython.reproduce', fromlist=['_']).turn_on(get_ipython())"  # (reproduce.ts)
 
 
@@ -42,14 +43,14 @@ def one_line(cell: object, words: str) -> str:
 
 def test_a_reopened_notebook_reproduces_its_run_with_no_model_call_and_no_click(tmp_path: Path,
                                                                                 stub: StubOpenAI) -> None:
-    env = {"OPENAI_API_KEY": "sk-test-reproduce", "OPENAI_API_BASE": stub.base_url,
-           "NBAGENT_MODEL": "openai/gpt-4o-mini"}
+    # the model named in the cells only: a kernel loads the model library when a cell first asks it
+    env = {"OPENAI_API_KEY": "sk-test-reproduce", "OPENAI_API_BASE": stub.base_url}
     stub.push(Reply(tool_calls=[tool_call("run_cell", {"code": CODE, "explanation": "the answer"})]),
               Reply(content="x is 42."))
     k = Kernel(tmp_path, env=env)
     try:
         assert k.run("%load_ext nbagent", cell_id="load").ok
-        first = k.submit("%%agent\nCompute x", cell_id="ask")
+        first = k.submit(f"{AGENT}\nCompute x", cell_id="ask")
         comm, pending = k.wait_for_pending()
         k.click(comm, pending["request_id"], "approve")
         k.wait(first)
@@ -57,7 +58,7 @@ def test_a_reopened_notebook_reproduces_its_run_with_no_model_call_and_no_click(
         assert not first.notes  # a cell's first run says nothing of re-running
         recorded = first.records[-1]["run_id"]
         stub.push(Reply(content="Twice x is 84."))
-        second = k.run("%%agent\nAnd twice x?", cell_id="ask2")  # continues the conversation
+        second = k.run(f"{AGENT}\nAnd twice x?", cell_id="ask2")  # continues the conversation
         assert second.ok and second.records[-1]["status"] == "completed", second.outputs
         recorded2 = second.records[-1]["run_id"]
     finally:
@@ -71,8 +72,8 @@ def test_a_reopened_notebook_reproduces_its_run_with_no_model_call_and_no_click(
         assert load.ok and not load.stdout  # (nothing was loaded ahead of the notebook's own cell)
         on = k.run("%agent reproduce", cell_id="mode")
         assert on.ok and on.stdout.startswith("reproduce is on (%config NbAgent)"), on.stdout
-        again = k.submit("%%agent\nCompute x", cell_id="ask")
-        again2 = k.submit("%%agent\nAnd twice x?", cell_id="ask2")  # (Run All: queued behind the first)
+        again = k.submit(f"{AGENT}\nCompute x", cell_id="ask")
+        again2 = k.submit(f"{AGENT}\nAnd twice x?", cell_id="ask2")  # (Run All: queued behind the first)
         after = k.submit("print(x * 2)", cell_id="after")
         k.wait(again, timeout=90)  # no click is given: a run that asked would wait here until the timeout
         k.wait(again2)
@@ -102,9 +103,10 @@ def test_a_reopened_notebook_reproduces_its_run_with_no_model_call_and_no_click(
         # the mode off: the same cell asks again, and says so first
         stub.push(Reply(content="x is still 42."))
         k.run("%agent reproduce off", cell_id="mode")
-        asked = k.run("%%agent\nCompute x", cell_id="ask")
+        asked = k.run(f"{AGENT}\nCompute x", cell_id="ask")
         assert asked.ok and len(stub.completion_requests) == 4
         assert asked.notes[0].startswith("asking again: the model answers this cell anew"), asked.notes
+        assert asked.outputs[0]["data"]["text/plain"] == asked.notes[0]  # first, ahead of any loading line
         assert asked.records[-1].get("reproduces") is None
     finally:
         k.close()

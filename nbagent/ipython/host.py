@@ -105,7 +105,8 @@ FIRST_RUN_MODULES = (
     "tinydb", "nbagent.store.eventlog", "nbagent.store", "nbagent.llm", "nbagent.models", "nbagent.runtime.context",
     "nbagent.runtime", "nbagent.ipython.kernel_decider", "nbagent.ipython.references", "nbagent.ui.viewstate",
     "nbagent.ui.record", "nbagent.ipython.live", "nbagent.ui.widget", "markdown_it", "nh3",
-    "nbagent.ui.record_markdown", "nbagent.tools.files", "nbagent.ipython.run_cell", "nbagent.ipython.trust",
+    "nbagent.ui.record_markdown", "nbagent.tools.files", "nbagent.ipython.run_cell", "nbagent.ipython.run_python",
+    "nbagent.ipython.trust",
     "nbagent.mcp", "nbagent.undo", "nbagent.verify", "nbagent.replay", "nbagent.runtime.results",
     "nbagent.runtime.cell_images")
 
@@ -155,15 +156,19 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
     redacted. With `hold` (an `%%agent` cell), its runs' start and end are committed just after its reply. `before`
     shows the cell's first line (asking again: reproduce.py) ahead of the loading line."""
     _own_imports_checked()
-    if before is not None:
-        try:
-            before()
-        except Exception:  # options or a log that fail: the cell says so once it runs
-            pass
     try:
         needed = needs_model() if needs_model is not None else False
     except Exception:  # options that do not parse: the cell reports them once it runs
         needed = False
+    if before is not None:
+        try:
+            if needed:  # the model process starts first: the line reads the log (its first import) meanwhile
+                from . import loading
+
+                loading.start()
+            before()
+        except Exception:  # options or a log that fail, or a load that fails: the cell says so once it runs
+            pass
     try:
         status = await _loaded(needed)
     except LoadFailed as exc:
@@ -454,10 +459,27 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         return any(r.status in (RunStatus.WAITING, RunStatus.INTERRUPTED, RunStatus.RUNNING)
                    and r.model and not str(r.model).startswith("nbagent/") for r in self.store.list_runs())
 
+    def model_expected(self) -> bool:
+        """Whether `%load_ext` starts the model process once the kernel is idle (loading.py): a real provider's model
+        is configured, or a provider's key is in the environment (the model named in the cell then answers without
+        waiting for litellm) and no script or offline model is configured. Neither: nothing starts until a cell
+        needs it."""
+        if self.model_configured():
+            return True
+        try:
+            model, script = (self.settings()[k][0] for k in ("model", "script"))
+        except Exception:  # a setting that does not parse: the first cell says so; nothing is loaded ahead
+            return False
+        if script or str(model or "").startswith("nbagent/"):
+            return False
+        from ..models.detect import provider_key_set
+
+        return provider_key_set() is not None
+
     def model_configured(self) -> bool:
         """Whether a real provider's model is configured (`NbAgent.model`, `NBAGENT_MODEL`): `%load_ext` then
-        starts the model process once the kernel is idle (loading.py). A key alone does not: nothing starts until
-        a cell needs it."""
+        starts the model process once the kernel is idle (loading.py), as it does for a provider's key
+        (`model_expected`)."""
         try:
             model, script = (self.settings()[k][0] for k in ("model", "script"))
         except Exception:  # a setting that does not parse: the first cell says so; nothing is loaded ahead
