@@ -38,6 +38,10 @@ on the kernel's PYTHONPATH.
 body holds the prompt after the cell was sent, and the cell shows "hello" (nbagent: its run record is `completed`
 with the answer "hello"; jupyter-ai: its markdown output). Anything else is reported as failed, never timed.
 
+**README's flow** (`--readme`): nbagent's kernels get no `NBAGENT_MODEL`, and the AI cell names the model,
+`%%agent --model openai/gpt-4o-mini --new\nsay hello`, as README shows it: the key in the environment is all that
+tells `%load_ext` the agent will be used.
+
 **Scenarios** (wall time on the client: from sending the execute request to its execute_reply, read as it
 arrives; products interleaved in each round, in an order rotated per round, one kernel at a time):
 
@@ -447,6 +451,9 @@ NBAGENT = Product("nbagent", "%load_ext nbagent", f"%%agent --new\n{PROMPT}",  #
 JUPYTER_AI = Product("jupyter-ai", "%load_ext jupyter_ai_magics", f"%%ai openai-chat:gpt-4o-mini\n{PROMPT}",
                      shows_hello, python=JAI_PYTHON)
 CALL_ALONE = Product(CALL, NBAGENT.load, "await _call_alone()", shows_hello, NBAGENT.env)  # after set_up_call
+# README's own flow (--readme): the model named only in the cell, no NbAgent.model, the key in the environment
+NBAGENT_README = Product("nbagent", NBAGENT.load, f"%%agent --model openai/gpt-4o-mini --new\n{PROMPT}",
+                         NBAGENT.answered)
 
 
 def main() -> None:
@@ -458,6 +465,8 @@ def main() -> None:
     ap.add_argument("--baseline", help="a git revision of nbagent to measure too, interleaved (e.g. 04a31dc)")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"some of {','.join(SCENARIOS)}")
     ap.add_argument("--no-call", action="store_true", help="without the call alone (a reference for `second`)")
+    ap.add_argument("--readme", action="store_true",
+                    help="nbagent as README shows it: the model named only in the %%agent cell (no NBAGENT_MODEL)")
     args = ap.parse_args()
     if args.print_setup:
         print("\n".join(" ".join(cmd) for cmd in setup_commands()))
@@ -465,7 +474,7 @@ def main() -> None:
     if args.setup and not setup():
         return
     n, chosen = 3 if args.quick else args.kernels, args.scenarios.split(",")
-    nb, jai, call = NBAGENT, JUPYTER_AI, CALL_ALONE
+    nb, jai, call = NBAGENT_README if args.readme else NBAGENT, JUPYTER_AI, CALL_ALONE
     products = [nb] + ([jai] if JAI_PYTHON.exists() else [])
     if not JAI_PYTHON.exists():
         print("bench/.jai-venv is missing: run with --setup (or see --print-setup); nbagent only", file=sys.stderr)

@@ -197,20 +197,59 @@ def test_a_missing_package_is_one_line_naming_what_to_install(tmp_path: Path, st
         k.close()
 
 
-def test_a_key_alone_loads_nothing_until_a_real_cell_needs_it(tmp_path: Path, stub: StubOpenAI) -> None:
-    k = real_kernel(tmp_path, stub, model=False)
+# the kernel's own child processes (its model process, if it started one), as the kernel sees them
+CHILDREN = ("import os\nprint(sum(len(open(f'/proc/self/task/{t}/children').read().split())\n"
+            "          for t in os.listdir('/proc/self/task')))")
+NO_KEYS = {"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": "", "GEMINI_API_KEY": "", "GOOGLE_API_KEY": ""}
+
+
+def test_a_provider_key_starts_the_model_process_once_idle_for_the_model_named_in_the_cell(tmp_path: Path,
+                                                                                          stub: StubOpenAI) -> None:
+    """README's flow: `%load_ext nbagent`, a key in the environment, the model named only in the `%%agent` cell. The
+    model process starts once the kernel is idle after `%load_ext`, so the cell seconds later does not wait for it;
+    litellm never enters the kernel, and an offline run meanwhile still needs none of it."""
+    k = real_kernel(tmp_path, stub, model=False)  # OPENAI_API_KEY set, no NBAGENT_MODEL
     try:
         assert k.run("%load_ext nbagent", cell_id="load").ok
-        time.sleep(1)
-        idle = k.run("import sys\nprint('litellm' in sys.modules)\n" + STATE, cell_id="idle")
-        assert idle.stdout == "False\nnot started\n"
+        k.pump(1.5)  # no cell: the idle kernel starts the process (loading.IDLE_S) for the key it found
+        started = k.run(STATE, cell_id="started").stdout.strip()
+        assert started in ("loading", "ready"), started
+        assert k.run(WAIT_READY, cell_id="ready", timeout=120).stdout.strip().endswith("ready")
+        before = k.run("import sys\nprint('litellm' in sys.modules)\n" + CHILDREN, cell_id="idle")
+        assert before.stdout == "False\n1\n", before.stdout + before.stderr
         (tmp_path / "s.json").write_text('{"turns": [{"content": "offline answer"}]}')
         offline = k.run("%%agent --script s.json --new\nsay hello", cell_id="offline", timeout=120)
         assert offline.ok and "offline answer" in str(offline.outputs)
-        assert k.run("print('litellm' in sys.modules)", cell_id="still").stdout == "False\n"
         real = k.run("%%agent --model openai/gpt-4o-mini --new\nsay hello", cell_id="real", timeout=120)
         assert real.ok and answered(real), real.stderr
-        assert k.run(STATE, cell_id="state").stdout == "ready\n"
+        assert "loading the model library" not in str(real.outputs)  # it had loaded: the cell did not wait
+        assert k.run("print('litellm' in sys.modules)\n" + CHILDREN, cell_id="after").stdout == "False\n1\n"
+    finally:
+        k.close()
+
+
+def test_a_kernel_that_loads_nbagent_without_a_key_starts_no_process(tmp_path: Path, stub: StubOpenAI) -> None:
+    """No provider key, no model configured: nothing starts after `%load_ext`, however long the kernel is idle,
+    nor for an offline run. A cell that sets a provider's key shows the agent will be used: the process starts at
+    the next idle moment (litellm still never in the kernel)."""
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    k = Kernel(tmp_path, env={**NO_KEYS, "PYTHONPATH": path})
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        k.pump(2.0)  # idle four times as long as loading waits for (loading.IDLE_S)
+        idle = k.run("import sys\nprint('litellm' in sys.modules)\n" + STATE + "\n" + CHILDREN, cell_id="idle")
+        assert idle.stdout == "False\nnot started\n0\n", idle.stdout + idle.stderr
+        (tmp_path / "s.json").write_text('{"turns": [{"content": "offline answer"}]}')
+        offline = k.run("%%agent --script s.json --new\nsay hello", cell_id="offline", timeout=120)
+        assert offline.ok and "offline answer" in str(offline.outputs), (offline.stderr, offline.outputs)
+        k.pump(2.0)
+        after = k.run("print('litellm' in sys.modules)\n" + STATE + "\n" + CHILDREN, cell_id="after")
+        assert after.stdout == "False\nnot started\n0\n", after.stdout + after.stderr
+        assert k.run("import os\nos.environ['OPENAI_API_KEY'] = 'sk-set-in-a-cell'", cell_id="key").ok
+        k.pump(1.5)
+        assert k.run(STATE, cell_id="started").stdout.strip() in ("loading", "ready")
+        ready = k.run(WAIT_READY + "\nprint('litellm' in sys.modules)\n" + CHILDREN, cell_id="ready", timeout=120)
+        assert ready.stdout == "ready\nFalse\n1\n", ready.stdout + ready.stderr
     finally:
         k.close()
 

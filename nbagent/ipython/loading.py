@@ -13,11 +13,15 @@ can be started (an interpreter embedded in another program, whose `sys.executabl
 `NBAGENT_MODEL_PROCESS=0`), litellm is imported in a plain background thread of the kernel instead (below).
 
 When it happens:
-- After `%load_ext nbagent`, if a real provider's model is *configured* (`NbAgent.model` or `NBAGENT_MODEL`, not
-  one of the offline ones), once the kernel is idle (no cell has run for IDLE_S; `start_when_idle`), so that a
-  `%%agent` cell run seconds later does not wait, and the cells Run All sends right after `%load_ext` do not share
-  the machine with it. An API key alone loads nothing ahead: a kernel where the agent is never used stays light.
-  While the kernel stays idle, it then imports the kernel-side modules a first run needs (`_Idle.import_ahead`).
+- After `%load_ext nbagent`, where a person has shown they will call a provider: a real provider's model is
+  *configured* (`NbAgent.model` or `NBAGENT_MODEL`, not one of the offline ones), or a provider's key is in the
+  environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, GOOGLE_API_KEY: models/detect.py), with no
+  script or offline model configured (host.model_expected; asked at each idle moment, so a key a later cell sets
+  counts from then on). Then once the kernel is idle (no cell has run for IDLE_S; `start_when_idle`), so that a
+  `%%agent --model ...` cell run seconds later does not wait, and the cells Run All sends right after `%load_ext`
+  do not share the machine with it. Neither: nothing loads ahead, and a kernel that loads nbagent without a key
+  starts no process. While the kernel stays idle, it then imports the kernel-side modules a first run needs
+  (`_Idle.import_ahead`).
 - Otherwise the first `%%agent` cell that needs a real provider starts it.
 - A `%%agent` cell that needs the library before it is loaded awaits it (the kernel keeps handling messages) and
   shows "loading the model library…" meanwhile; an interrupt ends the wait and the cell, and the loading goes on.
@@ -47,6 +51,7 @@ import importlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["IDLE_S", "MODULES", "LoadFailed", "import_one", "ready", "start", "start_when_idle", "started", "status",
@@ -151,8 +156,9 @@ class _Idle:
     that would stand in for one of nbagent's installed dependencies (nbagent/shadowing.py): what nobody chose to
     run must not run because nbagent was loaded, so those imports wait for a cell that runs the agent."""
 
-    def __init__(self, shell: Any, loop: asyncio.AbstractEventLoop, ahead: tuple[str, ...]) -> None:
-        self.shell, self.loop, self.ahead = shell, loop, ahead
+    def __init__(self, shell: Any, loop: asyncio.AbstractEventLoop, ahead: tuple[str, ...],
+                 when: Callable[[], bool] | None = None) -> None:
+        self.shell, self.loop, self.ahead, self.when = shell, loop, ahead, when
         self.context = contextvars.copy_context()  # the `%load_ext` cell's: what the import prints goes there
         self.running = 0  # cells running (a cell may run another: get_ipython().run_cell)
         self.timer: asyncio.TimerHandle | None = None
@@ -176,11 +182,19 @@ class _Idle:
         if self.running:
             return
         if _future is None:
+            if not self._wanted():
+                return  # not yet: a later cell may set a provider's key (the next idle moment asks again)
             start(self.context)
         if _in_process or not self.left():
             self.stop()
             return
         self.task = self.loop.create_task(self.import_ahead(), context=self.context.copy())
+
+    def _wanted(self) -> bool:
+        try:
+            return self.when is None or bool(self.when())
+        except Exception:  # a setting that does not parse: the first cell says so; nothing is loaded ahead
+            return False
 
     def left(self) -> list[str]:
         import sys
@@ -227,18 +241,20 @@ def import_one(name: str) -> None:
 _idle: _Idle | None = None
 
 
-def start_when_idle(shell: Any, ahead: tuple[str, ...] = ()) -> None:
-    """Start loading once the kernel is idle (see _Idle), then import `ahead` while it stays idle; at once where
-    there is no running event loop to time it (a terminal IPython) or no cell events. Loaded from a silent request
-    (the lab extension's), it starts once the person's first cell has ended."""
+def start_when_idle(shell: Any, ahead: tuple[str, ...] = (), when: Callable[[], bool] | None = None) -> None:
+    """Start loading once the kernel is idle (see _Idle) and `when()` says the library will be needed (asked at each
+    idle moment until it does: a cell may set a provider's key), then import `ahead` while it stays idle; at once
+    (if `when()`) where there is no running event loop to time it (a terminal IPython) or no cell events. Loaded
+    from a silent request (the lab extension's), it starts once the person's first cell has ended."""
     global _idle
     if _future is not None or _idle is not None:
         return
     try:
         loop = asyncio.get_running_loop()
-        _idle = _Idle(shell, loop, ahead)  # `%load_ext` runs in a cell: its post_run_cell arms the timer
+        _idle = _Idle(shell, loop, ahead, when)  # `%load_ext` runs in a cell: its post_run_cell arms the timer
     except (RuntimeError, AttributeError):
-        start()
+        if when is None or when():
+            start()
 
 
 def _failed(future: concurrent.futures.Future[None]) -> bool:

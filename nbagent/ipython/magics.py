@@ -57,8 +57,9 @@ def register(ip: Any) -> None:
         from .. import modelproc
 
         modelproc.want(loading.MODULES)
-    if host.model_configured():  # a real provider's model is configured: load the library once the kernel is idle
-        loading.start_when_idle(ip, ahead=FIRST_RUN_MODULES)
+    # a real model configured, or a provider's key (now or set by a later cell): load the library once the kernel
+    # is idle; neither, nothing starts
+    loading.start_when_idle(ip, ahead=FIRST_RUN_MODULES, when=host.model_expected)
 
 
 def unregister(ip: Any) -> None:

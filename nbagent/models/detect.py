@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from dataclasses import dataclass
 
 DEFAULTS = (
@@ -31,6 +30,8 @@ def ollama_models(base: str = OLLAMA, timeout: float = 0.3) -> list[str]:
     """Models of a local Ollama server; [] when none answers (quickly: it is asked on loopback only)."""
     if not base.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
         return []
+    import urllib.request  # here: `%load_ext` reads the keys (provider_key_set) and must stay light
+
     try:
         with urllib.request.urlopen(f"{base}/api/tags", timeout=timeout) as r:
             data = json.loads(r.read().decode("utf-8"))
@@ -51,6 +52,13 @@ def candidates(environ: dict[str, str] | None = None, *, probe_ollama: bool = Tr
             found.append(Candidate(f"ollama_chat/{models[0]}", f"an Ollama server answers at {OLLAMA} "
                                                                 f"({len(models)} model(s))"))
     return found
+
+
+def provider_key_set(environ: dict[str, str] | None = None) -> str | None:
+    """The first provider key of DEFAULTS set in the environment (its name), else None: a person who set one will
+    call that provider, so `%load_ext` starts the model process ahead (ipython/loading.py)."""
+    env = os.environ if environ is None else environ
+    return next((key for key, _ in DEFAULTS if env.get(key)), None)
 
 
 def detect(environ: dict[str, str] | None = None, *, probe_ollama: bool = True) -> Candidate | None:
