@@ -99,7 +99,9 @@ class CellPath(HostState):
         if rerun.line is not None and not (rerun.kind == "ask" and self.rerun_noted == self.execution()):
             show_notes([rerun.line])  # the output's first line (an "asking again" one may be shown already: _shown)
         if replay is not None:  # the recording's decisions at its autonomy, unless this cell's own line says
-            cfg["approve"], cfg["autonomy"] = args.approve or "recorded", args.autonomy
+            cfg["approve"] = args.approve or "recorded"
+            if args.approve or self._yours(replay):  # (another's recording: at this person's autonomy, asked)
+                cfg["autonomy"] = args.autonomy
         options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
         if replay is not None:
             options["reproduces"] = replay  # the record says which run it reproduced
@@ -216,8 +218,20 @@ class CellPath(HostState):
                 raise UsageError("--approve recorded: this cell has no earlier run whose decisions to reuse")
             from ..replay import recorded_events
 
+            if not self._yours(recorded_from, say=True):  # the author's yes of a cloned log: asked on a card
+                return self.decider
             return RecordedDecider.from_events(recorded_events(self.store, recorded_from), recorded_from)
         return self.decider
+
+    def _yours(self, run_id: str, say: bool = False) -> bool:
+        """Whether `run_id`'s recorded decisions are this user's own, made here (recorded_yes.py); `say`: if not,
+        the cell's output says so in one line."""
+        from ..recorded_yes import not_yours
+
+        why = not_yours(self.store, run_id)
+        if why is not None and say:
+            show_notes([why])
+        return why is None
 
     async def drive(self, agent: RuntimeAgent, start: Callable[[], Awaitable[RunResult]],
                     run_id: str | None = None) -> RunResult | None:
