@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 
 CODE = "x = 40 + 2\nprint('x is', x)"
 AGENT = "%%agent --model openai/gpt-4o-mini"
-REPRODUCE_ON = "__import__('nbagent.ipython.reproduce', fromlist=['_']).turn_on(get_ipython())"  # (reproduce.ts)
+# what the toolbar's Reproduce all sends first (labextension/src/reproduce.ts reproduceOn): the runs the records name
+REPRODUCE_ON = "__import__('nbagent.ipython.reproduce', fromlist=['_']).turn_on(get_ipython(), {{'ask': '{run}'}})"
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_a_reopened_notebook_reproduces_its_run_with_no_model_call_and_no_click(
 
     k = Kernel(tmp_path, env=env)  # the notebook reopened: a new kernel, then Run All with reproduce on
     try:
-        assert k.run(REPRODUCE_ON).ok  # what the toolbar's Reproduce all sends first, before nbagent is loaded
+        assert k.run(REPRODUCE_ON.format(run=recorded)).ok  # (before nbagent is loaded)
         load = k.run("%load_ext nbagent", cell_id="load")
         assert load.ok and not load.stdout  # (nothing was loaded ahead of the notebook's own cell)
         on = k.run("%agent reproduce", cell_id="mode")

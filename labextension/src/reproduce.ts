@@ -6,7 +6,8 @@
  *   nbagent is loaded), then runs that cell. The kernel checks the run against this notebook's log when the cell
  *   runs (nbagent/ipython/reproduce.py): a refusal is one line in the cell.
  * - The notebook's toolbar gets **Reproduce all**: reproduce on (silently: `%agent reproduce on`, or the setting the
- *   notebook's own `%load_ext nbagent` will read), then Run All. Every `%%agent` cell then reproduces its last recorded run, until `%agent reproduce off`; the first line
+ *   notebook's own `%load_ext nbagent` will read), each cell's next run bound to the run its record names, then
+ *   Run All (a cell with no record reproduces the newest run the log holds for it). Every `%%agent` cell then reproduces its last recorded run, until `%agent reproduce off`; the first line
  *   of each cell's output says which it does.
  * A reproduction calls no model and asks nobody: the recorded replies and decisions answer.
  *
@@ -39,6 +40,7 @@ export interface IPanelLike {
   toolbar?: { insertItem?(index: number, name: string, widget: Widget): boolean; addItem?(n: string, w: Widget): boolean };
   sessionContext?: { session?: { kernel?: IKernelLike | null } | null; ready?: Promise<void> };
   content?: {
+    model?: { cells?: { length: number; get(i: number): ICellModelLike } } | null;
     widgets?: readonly { node: HTMLElement }[];
     activeCellIndex?: number;
     scrollToItem?(index: number, align?: string): unknown;
@@ -52,8 +54,35 @@ export interface IAppMore extends IApp {
 
 const ID = /^[0-9A-Za-z_-]+$/;
 
-/** What Reproduce all sends first, silently: the mode on, whether nbagent is loaded yet or not (reproduce.py). */
-export const REPRODUCE_ON = "__import__('nbagent.ipython.reproduce', fromlist=['_']).turn_on(get_ipython())";
+/** What Reproduce all sends first, silently: the mode on, and the run each cell's record names, whether nbagent is
+ * loaded yet or not (reproduce.py turn_on). Ids only (`ID`), so the line is plain Python. */
+export function reproduceOn(records: Record<string, string>): string {
+  const pairs = Object.entries(records).filter(([c, r]) => ID.test(c) && ID.test(r));
+  const literal = `{${pairs.map(([c, r]) => `'${c}': '${r}'`).join(', ')}}`;
+  return `__import__('nbagent.ipython.reproduce', fromlist=['_']).turn_on(get_ipython(), ${literal})`;
+}
+
+const RUN_MIME = 'application/vnd.nbagent.run+json';
+
+interface ICellModelLike {
+  id?: string;
+  outputs?: { length: number; get(i: number): { toJSON(): { data?: Record<string, unknown> } } };
+}
+
+/** The run each cell's record names (its own cell's last finished top-level run there), by cell id. */
+export function recordedRuns(cells: { length: number; get(i: number): ICellModelLike }): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let c = 0; c < cells.length; c++) {
+    const cell = cells.get(c);
+    for (let i = 0; cell.id && cell.outputs && i < cell.outputs.length; i++) {
+      const view = cell.outputs.get(i).toJSON().data?.[RUN_MIME] as IRunView | undefined;
+      if (view && typeof view === 'object' && view.cell_id === cell.id && reproducible(view)) {
+        out[cell.id] = String(view.run_id);
+      }
+    }
+  }
+  return out;
+}
 
 /** Whether a record offers Reproduce: a finished top-level run of a cell (not an undo, which no model answered). */
 export function reproducible(view: IRunView): boolean {
@@ -152,7 +181,8 @@ export async function reproduceAll(app: IAppMore, panel: IPanelLike): Promise<vo
   if (panel.id) {
     app.shell.activateById?.(panel.id); // Run All acts on the current notebook
   }
-  send(panel, REPRODUCE_ON); // (not loading nbagent: the notebook's own %load_ext does, as Run All reaches it)
+  // (not loading nbagent: the notebook's own %load_ext does, as Run All reaches it)
+  send(panel, reproduceOn(panel.content?.model?.cells ? recordedRuns(panel.content.model.cells) : {}));
   await app.commands?.execute('notebook:run-all-cells');
 }
 

@@ -5,7 +5,7 @@ import { Widget } from '@lumino/widgets';
 import { afterEach, describe, expect, it } from 'vitest';
 
 import { MIME_TYPE, RunRecordRenderer, rendererFactory } from '../src/index';
-import { REPRODUCE_EVENT, reproducible } from '../src/reproduce';
+import { REPRODUCE_EVENT, recordedRuns, reproduceOn, reproducible } from '../src/reproduce';
 import type { IRunView } from '../src/view';
 
 // Issue 46: a finished run's record is one click from being reproduced (its cell re-run from the log), and a
@@ -69,5 +69,26 @@ describe('Reproduce on a record', () => {
     const r = await record({ ...full(), status: 'completed', reproduces: '01ABCDEFGHJKMNPQRSTVWXYZ00' });
     expect(r.node.querySelector('.nbv-reproduced')?.textContent)
       .toBe('↻ Reproduced run 01ABCDEFGHJK from the log: no model call, the recorded decisions');
+  });
+});
+
+describe('Reproduce all', () => {
+  const cell = (id: string, ...views: object[]) => ({
+    id, outputs: { length: views.length, get: (i: number) => ({ toJSON: () => ({ data: { [MIME_TYPE]: views[i] } }) }) }
+  });
+
+  it("binds each cell's next run to the run its own record names", () => {
+    const cells = [
+      cell('a', { ...full(), cell_id: 'a', run_id: 'R1', status: 'completed' }),
+      cell('b', { ...full(), cell_id: 'elsewhere', run_id: 'R2', status: 'completed' }), // a record copied here
+      cell('c', { ...full(), cell_id: 'c', run_id: 'R3', status: 'waiting' }),
+      cell('d', { ...full(), cell_id: 'd', run_id: 'R4', status: 'completed' },
+        { ...full(), cell_id: 'd', run_id: 'R5', status: 'completed_with_errors' })
+    ];
+    const runs = recordedRuns({ length: cells.length, get: (i: number) => cells[i] });
+    expect(runs).toEqual({ a: 'R1', d: 'R5' });
+    expect(reproduceOn(runs)).toBe(
+      "__import__('nbagent.ipython.reproduce', fromlist=['_']).turn_on(get_ipython(), {'a': 'R1', 'd': 'R5'})");
+    expect(reproduceOn({ "x'); import os; ('": 'R1' })).toContain('turn_on(get_ipython(), {})'); // ids only
   });
 });

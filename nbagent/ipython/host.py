@@ -302,7 +302,9 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         from .agent_cells import Registry
 
         self.agent_cells = Registry()  # the cells run_cell and replace_cell wrote in this kernel (agent_cells.py)
-        self.reproduce_next: dict[str, str] = {}  # cell id -> the run it reproduces next (%agent reproduce RUN)
+        from .reproduce import NEXT
+
+        self.reproduce_next = NEXT  # cell id -> the run it reproduces next (%agent reproduce RUN; reproduce.py)
         self.rerun_noted: str | None = None  # the execution that said "asking again" first (agent_cell.note_rerun)
         from .rerun import Reruns
 

@@ -138,13 +138,22 @@ def decide(store: Any, *, cell_id: str | None, mode: str, named: str | None, arm
                             f"({ON_HINT})")
 
 
-def turn_on(shell: Any) -> None:
+# cell id -> the run its next execution reproduces (`%agent reproduce RUN`, a record's button, Reproduce all): the
+# host's `reproduce_next`, kept here so that Reproduce all can say it before nbagent is loaded
+NEXT: dict[str, str] = {}
+
+
+def turn_on(shell: Any, records: dict[str, str] | None = None) -> None:
     """Reproduce on, as the lab extension's "Reproduce all" sends it before Run All: in a kernel where nbagent is
     loaded, as `%agent reproduce on`; in one where it is not yet, in the IPython config that the notebook's own
-    `%load_ext nbagent` reads (`NbAgent.rerun`), so nothing is loaded ahead of it (nor said twice)."""
+    `%load_ext nbagent` reads (`NbAgent.rerun`), so nothing is loaded ahead of it (nor said twice). `records`: cell id
+    -> the run its record names; that cell's next run reproduces that run (checked against the log then)."""
     from . import host
     from .options import set_override
 
+    for cell, run in (records or {}).items():
+        if isinstance(cell, str) and isinstance(run, str) and cell and run:
+            NEXT[cell] = run
     if host._host is not None and host._host.shell is shell:
         set_override(host._host.overrides, f"rerun={REPRODUCE}")
     else:
