@@ -33,6 +33,11 @@ TURNS = [
                      "arguments": {"cell": "nb1_0", "code": FIX, "explanation": "the key is 'region'"}}]},
     {"content": "The regions add up to 3.\n\nThe cell below the request prints it."},
 ]
+AGAIN = [  # a later request: the model names the earlier run's cell by the call id that wrote it
+    {"tool_calls": [{"id": "c3", "name": "replace_cell",
+                     "arguments": {"cell": "nb1_0", "code": "total = 3\nprint(total)", "explanation": "simpler"}}]},
+    {"content": "Simpler now."},
+]
 
 
 def nbagent_run(path: Path) -> subprocess.CompletedProcess[str]:
@@ -42,22 +47,24 @@ def nbagent_run(path: Path) -> subprocess.CompletedProcess[str]:
                           cwd=path.parent, timeout=300, check=False)
 
 
-def record_of(nb: Any) -> dict[str, Any]:
+def record_of(nb: Any, cell_id: str = "ask") -> dict[str, Any]:
     for cell in nb.cells:
-        for out in cell.get("outputs", []):
+        for out in cell.get("outputs", []) if cell.get("id") == cell_id else []:
             if MIME in out.get("data", {}):
                 return dict(out["data"])
-    raise AssertionError("no record in the notebook")
+    raise AssertionError(f"no record in cell {cell_id}")
 
 
 @pytest.mark.kernel
 def test_a_saved_notebook_folds_each_finished_record_and_names_the_cell_by_what_the_page_shows(
         tmp_path: Path) -> None:
     (tmp_path / "loop.json").write_text(json.dumps({"turns": TURNS}))
+    (tmp_path / "again.json").write_text(json.dumps({"turns": AGAIN}))
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("%load_ext nbagent"),
-                nbformat.v4.new_code_cell("%%agent --script loop.json\nSum the regions\nthen print the sum")]
-    nb.cells[0].id, nb.cells[1].id = "load", "ask"
+                nbformat.v4.new_code_cell("%%agent --script loop.json\nSum the regions\nthen print the sum"),
+                nbformat.v4.new_code_cell("%%agent --script again.json\nMake it simpler")]
+    nb.cells[0].id, nb.cells[1].id, nb.cells[2].id = "load", "ask", "again"
     path = tmp_path / "sums.ipynb"
     nbformat.write(nb, path)
     done = nbagent_run(path)
@@ -92,6 +99,12 @@ def test_a_saved_notebook_folds_each_finished_record_and_names_the_cell_by_what_
     assert "The cell below the request" not in line  # the answer's first line only
     inside = html[summary.end():html.rindex("</details>")]
     assert "Timeline" in inside and "nbr-foot" in inside and "The cell below the request prints it." in inside
+    # a later run's card names the cell an earlier run wrote, from what the kernel ran: as it was before the change
+    later = record_of(saved, "again")[MIME]
+    (again_step,) = [s for p in later["plans"] for s in p["steps"] if s["tool"] == "replace_cell"]
+    assert again_step["cell"]["cell_id"] == agent_cell.id and again_step["cell"]["first_line"] == FIX.split("\n")[0]
+    assert isinstance(again_step["cell"]["count"], int) and again_step["cell"]["count"] > first_count
+    assert f'>[{again_step["cell"]["count"]}] data = {{&#x27;region' in record_of(saved, "again")["text/html"]
     # text/plain stays whole: the model and tools read it
     assert "The cell below the request prints it." in record["text/plain"]
 

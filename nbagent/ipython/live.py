@@ -41,6 +41,9 @@ class LiveDisplay:
         self._finished = False
         self._tokens: list[str] = []  # streamed before the widget existed: it starts with them
         self._announced: Any = None  # the next call's estimate announced before then (its first token replaces it)
+        # the agent's cells an earlier run wrote, as they were when this run's plan named them (by the model's
+        # spelling): the card and the record say what the person saw then, not the cell this run made of it
+        self._cells_named: dict[str, tuple[str, int | None, str]] = {}
         self.widget: Any = None
         self._shown = display_id is not None
         if display_id:  # the loading line says the run has begun
@@ -90,6 +93,8 @@ class LiveDisplay:
     def on_bus(self, kind: str, data: Any) -> None:
         if kind == "event":
             event: EventBase = data
+            if event.type == "plan_proposed" and event.run_id == self.run_id:
+                self._name_cells(event)
             if self.run_id is None and event.type == "run_started" and isinstance(event.payload, RunStarted) \
                     and event.payload.parent_run_id is None:
                 self.run_id = event.run_id
@@ -155,10 +160,22 @@ class LiveDisplay:
         return view
 
     def _known(self, spelling: str, run_id: str | None) -> tuple[str, int | None, str] | None:
-        """A cell the model named, as this kernel ran it (an earlier run's too), for the card to name it "[3] …"."""
+        """A cell the model named, as this kernel ran it (an earlier run's too), for the card to name it "[3] …": as
+        it was when the plan named it, when this display saw the plan."""
+        if spelling in self._cells_named:
+            return self._cells_named[spelling]
         registry = getattr(self.host, "agent_cells", None)
         found = registry.find(spelling, run_id) if registry is not None else None
         return None if found is None or found.edited else (found.cell_id, found.execution_count, found.source)
+
+    def _name_cells(self, event: EventBase) -> None:
+        """Note the cells a plan's replace_cell steps name, as they are now (before any of them runs)."""
+        for step in getattr(event.payload, "steps", None) or []:
+            spelled = (step.arguments or {}).get("cell") if step.tool == "replace_cell" else None
+            if isinstance(spelled, str) and spelled.strip() not in self._cells_named:
+                held = self._known(spelled.strip(), event.run_id)
+                if held is not None:
+                    self._cells_named[spelled.strip()] = held
 
     def finish(self) -> None:
         self._finished = True
