@@ -19,7 +19,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Container, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -150,8 +150,9 @@ class UndoReport(BaseModel):
 def said(files: int, acted: list[str]) -> str:
     """What an undo did in a few words, files and cells by what happened to them (restore_cell's actions)."""
     parts = [f"{files} file{'s' if files != 1 else ''} put back"] if files or not acted else []
-    counts = {a: acted.count(a) for a in ("remove", "restore", "keep") if a in acted}
-    cells = [f"{n} {ACTED[a]}" + (" as yours (you edited it since)" if a == "keep" else "") for a, n in counts.items()]
+    counts = {a: acted.count(a) for a in ("remove", "restore", "keep", "gone") if a in acted}
+    more = {"keep": " as yours (you edited it since)", "gone": " (deleted since)"}
+    cells = [f"{n} {ACTED[a]}{more.get(a, '')}" for a, n in counts.items()]
     if cells:
         total = sum(counts.values())
         parts.append(f"{total} cell{'s' if total != 1 else ''}: " + ", ".join(cells) if len(cells) > 1 else
@@ -395,22 +396,24 @@ def _diff(left: bytes | None, now: bytes | None, path: str) -> str:
 
 
 def preview(store: Store, run_id: str, *, to: bool = False, force: bool = False,
-            folder: str | Path | None = None, kept: Collection[str] = ()) -> UndoReport:
+            folder: str | Path | None = None, kept: Collection[str] = (), gone: Container[str] = ()) -> UndoReport:
     """What `undo` would do, checked against the folder now and changing nothing: the restores, each file changed
     since the run (a conflict, with its diff), the calls undo cannot reverse, and `undone_by` when an earlier undo
     already put the run back. What the Undo panel shows before any button; UndoError as `undo`."""
-    return _prepare(store, run_id, to=to, force=force, folder=folder, kept=kept)[0]
+    return _prepare(store, run_id, to=to, force=force, folder=folder, kept=kept, gone=gone)[0]
 
 
 def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, folder: str | Path | None = None,
-         by: str = "user", kept: Collection[str] = ()) -> UndoReport:
+         by: str = "user", kept: Collection[str] = (), gone: Container[str] = ()) -> UndoReport:
     """Undo a run (and its children; with `to`, every later run too). Conflicts refuse unless `force`; an
     UndoError means nothing was changed. The restores are recorded as a new run of model `nbagent/undo`. `kept`:
     the agent's cells the person edited and ran since (the kernel knows them): theirs, left as they are, and
-    recorded as kept, so the log never says a cell went that stayed."""
+    recorded as kept, so the log never says a cell went that stayed. `gone`: the agent's cells the page said the
+    notebook no longer holds (the person deleted them): nothing is sent for them, and they are recorded as gone."""
     if store.readonly:
         raise UndoError(f"{shown(store.path)}: the log is open read-only; undo records a run, so it needs to write")
-    report, contents, fs, what = _prepare(store, run_id, to=to, force=force, folder=folder, kept=kept)
+    report, contents, fs, what = _prepare(store, run_id, to=to, force=force, folder=folder, kept=kept,
+                                          gone=gone)
     if report.undone_by:
         raise UndoError(f"{what} was already undone by run {report.undone_by}; nothing was changed (undoing run "
                         f"{report.undone_by} brings its changes back)")
@@ -422,7 +425,8 @@ def undo(store: Store, run_id: str, *, to: bool = False, force: bool = False, fo
 
 
 def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | Path | None,
-             kept: Collection[str] = ()) -> tuple[UndoReport, dict[str, bytes | None], _Folder, str]:
+             kept: Collection[str] = (), gone: Container[str] = ()
+             ) -> tuple[UndoReport, dict[str, bytes | None], _Folder, str]:
     """Everything checked and loaded before anything changes: the plan, the saved contents, the conflicts."""
     root = Path(folder) if folder is not None else store.path.parent
     try:
@@ -438,7 +442,8 @@ def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | 
     every = _logged(store)
     cells, cell_problems = cell_changes([e for e in every if e.run_id in set(runs)])
     for c in cells:
-        c.kept = c.cell_id in kept
+        c.gone = c.cell_id in gone
+        c.kept = c.cell_id in kept and not c.gone
     problems += [NotUndoable(run_id=r, call_id=c, tool=t, why=w) for r, c, t, w in cell_problems]
     report = UndoReport(runs=runs, restores=plan(changes), not_undoable=problems, cells=cells)
     what = f"run {run_id}" + (" and every later run" if to else "")
@@ -446,12 +451,12 @@ def _prepare(store: Store, run_id: str, *, to: bool, force: bool, folder: str | 
         raise UndoError(f"{what}: no file changes to undo, nor cells" + (
             f" ({len(problems)} call(s) not undoable: {', '.join(sorted({p.tool for p in problems}))})"
             if problems else ""))
-    if not report.restores and all(c.kept for c in report.cells):
+    if not report.restores and all(c.kept or c.gone for c in report.cells):
         raise UndoError(f"{what}: nothing to undo: " + "; ".join(c.line() for c in report.cells))
     standing = standing_undo(store, run_id)
     report.undone_by = standing if standing is not None and standing not in runs else None
     if not force and not report.undone_by:
-        for cell_id, why in cell_conflicts(every, set(runs), [c for c in cells if not c.kept]).items():
+        for cell_id, why in cell_conflicts(every, set(runs), [c for c in cells if not c.kept and not c.gone]).items():
             report.conflicts.append(Conflict(path=f"cell {cell_id}", reason=why))
     blobs = BlobStore.of_store(store.path)
     fs = _Folder(root)

@@ -22,7 +22,9 @@ KERNEL_NOTE = "the cells' effects on the kernel's memory (variables, imports) ar
 
 HEADER = "# nbagent:"  # the first line run_cell writes ("# nbagent: run by run R: ..."): not what a person reads
 KEPT = "kept: you edited it since; it is yours"
-ACTED = {"remove": "removed", "restore": "restored", "keep": "kept"}  # a restore_cell's recorded action, as said
+GONE = "not in the notebook any more (deleted since): nothing to undo"
+# a restore_cell's recorded action, as said ("gone": the page said the cell is not in the notebook)
+ACTED = {"remove": "removed", "restore": "restored", "keep": "kept", "gone": "gone"}
 
 
 def first_line(source: Any, width: int = 60) -> str:
@@ -51,6 +53,7 @@ class CellUndo(BaseModel):
     count: int | None = None  # the execution count of the runs' last write of it (what the person saw)
     first: str = ""  # its first line as the runs left it
     kept: bool = False
+    gone: bool = False  # the page said the notebook no longer holds it (the person deleted it): nothing is done
 
     @property
     def name(self) -> str:
@@ -58,10 +61,12 @@ class CellUndo(BaseModel):
 
     @property
     def acted(self) -> str:
-        """What undo does to it, as recorded in restore_cell's `action`: remove, restore or keep."""
-        return "keep" if self.kept else self.action
+        """What undo does to it, as recorded in restore_cell's `action`: remove, restore, keep or gone."""
+        return "gone" if self.gone else "keep" if self.kept else self.action
 
     def line(self) -> str:
+        if self.gone:
+            return f"{self.name}: {GONE}"
         if self.kept:
             return f"{self.name}: {KEPT}"
         return (f"{self.name}: removed (the agent added it)" if self.action == "remove" else
@@ -127,7 +132,7 @@ def cell_conflicts(events: list[Any], run_ids: set[str], cells: list[CellUndo]) 
 def payloads(cells: list[CellUndo]) -> list[dict[str, Any]]:
     """The comm messages that do the undo in a front end: one remove of every removed cell, then each restore (a
     kept cell is the person's: nothing is sent for it)."""
-    cells = [c for c in cells if not c.kept]
+    cells = [c for c in cells if not c.kept and not c.gone]
     removed = [c.cell_id for c in cells if c.action == "remove"]
     out: list[dict[str, Any]] = [{"action": "remove", "cell_ids": removed}] if removed else []
     out += [{"action": "restore", "cell_id": c.cell_id, "source": c.source, "metadata": c.metadata or {}}
@@ -135,5 +140,5 @@ def payloads(cells: list[CellUndo]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["ACTED", "CELL_TOOLS", "CELL_UNDO_TOOL", "KEPT", "KERNEL_NOTE", "CellUndo", "cell_changes", "cell_conflicts",
-           "cell_name", "first_line", "payloads"]
+__all__ = ["ACTED", "CELL_TOOLS", "CELL_UNDO_TOOL", "GONE", "KEPT", "KERNEL_NOTE", "CellUndo", "cell_changes",
+           "cell_conflicts", "cell_name", "first_line", "payloads"]

@@ -147,6 +147,7 @@ def test_a_run_that_only_wrote_cells_offers_undo_and_its_undo_keeps_the_cell_you
     (folder / "turns.json").write_text(json.dumps({"turns": [
         {"tool_calls": [{"name": "run_cell", "arguments": {"code": "a = 1"}}]},
         {"tool_calls": [{"name": "run_cell", "arguments": {"code": "b = 2"}}]},
+        {"tool_calls": [{"name": "run_cell", "arguments": {"code": "c = 3"}}]},
         {"content": "Set a and b."}]}))
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -165,7 +166,7 @@ def test_a_run_that_only_wrote_cells_offers_undo_and_its_undo_keeps_the_cell_you
     expect(effects).to_contain_text(re.compile(r"added\s*\[\d+\] a = 1"))
     expect(effects).to_contain_text(re.compile(r"added\s*\[\d+\] b = 2"))
     expect(effects).not_to_contain_text("file by file")
-    expect(ours.locator(".nbv-undo-hint")).to_contain_text("undoes this run's changes (2 cells)")
+    expect(ours.locator(".nbv-undo-hint")).to_contain_text("undoes this run's changes (3 cells)")
     # the person edits the agent's second cell and runs it: it is theirs now
     wait_until(lambda: any("b = 2" in s for s in page.evaluate(SOURCES)), 30, "the agent's cells in the notebook")
     sources = page.evaluate(SOURCES)
@@ -174,6 +175,9 @@ def test_a_run_that_only_wrote_cells_offers_undo_and_its_undo_keeps_the_cell_you
                   ".setSource(src)", [b, "b = 'mine'\n"])
     run_cell_at(page, b)
     wait_kernel_idle(page, lab, notebook)
+    # and deletes the third: the kernel hears of it only from the page (undo.ts sends the notebook's cell ids)
+    c = next(i for i, s in enumerate(page.evaluate(SOURCES)) if "c = 3" in s)
+    page.evaluate("(i) => window.jupyterapp.shell.currentWidget.content.model.sharedModel.deleteCell(i)", c)
     ours.scroll_into_view_if_needed()
     shot(page, "undo-cells-1-record")
     offer = ours.get_by_role("button", name="Undo…", exact=True)
@@ -181,21 +185,24 @@ def test_a_run_that_only_wrote_cells_offers_undo_and_its_undo_keeps_the_cell_you
     offer.click()
     panel = page.locator(PANEL).first
     expect(panel).to_be_visible(timeout=60_000)
-    expect(panel.locator(".nbv-undo-head")).to_contain_text("it changed 2 cells")
+    expect(panel.locator(".nbv-undo-head")).to_contain_text("it changed 3 cells")
     panel.get_by_role("button", name="Undo", exact=True).click()
     expect(panel.locator(".nbv-decide-q")).to_contain_text("a cell you edited since stays as it is: it is yours")
-    expect(panel.locator(".nbv-undo-kept")).to_contain_text("b = 2 — kept: you edited it since; it is yours")
+    kept = panel.locator(".nbv-undo-kept")
+    expect(kept.first).to_contain_text("c = 3 — not in the notebook any more (deleted since)")
+    expect(kept.nth(1)).to_contain_text("b = 2 — kept: you edited it since; it is yours")
     expect(panel).not_to_contain_text("Each file")
     shot(page, "undo-cells-2-panel")
     panel.get_by_role("button", name="Undo 1 change", exact=True).click()
-    expect(page.locator(OUTCOME).first).to_contain_text("2 cells: 1 removed, 1 kept as yours (you edited it since)",
-                                                        timeout=30_000)
+    expect(page.locator(OUTCOME).first).to_contain_text(
+        "3 cells: 1 removed, 1 kept as yours (you edited it since), 1 gone (deleted since)", timeout=30_000)
     # exactly what it said: a = 1's cell is gone, the person's cell stays as they wrote it
     wait_until(lambda: not any("a = 1" in s for s in page.evaluate(SOURCES)), 30, "the agent's a = 1 cell removed")
     assert "b = 'mine'\n" in page.evaluate(SOURCES)
     undone = ours.locator(".nbv-undone")
     expect(undone).to_contain_text(re.compile(r"cell \[\d+\] a = 1 removed; \[\d+\] b = 2 kept: you edited it since"),
                                    timeout=30_000)
+    expect(undone).to_contain_text(re.compile(r"\[\d+\] c = 3 was deleted since: nothing to undo"))
     expect(undone).to_contain_text("does not bring cells back")
     expect(undone).not_to_contain_text("file")
     ours.scroll_into_view_if_needed()

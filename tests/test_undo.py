@@ -355,6 +355,7 @@ ops = st.lists(st.tuples(st.sampled_from(["add", "add", "replace", "replace", "e
 @example(plan=[("add", 0), ("run", 0), ("replace", 0), ("add", 1)], which=0)  # restored, and removed
 @example(plan=[("add", 0), ("add", 1), ("run", 0), ("replace", 0), ("edit", 1)], which=1)  # removed, and kept
 @example(plan=[("add", 0), ("run", 0), ("edit", 0)], which=0)  # all the person's: nothing to undo
+@example(plan=[("add", 0), ("run", 0), ("replace", 0), ("add", 1), ("run", 0), ("delete", 0)], which=0)  # gone
 def test_every_claim_an_undo_makes_about_a_cell_holds_in_the_notebook(tmp_path_factory: Any, plan: Any,
                                                                       which: int) -> None:
     tmp = tmp_path_factory.mktemp("cells")
@@ -399,10 +400,12 @@ def test_every_claim_an_undo_makes_about_a_cell_holds_in_the_notebook(tmp_path_f
         return
     target = runs[-1 - which % len(runs)]
     kept = {c for c, held in nb.registry.cells.items() if held.edited}
+    gone = set(nb.registry.cells) - set(nb.cells)  # what the page says: the agent's cells it no longer holds
     try:
-        report = undo(store, target, to=True, folder=tmp, kept=kept)
-    except UndoError as exc:  # every cell is the person's: nothing to undo, and it says so per cell
-        assert "nothing to undo" in str(exc) and "kept: you edited it since; it is yours" in str(exc)
+        report = undo(store, target, to=True, folder=tmp, kept=kept, gone=gone)
+    except UndoError as exc:  # every cell is the person's or deleted: nothing to undo, and it says so per cell
+        assert "nothing to undo: " in str(exc) and ("kept: you edited it since; it is yours" in str(exc)
+                                                    or "deleted since" in str(exc)), exc
         return
     assert report.ok
     for p in payloads(report.cells):
@@ -415,11 +418,12 @@ def test_every_claim_an_undo_makes_about_a_cell_holds_in_the_notebook(tmp_path_f
         if c.acted == "remove":
             assert c.cell_id not in nb.cells, c
         elif c.acted == "keep":
-            assert c.cell_id in kept and (c.cell_id in nb.deleted or nb.cells[c.cell_id].startswith("mine = ")), c
-        else:  # restored: the code from before (a cell the person deleted is not brought back: the kernel
-            # does not see deletions, and docs/undo.md says so)
-            assert c.cell_id in nb.deleted or nb.cells[c.cell_id] == c.source, c
-            assert first_line(c.source) == first_line(nb.cells.get(c.cell_id, c.source))
+            assert c.cell_id in kept and nb.cells[c.cell_id].startswith("mine = "), c
+        elif c.acted == "gone":
+            assert c.cell_id in nb.deleted and c.cell_id not in nb.cells, c
+        else:  # restored: the code from before
+            assert c.acted == "restore" and nb.cells[c.cell_id] == c.source, c
+            assert first_line(c.source) == first_line(nb.cells[c.cell_id])
     view = run_view(store, target)
     note = view["words"]["undo_note"]
     assert "file" not in note.split(" (")[0], note  # no file was changed: none is claimed
@@ -427,13 +431,15 @@ def test_every_claim_an_undo_makes_about_a_cell_holds_in_the_notebook(tmp_path_f
     for c in report.cells:
         clause = next(x for x in said if c.name in x)
         assert clause.endswith({"remove": " removed", "restore": "code from before",
-                                "keep": "kept: you edited it since"}[c.acted]) or (
+                                "keep": "kept: you edited it since",
+                                "gone": "was deleted since: nothing to undo"}[c.acted]) or (
             c.acted == "keep" and clause == f"{c.name} kept: you edited it since") or (
             c.acted == "remove" and clause.startswith(("cell ", "cells ")) and " removed" in clause), (c, note)
     SEEN.append(tuple(sorted(c.acted for c in report.cells)))
     fx = run_view(store, report.undo_run_id)["effects"]
     assert sorted((x["cell_id"], x["verb"]) for x in fx["cells"]) == sorted(
-        (c.cell_id, {"remove": "removed", "restore": "restored", "keep": "kept"}[c.acted]) for c in report.cells)
+        (c.cell_id, {"remove": "removed", "restore": "restored", "keep": "kept", "gone": "gone"}[c.acted])
+        for c in report.cells)
 
 
 def test_a_run_that_only_wrote_cells_says_so_in_every_form_and_its_undo_panel_speaks_of_cells(tmp_path: Path) -> None:

@@ -81,3 +81,54 @@ def test_the_kernel_offers_undo_only_for_runs_this_log_can_undo(tmp_path: Path) 
         assert changed["undo"] is True and changed["conflicts"] == 1 and "changed since the run" in changed["title"]
     finally:
         k.close()
+
+
+def test_a_cell_the_person_deleted_is_said_deleted_by_the_undo_not_restored_nor_removed(tmp_path: Path) -> None:
+    """Issue 46: the kernel is told of no deletion, so an undo claimed it restored the code of a cell the person had
+    deleted (the page skipped it: nothing came back). The page now says which cells its notebook holds, on the comm
+    nbagent.undo (as labextension/src/undo.ts sends it): the offer, the panel, the log and the record say "deleted"."""
+    script(tmp_path / "cells.json", {"tool_calls": [{"name": "run_cell", "arguments": {"code": "a = 1"}}]},
+           {"tool_calls": [{"name": "run_cell", "arguments": {"code": "b = 2"}}]}, {"content": "set a and b"})
+    k = RecordingKernel(tmp_path)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="setup").ok
+        comm = undo_comm(k)
+        cell = k.run("%%agent --new --autonomy L3 --script cells.json\nset", cell_id="agent")
+        assert cell.ok, cell.stderr
+        run = cell.records[-1]["run_id"]
+        store = Store(tmp_path / "test.nbagent", readonly=True)
+        a, b = (e.payload.result for e in store.run_events(run)
+                if e.type == "tool_call_completed" and e.payload.tool == "run_cell")
+        assert ask(k, comm, [run], 1)[run]["line"].endswith("(2 cells)")  # the page has said nothing yet
+        # the person deletes b's cell: the page says which cells the notebook holds now
+        k.kc.shell_channel.send(k.kc.session.msg("comm_msg", {"comm_id": comm, "data": {
+            "cells": ["setup", "agent", a["cell_id"], "undo"]}}))
+        assert ask(k, comm, [run], 2)[run]["line"].endswith("(1 cell)")
+        undo_cell = k.run(f"%agent undo {run}", cell_id="undo")
+        assert undo_cell.ok, undo_cell.stderr
+        panel = k.undo_panel()
+        offer = k.widgets[panel]["offer"]
+        gone = f"[{b['execution_count']}] b = 2"
+        assert [(c["path"], c["action"]) for c in offer["changes"]] == [
+            (gone, "not in the notebook any more (deleted since): nothing to undo"),
+            (f"[{a['execution_count']}] a = 1", "removed (the agent added it)")]
+        assert offer["button"] == "Undo 1 change" and "a cell you deleted stays deleted" in offer["question"]
+        k.custom(panel, {"event": "undo"})
+        deadline = time.monotonic() + 30
+        while not k.widgets[panel].get("result") and time.monotonic() < deadline:
+            k.pump(0.2)
+        assert k.widgets[panel]["result"]["said"] == "2 cells: 1 removed, 1 gone (deleted since)"
+        # nothing was sent for the deleted cell; the log says so; the record claims only what happened
+        assert {"action": "remove", "cell_ids": [a["cell_id"]]} in k.comms()
+        assert not [c for c in k.comms() if c.get("action") == "restore" or b["cell_id"] in (c.get("cell_ids") or [])]
+        store = Store(tmp_path / "test.nbagent", readonly=True)
+        (uid,) = [r for r in store.run_ids() if r != run]
+        acted = {e.payload.result["cell_id"]: e.payload.result["action"] for e in store.run_events(uid)
+                 if e.type == "tool_call_completed" and e.payload.tool == "restore_cell"}
+        assert acted == {a["cell_id"]: "remove", b["cell_id"]: "gone"}
+        from nbagent.ui.viewstate import run_view
+
+        note = run_view(store, run)["words"]["undo_note"]
+        assert f"{gone} was deleted since: nothing to undo" in note and "restored" not in note, note
+    finally:
+        k.close()

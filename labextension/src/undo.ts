@@ -9,6 +9,10 @@
  * page, and calls each record back with the kernel's offer: `{undo: true, line, title}` or `{undo: false, why}`.
  * With no kernel running nbagent (not loaded yet, restarted, shut down) a record gets `null`: its Undo… asks (index.ts).
  *
+ * The kernel is told of no cell the person deletes, so this plugin also sends, on the same comm, the ids of the cells
+ * each notebook of that kernel holds, `{cells: [ids]}`, when the comm opens and whenever the cells change: an undo
+ * then says a deleted cell was deleted, instead of claiming it removed or restored it (undo_offers.cells_gone).
+ *
  * The notebook objects are used through the few members needed (duck-typed), as in cells.ts.
  */
 
@@ -40,6 +44,12 @@ export interface IUndoKernel {
   statusChanged?: ISignal<string>;
 }
 
+export interface ICellListLike {
+  length: number;
+  get(i: number): { id?: string } | undefined;
+  changed?: ISignal<unknown>;
+}
+
 interface IPanelLike {
   node: HTMLElement;
   content?: unknown;
@@ -63,6 +73,13 @@ export class UndoChannel {
 
   constructor(private readonly comm: IComm, private readonly latest: (node: Element) => IAsked | undefined) {
     comm.onMsg = msg => this.reply(msg.content.data);
+  }
+
+  /** The notebook's cells as they are now (the kernel keeps the last list it was sent). */
+  cells(ids: string[]): void {
+    if (!this.closed) {
+      this.comm.send({ cells: ids });
+    }
   }
 
   ask(asked: IAsked): void {
@@ -144,6 +161,41 @@ export class UndoOffers {
     this.registered.add(panel as object);
     this.register(ctx.session?.kernel);
     ctx.kernelChanged?.connect((_, change) => this.register(change.newValue));
+    this.follow(panel);
+  }
+
+  private readonly followed = new WeakSet<object>();
+
+  /** Send the kernel the notebook's cells whenever they change (once its model is there: a panel's model may come
+   * after the panel). */
+  private follow(panel: IPanelLike): void {
+    const cells = cellsOf(panel);
+    if (!cells || this.followed.has(cells as object)) {
+      return;
+    }
+    this.followed.add(cells as object);
+    cells.changed?.connect(() => this.sendCells(panel.sessionContext?.session?.kernel));
+  }
+
+  /** Tell the kernel which cells its notebooks hold now (after any insert, move or delete). */
+  sendCells(kernel: IUndoKernel | null | undefined): void {
+    const channel = kernel ? this.channels.get(kernel) : undefined;
+    if (!channel || channel.closed) {
+      return;
+    }
+    const ids: string[] = [];
+    for (const panel of this.panels()) {
+      if (panel.sessionContext?.session?.kernel === kernel) {
+        const cells = cellsOf(panel);
+        for (let i = 0; cells && i < cells.length; i++) {
+          const id = cells.get(i)?.id;
+          if (typeof id === 'string') {
+            ids.push(id);
+          }
+        }
+      }
+    }
+    channel.cells(ids);
   }
 
   register(kernel: IUndoKernel | null | undefined): void {
@@ -169,6 +221,10 @@ export class UndoOffers {
       }
     };
     this.channels.set(kernel, channel);
+    for (const panel of this.panels()) {
+      this.follow(panel);
+    }
+    this.sendCells(kernel);
     for (const asked of this.asks.values()) {
       if (asked.node.isConnected && this.kernelOf(asked.node) === kernel) {
         channel.ask(asked);
@@ -199,6 +255,11 @@ export class UndoOffers {
     }
     return null;
   }
+}
+
+function cellsOf(panel: IPanelLike): ICellListLike | undefined {
+  const model = (panel.content as { model?: { cells?: ICellListLike } } | undefined)?.model;
+  return model?.cells && typeof model.cells.get === 'function' ? model.cells : undefined;
 }
 
 function notebookPanels(app: IApp): IPanelLike[] {

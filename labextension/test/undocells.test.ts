@@ -5,6 +5,7 @@ import { Widget } from '@lumino/widgets';
 import { afterEach, describe, expect, it } from 'vitest';
 
 import { MIME_TYPE, rendererFactory } from '../src/index';
+import { UndoOffers } from '../src/undo';
 
 // @ts-expect-error: the committed bundle, as the widget and the lab extension load it
 import live, { renderView } from '../../nbagent/ui/run_view.js';
@@ -116,5 +117,36 @@ describe('the Undo panel of a run that wrote cells', () => {
     expect(text(done.querySelector('.nbv-hint'))).toContain('the cells do not come back');
     expect([...done.querySelectorAll('li')].map(li => li.textContent)).toEqual([
       '[2] b = 2 — kept: you edited it since; it is yours', '[1] a = 1 — removed (the agent added it)']);
+  });
+});
+
+// the kernel is told of no deletion: the undo plugin says which cells the notebook holds (undo.ts), when nbagent
+// opens its comm and whenever the cells change, so an undo says a deleted cell was deleted (tests/test_undo_offers.py)
+describe('the undo plugin tells the kernel which cells the notebook holds', () => {
+  it('when nbagent opens its comm, and after each change of the cells', async () => {
+    const listeners: (() => void)[] = [];
+    const ids = ['setup', 'agent', 'a', 'b'];
+    const cells = {
+      get length() {
+        return ids.length;
+      },
+      get: (i: number) => ({ id: ids[i] }),
+      changed: { connect: (fn: () => void) => (listeners.push(fn), true) }
+    };
+    const targets = new Map<string, (comm: any, msg: unknown) => void>();
+    const kernel = { registerCommTarget: (name: string, cb: any) => targets.set(name, cb) };
+    const node = document.createElement('div');
+    document.body.appendChild(node);
+    const panel = { node, content: { model: { cells } }, sessionContext: { session: { kernel } } };
+    const offers = new UndoOffers(() => [panel]);
+    offers.watch(panel);
+    listeners.forEach(fn => fn()); // a change before nbagent is loaded: nobody to tell
+    const sent: unknown[] = [];
+    targets.get('nbagent.undo')!({ send: (d: unknown) => sent.push(d), onMsg: null, onClose: null }, {});
+    expect(sent).toEqual([{ cells: ['setup', 'agent', 'a', 'b'] }]);
+    ids.splice(3, 1); // the person deletes b's cell
+    listeners.forEach(fn => fn());
+    expect(sent).toEqual([{ cells: ['setup', 'agent', 'a', 'b'] }, { cells: ['setup', 'agent', 'a'] }]);
+    expect(listeners).toHaveLength(1); // followed once, however often the comm opens
   });
 });

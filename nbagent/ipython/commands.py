@@ -334,14 +334,15 @@ class Commands(HostState):
         """`%agent undo RUN [--to] [--force]`: the same undo as `nbagent undo`, from the notebook's log (so it works
         after a kernel restart: everything it needs is in the log and its blob folder)."""
         from ..undo import UndoError, undo
+        from .undo_offers import cells_gone
 
         if await self._undo_panel(args, lambda: undo(self.store, args.run, to=args.to, force=args.force,
                                                      folder=self.folder, by="the Undo button",
-                                                     kept=self.cells_yours())):
+                                                     kept=self.cells_yours(), gone=cells_gone())):
             return
         try:
             report = undo(self.store, args.run, to=args.to, force=args.force, folder=self.folder,
-                          by="%agent undo", kept=self.cells_yours())
+                          by="%agent undo", kept=self.cells_yours(), gone=cells_gone())
         except UndoError as exc:
             raise UsageError(f"%agent undo: {exc}") from None
         print(report.text())
@@ -360,7 +361,7 @@ class Commands(HostState):
     def _undo_cells(self, report: Any) -> None:
         """The cells an undo removes or restores (run_cell, replace_cell), done in the front end (agent_cells.py);
         the ones it kept were said in its report."""
-        todo = [c for c in report.cells if not c.kept]
+        todo = [c for c in report.cells if not c.kept and not c.gone]
         if not report.ok or not todo:
             return
         from .agent_cells import undo_cells
@@ -377,12 +378,13 @@ class Commands(HostState):
         from IPython.display import display, update_display
 
         from ..undo import UndoError
+        from .undo_offers import cells_gone
 
         try:
             from ..ui.undo_view import UndoView, undo_offer
 
             offer = undo_offer(self.store, args.run, to=args.to, force=args.force, folder=self.folder,
-                               kept=self.cells_yours())
+                               kept=self.cells_yours(), gone=cells_gone())
         except UndoError as exc:
             raise UsageError(f"%agent undo: {exc}") from None
         except ImportError:

@@ -10,13 +10,20 @@ undone already. The log is verified once for all the records asked about togethe
 ipykernel has loaded). The lab extension sends `{"id": n, "ask": [run ids]}` on it; the kernel answers `{"id": n,
 "offers": {run_id: offer}}`, each offer `{"undo": true, "line", "title"}` or `{"undo": false, "why"}` (one line: what
 stands in the way). A front end without the extension closes the comm, and nothing more happens.
+
+The page also says, on the same comm, which cells its notebook holds whenever they change (`{"cells": [ids]}`):
+the kernel is told of no deletion otherwise. Once it has said, a cell of the runs undone that its last list does
+not hold was deleted (`cells_gone`): undo records that cell as gone instead of claiming it removed or restored it.
+The page sends its list as soon as its cells change (before any later click reaches the kernel), and the runs an
+undo acts on have ended, so their cells were in the page's lists; a page that never said (no extension, headless)
+has no cell taken for deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Container
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,27 @@ log = logging.getLogger(__name__)
 TARGET = "nbagent.undo"
 MAX_ASK = 500  # run ids answered per message (a notebook holds far fewer records)
 _open: list[Any] = []  # the comm of this kernel (kept referenced while open)
+MAX_CELLS = 20_000  # cell ids taken from one message (a notebook holds far fewer)
+_page: list[set[str]] = []  # the cell ids the page last said its notebook holds (none yet: not known)
+
+
+class _Gone:
+    """`cell_id in cells_gone()`: the page has said which cells the notebook holds, and this one is not among them."""
+
+    def __init__(self, held: set[str] | None) -> None:
+        self.held = held
+
+    def __contains__(self, cell_id: object) -> bool:
+        return self.held is not None and cell_id not in self.held
+
+
+def cells_gone() -> _Gone:
+    """The cells deleted in the notebook, as its page last said (nothing, before it said)."""
+    return _Gone(set(_page[-1]) if _page else None)
+
+
+def _page_cells(ids: list[Any]) -> None:
+    _page[:] = [{i for i in ids[:MAX_CELLS] if isinstance(i, str) and 0 < len(i) <= 128}]
 
 
 def announce(shell: Any) -> None:
@@ -45,6 +73,8 @@ def announce(shell: Any) -> None:
 
 def _answer(comm: Any, msg: dict[str, Any]) -> None:
     data = (msg.get("content") or {}).get("data") or {}
+    if isinstance(data.get("cells"), list):
+        _page_cells(data["cells"])
     ask = data.get("ask")
     if not isinstance(ask, list):
         return
@@ -60,7 +90,7 @@ def _answer(comm: Any, msg: dict[str, Any]) -> None:
 
     host = current()
     try:
-        found = offers(host.notebook, run_ids, host.folder, kept=host.cells_yours())
+        found = offers(host.notebook, run_ids, host.folder, kept=host.cells_yours(), gone=cells_gone())
     except Exception as exc:  # an answer always comes: a record whose run cannot be checked offers no Undo…
         from ..secrets import Redactor
 
@@ -69,10 +99,11 @@ def _answer(comm: Any, msg: dict[str, Any]) -> None:
     comm.send({"id": data.get("id"), "offers": found})
 
 
-def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[str] = ()) -> dict[str, dict[str, Any]]:
+def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[str] = (),
+           gone: Container[str] = ()) -> dict[str, dict[str, Any]]:
     """What Undo… can do for each run, read from `notebook`'s own log (never written: a notebook without a log
     gets none), checked against `folder` as the Undo panel checks it (`undo_offer`); `kept`: the agent's cells the
-    person edited since (a run whose only changes are those has nothing to undo)."""
+    person edited since, `gone`: those deleted since (a run whose only changes are those has nothing to undo)."""
     from ..store import StoreError, store_path_for
 
     path = store_path_for(notebook)
@@ -92,7 +123,7 @@ def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[st
     try:
         with log_checked(store):  # once for every record asked about
             mine = store.anchors.heads()
-            return {r: _offer(store, r, folder, mine, kept) for r in dict.fromkeys(run_ids)}
+            return {r: _offer(store, r, folder, mine, kept, gone) for r in dict.fromkeys(run_ids)}
     except UndoError as exc:  # the log fails verification: undo acts on none of its runs
         from ..secrets import Redactor
 
@@ -101,14 +132,15 @@ def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[st
         store.close()
 
 
-def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any], kept: Collection[str] = ()) -> dict[str, Any]:
+def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any], kept: Collection[str] = (),
+           gone: Container[str] = ()) -> dict[str, Any]:
     from ..secrets import Redactor
     from ..store import RunNotFound, StoreError
     from ..ui.undo_view import undo_offer
     from ..undo import UndoError
 
     try:
-        offer = undo_offer(store, run_id, folder=folder, kept=kept)
+        offer = undo_offer(store, run_id, folder=folder, kept=kept, gone=gone)
     except RunNotFound:
         return {"undo": False, "why": f"not in this notebook's log ({store.path.name}): a record of another "
                                       "notebook's run, or of a log since replaced; nothing here to undo"}
@@ -133,4 +165,4 @@ def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any], kept: Co
     return {"undo": True, "line": line, "title": title, "conflicts": len(offer["conflicts"])}
 
 
-__all__ = ["TARGET", "announce", "offers"]
+__all__ = ["TARGET", "announce", "cells_gone", "offers"]

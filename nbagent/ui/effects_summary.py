@@ -211,7 +211,8 @@ def _undone(did: dict[str, Any], by: str) -> str:
                 f"(%agent undo {by} brings the changes back)")
     files = int(did.get("files") or 0)
     cells = [c for c in did.get("cells") or [] if isinstance(c, dict)]
-    names = {a: [str(c.get("name")) for c in cells if c.get("action") == a] for a in ("remove", "restore", "keep")}
+    names = {a: [str(c.get("name")) for c in cells if c.get("action") == a]
+             for a in ("remove", "restore", "keep", "gone")}
     one = files == 1
     parts = [f"the {'file' if one else f'{files} files'} this run changed {'was' if one else 'were'} put back, so "
              f"what it says it did to {'it' if one else 'them'} is no longer in the folder"] if files else []
@@ -221,11 +222,12 @@ def _undone(did: dict[str, Any], by: str) -> str:
         parts.append(f"{', '.join(names['restore'])} got back {'its' if len(names['restore']) == 1 else 'their'} "
                      "code from before")
     parts += [f"{n} kept: you edited it since; it is yours" for n in names["keep"]]
-    changed = files or names["remove"] or names["restore"]
+    parts += [f"{n} was deleted since: nothing to undo" for n in names["gone"]]
+    touched = bool(names["remove"] or names["restore"])  # cells the undo changed (not kept, not gone)
     text = "; ".join(parts)
-    again = (f" (%agent undo {by} brings the files back, not the cells)" if files and cells and len(names["keep"]) <
-             len(cells) else f" (%agent undo {by} brings the files back)" if files else
-             f" (undoing run {by} does not bring cells back)" if changed else "")
+    again = (f" (%agent undo {by} brings the files back, not the cells)" if files and touched else
+             f" (%agent undo {by} brings the files back)" if files else
+             f" (undoing run {by} does not bring cells back)" if touched else "")
     return text + again
 
 

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 UNDO_ACTION = {"remove": "removed", "restore": "restored", "recreate": "restored (the run deleted it)"}
 CELL_ACTION = {"remove": "removed (the agent added it)", "restore": "restored to its code from before the agent "
-               "replaced it", "keep": "kept: you edited it since; it is yours"}
+               "replaced it", "keep": "kept: you edited it since; it is yours",
+               "gone": "not in the notebook any more (deleted since): nothing to undo"}
 
 
 def again_hint(undo_run_id: Any, files: bool, cells: bool) -> str:
@@ -34,27 +35,30 @@ def again_hint(undo_run_id: Any, files: bool, cells: bool) -> str:
 def _cell_changes(report: Any, conflicts: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The agent's cells the undo removes, restores or keeps (the person's now), listed beside the files by the name
     a person finds them by ("[4] x = 1"); a kept cell is no change."""
-    return [{"path": c.name, "kind": "cell", "cell_id": c.cell_id, "action": CELL_ACTION[c.acted], "kept": c.kept,
+    return [{"path": c.name, "kind": "cell", "cell_id": c.cell_id, "action": CELL_ACTION[c.acted],
+             "kept": c.kept or c.gone,
              "conflict": (conflicts or {}).get(f"cell {c.cell_id}"), "overwrites_edit": False}
             for c in getattr(report, "cells", [])]
 
 
-def _words(files: int, cells: int, kept: int) -> dict[str, str]:
+def _words(files: int, cells: int, kept: int, gone: int = 0) -> dict[str, str]:
     """The panel's sentences, by what the undo changes: files, cells, or both (never "files" for cells)."""
     def n(k: int, one: str, many: str) -> str:
         return f"{k} {one if k == 1 else many}"
-    what = " and ".join(x for x in (n(files, "file", "files") if files else "", n(cells + kept, "cell", "cells")
-                                    if cells + kept else "") if x) or "nothing undo can change"
+    every = cells + kept + gone
+    what = " and ".join(x for x in (n(files, "file", "files") if files else "", n(every, "cell", "cells")
+                                    if every else "") if x) or "nothing undo can change"
     how = [x for x in ("each file goes back to how it was before the run" if files else "",
                        "each cell of the agent's is removed or gets its old code back" if cells else "",
-                       "a cell you edited since stays as it is: it is yours" if kept else "") if x]
+                       "a cell you edited since stays as it is: it is yours" if kept else "",
+                       "a cell you deleted stays deleted" if gone else "") if x]
     said = "; ".join(how) + ":"
     question = f"Undo {n(files + cells, 'change', 'changes')}? {said[:1].upper()}{said[1:]}"
     return {"summary": f"it changed {what}", "question": question}
 
 
 def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False,
-               folder: str | Path | None = None, kept: Any = ()) -> dict[str, Any]:
+               folder: str | Path | None = None, kept: Any = (), gone: Any = ()) -> dict[str, Any]:
     """What undoing `run_id` would do, checked against the folder now (`nbagent.undo.preview`), for the Undo panel
     to show before any button: one entry per file with what happens to it, each file changed since the run (a
     conflict, with its diff), an earlier undo that already put the run back, and the calls undo cannot reverse.
@@ -63,13 +67,13 @@ def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False
     happen but a refusal; `why_not` says why and what to run instead). UndoError when there is nothing to undo."""
     from ..undo import preview
 
-    report = preview(store, run_id, to=to, force=force, folder=folder, kept=kept)
+    report = preview(store, run_id, to=to, force=force, folder=folder, kept=kept, gone=gone)
     run_id = report.runs[0]
     conflicts = {c.path: c.reason for c in report.conflicts}
     edited = [r.path for r in report.restores if force and r.current_sha256 != r.expect_sha256]
     state = "undone" if report.undone_by else "conflicts" if conflicts else "ready"
     cells = getattr(report, "cells", [])
-    n = len(report.restores) + sum(1 for c in cells if not c.kept)
+    n = len(report.restores) + sum(1 for c in cells if not c.kept and not c.gone)
     button = None
     if state == "ready":
         button = f"Undo {n} change{'s' if n != 1 else ''}" + (
@@ -84,8 +88,17 @@ def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False
                          "overwrites_edit": r.path in edited} for r in report.restores]
             + _cell_changes(report, conflicts),
             "conflicts": [c.model_dump(mode="json") for c in report.conflicts],
-            "not_undoable": [f"{p.tool} (run {p.run_id}): {p.why}" for p in report.not_undoable],
-            **_words(len(report.restores), n - len(report.restores), len(cells) - (n - len(report.restores)))}
+            "not_undoable": _once([f"{p.tool} (run {p.run_id}): {p.why}" for p in report.not_undoable]),
+            **_words(len(report.restores), n - len(report.restores), sum(1 for c in cells if c.kept and not c.gone),
+                     sum(1 for c in cells if c.gone))}
+
+
+def _once(lines: list[str]) -> list[str]:
+    """Each line once, with how many calls it stands for ("run_cell (run R): … (3 calls)")."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        counts[line] = counts.get(line, 0) + 1
+    return [line + (f" ({n} calls)" if n > 1 else "") for line, n in counts.items()]
 
 
 def _since(conflicts: dict[str, str]) -> str:
@@ -106,7 +119,7 @@ def undo_result(report: Any, store: Any = None) -> dict[str, Any]:
            "cells": [{"path": c["path"], "action": c["action"], "kept": c["kept"]} for c in _cell_changes(report)],
            "conflicts": [c.model_dump(mode="json") for c in report.conflicts], "runs": list(report.runs),
            "said": report.summary() if state == "done" else "",
-           "hint": again_hint(report.undo_run_id, bool(report.restores), any(not c.kept for c in cells))
+           "hint": again_hint(report.undo_run_id, bool(report.restores), any(not c.kept and not c.gone for c in cells))
            if state == "done" else ""}
     if store is not None and state == "done":
         from .record import bundle
