@@ -182,7 +182,8 @@ def collect(store: Store, run_ids: set[str]) -> tuple[list[FileChange], list[Not
             started[(e.run_id, p.call_id)] = p.tool
             if p.tool in CELL_TOOLS:
                 problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=(
-                    "what undo does to its cell is listed above; " + KERNEL_NOTE + ", nor files its code wrote")))
+                    "what undo does to its cell is listed above; what its code did in the kernel and on disk is not "
+                    "undone")))
             elif p.tool == CELL_UNDO_TOOL:
                 problems.append(NotUndoable(run_id=e.run_id, call_id=p.call_id, tool=p.tool, why=(
                     "a cell an undo removed or restored is not brought back: ask the agent to run it again")))

@@ -65,7 +65,7 @@ def test_undo_removes_the_cells_a_run_added_and_restores_the_code_it_replaced(k:
     store = Store(k.folder / "test.nbagent", readonly=True)
     seen = preview(store, second)
     assert [(c.cell_id, c.action) for c in seen.cells] == [(b["cell_id"], "restore"), (a["cell_id"], "remove")]
-    assert all(NOTE in n.why for n in seen.not_undoable)  # what the Undo panel lists before any click
+    assert all("what its code did in the kernel and on disk is not undone" in n.why for n in seen.not_undoable)
     k.opened.clear()
     out = k.run(f"%agent undo {second}", cell_id="u1")
     assert out.ok, (out.stderr, out.outputs)
@@ -163,6 +163,7 @@ def test_a_run_that_only_writes_cells_names_them_offers_undo_and_its_undo_claims
     assert kept in out.stdout and f"[{a['execution_count']}] a = 1: removed" in out.stdout
     assert f"[{b2['execution_count']}] b = 2: restored to its code from before" in out.stdout
     assert "file" not in out.stdout.splitlines()[0], out.stdout  # "undo run U: 3 cells: 1 removed, 1 restored, ..."
+    assert out.stdout.count(": removed") == 1 and out.stdout.count(NOTE) == 1, out.stdout  # each said once
     # exactly what it says: A removed, B restored, nothing sent for C
     assert [p for p in k.opened if p.get("action") == "remove"] == [{"action": "remove", "cell_ids": [a["cell_id"]]}]
     assert [p["cell_id"] for p in k.opened if p.get("action") == "restore"] == [b["cell_id"]]

@@ -360,14 +360,18 @@ class Commands(HostState):
 
     def _undo_cells(self, report: Any) -> None:
         """The cells an undo removes or restores (run_cell, replace_cell), done in the front end (agent_cells.py);
-        the ones it kept were said in its report."""
+        what its report said of each (and the kernel note) is not printed twice, only what more there is to say
+        (no front end took them)."""
         todo = [c for c in report.cells if not c.kept and not c.gone]
         if not report.ok or not todo:
             return
+        from ..undo_cells import KERNEL_NOTE
         from .agent_cells import undo_cells
 
+        said = {c.line() for c in report.cells} | {f"note: {KERNEL_NOTE}"}
         for line in undo_cells(self.agent_cells, todo):
-            print(f"  {line}")
+            if line not in said:
+                print(f"  {line}")
 
     async def _undo_panel(self, args: Any, run_undo: Callable[[], Any]) -> bool:
         """With a person at a front end, `%agent undo` shows what will change and undoes only when they confirm
