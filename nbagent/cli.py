@@ -361,7 +361,7 @@ def render_timeline(state: RunState, events: list[EventBase], log_path: Path) ->
         rows.append(f"{e.seq:>5}  {e.ts[11:23]}  +{offset:>7.3f}s  {'  ' * d}{e.type:<22} {describe(e)}{note}")
     cost = money(state.cost) if state.cost_known else "unknown"
     nominal = state.cost_known and is_nominal(state.model)
-    calls, models = len(state.steps), state.model_calls
+    calls, models = len(state.steps), state.all_model_calls
     tail = [
         "",
         f"  {calls} tool call{'s' if calls != 1 else ''} · {models} model call{'s' if models != 1 else ''} · "
