@@ -199,8 +199,14 @@ def _unchanged(store: Any, cell: Any) -> bool:
 
 def same_source(source: str, recorded: str) -> bool:
     """A cell is unchanged when its source is what the log recorded its tool wrote, trailing blank space aside (a
-    front end may add or drop a final newline). The one rule for `nbagent run` and for a kernel (ipython/rerun.py)."""
-    return source.rstrip() == recorded.rstrip()
+    front end may add or drop a final newline). The one rule for `nbagent run`, a kernel (ipython/rerun.py) and the
+    lab extension (cells.ts sameSource): blank is `BLANK`'s six ASCII characters on every side, since str.rstrip and
+    JavaScript's trimEnd disagree on others (U+001C-U+001F, U+0085, U+FEFF), and then the kernel would run a cell the
+    page removes, or refuse one the page keeps as the person's."""
+    return source.rstrip(BLANK) == recorded.rstrip(BLANK)
+
+
+BLANK = " \t\n\r\f\v"  # what "trailing blank space" is, here and in labextension/src/cells.ts
 
 
 def take_out_ran_cells(nb: Any, store: Any) -> list[tuple[str, str, Any]]:

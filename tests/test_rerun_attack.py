@@ -8,8 +8,10 @@ a recording this user made here is reproduced with no card (tests/test_reproduce
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -65,7 +67,7 @@ def test_a_cloned_logs_recorded_yes_is_asked_again_on_a_card(tmp_path: Path, stu
         k.wait(again)
         assert not (clone / "pwned.txt").exists()
         # the person's no is not the recording's yes: the reproduction stops there, in one line
-        assert "replay diverged" in again.reply["content"]["evalue"], again.reply["content"]
+        assert again.reply is not None and "replay diverged" in again.reply["content"]["evalue"], again.reply
         said = "\n".join(again.notes) + again.stdout
         assert f"reproducing run {recorded[:12]}" in said, said
         assert "not yours" in said and "asked" in said, said  # the cell says whose decisions it does not replay
@@ -92,3 +94,51 @@ def test_a_cloned_logs_recorded_yes_is_asked_again_on_a_card(tmp_path: Path, stu
         assert any("not yours" in n for n in again2.notes), again2.notes
     finally:
         k.close()
+
+
+# ---------------------------------------------------------------- a person's edit, as the kernel and the page see it
+
+LAB = Path(__file__).resolve().parent.parent / "labextension"
+
+
+@pytest.fixture(scope="module")
+def page_same_source(tmp_path_factory: pytest.TempPathFactory) -> Callable[[list[tuple[str, str]]], list[bool]]:
+    """The lab extension's own `sameSource` (labextension/src/cells.ts, bundled by its esbuild), run by node."""
+    esbuild = LAB / "node_modules" / ".bin" / "esbuild"
+    if not esbuild.exists() or shutil.which("node") is None:
+        pytest.skip("the lab extension's node_modules are not installed (cd labextension && npm ci)")
+    out = tmp_path_factory.mktemp("cells") / "cells.cjs"
+    subprocess.run([str(esbuild), "src/cells.ts", "--bundle", "--format=cjs", "--platform=node",
+                    f"--outfile={out}", "--log-level=error"], cwd=LAB, check=True, timeout=120)
+
+    def same(pairs: list[tuple[str, str]]) -> list[bool]:
+        js = (f"const {{sameSource}} = require({json.dumps(str(out))});"
+              "const pairs = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+              "process.stdout.write(JSON.stringify(pairs.map(([a, b]) => sameSource(a, b))));")
+        done = subprocess.run(["node", "-e", js], input=json.dumps(pairs), capture_output=True, text=True,
+                              check=True, timeout=60)
+        return [bool(x) for x in json.loads(done.stdout)]
+
+    return same
+
+
+# every character either Python's str.rstrip or JavaScript's trimEnd takes for blank, and a few that neither does
+BLANKISH = [c for c in map(chr, range(0x3001)) if c.isspace() or not c.strip()] + ["\ufeff", "\u200b", "\u180e"]
+
+
+@pytest.mark.parametrize("agent", ["# nbagent: run by run 01ABC: tidy\nx = 1", "x = 1\r\n", "x = 1  \n"])
+def test_the_kernel_and_the_page_agree_on_what_a_person_changed(
+        agent: str, page_same_source: Callable[[list[tuple[str, str]]], list[bool]]) -> None:
+    """A person's edit of an agent's cell that only adds or drops blank-looking characters at its end is the same
+    cell for both, or a changed one for both: the kernel refuses to run what the page removes, and runs as the
+    person's what the page keeps as theirs (ipython/rerun.py, labextension/src/cells.ts). One that disagrees runs
+    a cell the page then deletes, or refuses a cell the page marks as the person's."""
+    from nbagent.runner_cells import same_source
+
+    pairs = [(agent.rstrip() + tail, agent) for c in BLANKISH for tail in (c, c + "\n", "\n" + c)]
+    pairs += [(agent.replace("\n", "\r\n"), agent), (agent + "  # mine", agent), (agent + "\t \r\n", agent)]
+    page = page_same_source(pairs)
+    kernel = [same_source(a, b) for a, b in pairs]
+    differ = [(a[len(agent.rstrip()):], k, p) for (a, _), k, p in zip(pairs, kernel, page, strict=True) if k != p]
+    assert not differ, f"kernel and page disagree on {len(differ)} edits, e.g. {differ[:4]}"
+    assert not same_source(agent + "  # mine", agent)  # a changed comment is a change

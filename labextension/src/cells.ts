@@ -199,9 +199,11 @@ function sourceOf(cell: ISharedCell): string {
   return cell.getSource?.() ?? cell.source ?? '';
 }
 
-/** runner_cells.same_source: the source the log recorded, trailing blank space aside. */
+/** runner_cells.same_source: the source the log recorded, trailing blank space aside (its six ASCII characters,
+ * runner_cells.BLANK, not trimEnd's: the kernel and the page must agree on what the person changed). */
 export function sameSource(a: string, b: string): boolean {
-  return a.trimEnd() === b.trimEnd();
+  const blank = /[ \t\n\r\f\v]+$/;
+  return a.replace(blank, '') === b.replace(blank, '');
 }
 
 /**
