@@ -74,9 +74,10 @@ describe('a finished run', () => {
     expect(foot).toContain(`${(view.totals!.tokens as number).toLocaleString('en-US')} tokens`);
     expect(root.querySelector('.nbv-run-id')!.textContent).toBe(view.run_id);
     expect(root.querySelector('.nbv-log')!.textContent).toBe(view.log_path);
-    // static: nothing to click (Undo… comes only once the notebook's kernel says undo can act), no waiting hint
+    // static: the one thing to click is Reproduce (reproduce.test.ts); Undo… comes only for a run that changed
+    // something (undo.test.ts); no waiting hint
     const buttons = [...root.querySelectorAll('button, input')].map(b => b.textContent);
-    expect(buttons).toEqual([]); // (Undo… only once the notebook's kernel says undo can act: undo.test.ts)
+    expect(buttons).toEqual(['Reproduce']);
     expect(root.querySelector('.nbv-pending')).toBeNull();
   });
 
