@@ -63,7 +63,9 @@ describe('a finished run', () => {
     expect(tool.querySelector('.nbv-tool')!.textContent).toBe('read_file');
     expect(tool.querySelector('.nbv-args')!.textContent).toBe('(path="sales.csv")');
     expect(tool.querySelector('.nbv-risk')!.textContent).toBe('READ_ONLY');
-    expect(tool.querySelector('.nbv-facts')!.textContent).toMatch(/ok · [\d.]+ (ms|s)/);
+    // what it did, as a sentence (nbagent/ui/step_words.py), then the call and its duration
+    expect(tool.querySelector('.nbv-said-text')!.textContent).toBe('read sales.csv, lines 1-5 of 5');
+    expect(tool.querySelector('.nbv-main')!.textContent).toMatch(/ · [\d.]+ (ms|s)$/);
     expect(tool.querySelector('.nbv-result')!.textContent).toContain('North,10');
     expect(texts(root, '.nbv-k-model .nbv-facts').every(t => /\d+ tokens · \$/.test(t))).toBe(true);
     expect(root.querySelector('.nbv-k-denied .nbv-why')!.textContent).toContain('excluded');
@@ -296,7 +298,9 @@ describe('long and superseded runs', () => {
     expect(middle.querySelector('ol')!.getAttribute('start')).toBe('9');
     expect(root.querySelectorAll('li.nbv-step').length).toBe(n); // every step is there, some collapsed
     const collapsed = [...root.querySelectorAll('details > summary')].map(s => s.textContent ?? '');
-    expect(collapsed).toContain('result (40 lines, 269 chars)');
+    // the step says what it did in a sentence; its raw result is behind a disclosure
+    expect(collapsed).toContain('result');
+    expect(texts(root, '.nbv-result')).toContain(last.result_preview);
   });
 
   it('shows the superseded banner', async () => {
