@@ -257,3 +257,24 @@ def test_a_rerun_cannot_replace_a_cell_it_supersedes(k: RecordingKernel) -> None
     last = store.run_ids()[-1]
     (failed,) = [e.payload for e in store.run_events(last) if e.type == "tool_call_failed"]
     assert "written by an earlier run of this %%agent cell" in str(failed.error), failed
+
+
+def test_a_notebook_whose_cell_ids_changed_is_matched_by_request_and_code(k: RecordingKernel) -> None:
+    """Saved by a front end that drops cell ids, then opened in JupyterLab, which gives every cell a new id: the log's
+    runs name ids the notebook no longer has. The re-run's earlier runs are found by its request, its old cell by its
+    code: the queued copy is a no-op in one line, the front end is told to look for it by its code (`by_request`),
+    and the agent's code runs once per run. A second `%%agent` cell with the same request, run after it, replaces
+    nothing of the first's."""
+    first_run(k)
+    (old,) = agent_cells(k)
+    k.restart()
+    sent = run_all(k, [("new-setup", LOAD), ("new-agent", MAGIC.format(name="s.json", prompt="go")),
+                       ("new-old", old["source"])])
+    assert all(c.ok for c in sent)
+    assert f"run {old['run_id']}" in refusal(sent[2]) and ran(k) == ["first", "fixed"] * 2
+    (told,) = supersedes(k)
+    assert told["by_request"] is True and told["cells"] == [{"cell_id": old["cell_id"], "source": old["source"]}]
+    copy = k.run(MAGIC.format(name="s.json", prompt="go"), cell_id="copy")
+    assert copy.ok and ran(k) == ["first", "fixed"] * 3
+    mine = [c for c in agent_cells(k) if c["agent_cell"] == "new-agent"]
+    assert all(mine[0]["cell_id"] not in [c["cell_id"] for c in t["cells"]] for t in supersedes(k))

@@ -1,7 +1,7 @@
 """The kernel's rule for a queued cell after its `%%agent` cell re-ran (nbagent/ipython/rerun.py), over generated
 notebooks and edits: a cell is refused exactly when it is one the re-run superseded and its source is unchanged (by
-runner_cells' rule), or, without a cell id, its source is such a cell's; a changed cell, a person's cell and a cell of
-another `%%agent` cell always run; every refusal is one line naming the run that wrote the cell."""
+runner_cells' rule), or, without a cell id the log knows, its source is such a cell's; a changed cell, a person's cell
+and a cell of another `%%agent` cell always run; every refusal is one line naming the run that wrote the cell."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def test_refused_exactly_when_superseded_and_unchanged(cells: list[tuple[str, st
         sent.append((held.cell_id if with_id else None, edited(source, how), held if ours else None))
     for cell_id, source, held in sent:
         line: Any = reruns.refusal(cell_id, source, log)
-        if cell_id is not None:
-            expected = held is not None and same_source(source, held.source)
-        else:
+        if cell_id is not None and cell_id in reruns.cells:
+            expected = same_source(source, reruns.cells[cell_id].source)
+        else:  # no id, or one the log never saw: by its code alone
             expected = any(same_source(source, s.source) for s in reruns.cells.values())
         assert (line is not None) == expected, (cell_id, source, held)
         if line is not None:

@@ -19,7 +19,9 @@
  *     just before its new run writes its first cell; nbagent/ipython/rerun.py): each listed cell the agent ran whose
  *     source is still the one listed goes, and the new run's cells are put where the first of them was; a listed
  *     cell the person changed stays, marked as theirs (`metadata.nbagent.edited`). The kernel refuses to run the
- *     removed cells' requests that Run All had already queued.
+ *     removed cells' requests that Run All had already queued. A listed id the notebook lacks (its ids changed:
+ *     saved by a front end that drops them) is looked for by its code; with `by_request` (the kernel found the
+ *     earlier runs by the request's text, not the cell's id) only so.
  * A cell the person deleted meanwhile is skipped quietly.
  *
  * The notebook objects are used through the few members needed (duck-typed), so the extension needs no
@@ -51,6 +53,7 @@ export interface ICellAction {
   cell_ids?: string[];
   agent_cell_id?: string;
   run_id?: string;
+  by_request?: boolean;
   cells?: { cell_id?: unknown; source?: unknown }[];
   source?: string;
   metadata?: Record<string, unknown>;
@@ -217,7 +220,14 @@ export function supersede(target: ITarget, data: ICellAction): string {
   const gone: number[] = [];
   let kept = 0;
   for (const c of listed) {
-    const at = indexOfCell(nb, c.cell_id);
+    let at = indexOfCell(nb, c.cell_id);
+    if (at >= 0 && data.by_request === true) {
+      continue; // found by the request's text: a cell still known by its id is another %%agent cell's
+    }
+    if (at < 0) { // the notebook's ids changed (saved by a front end that drops them): the agent's cell by its code
+      at = nb.cells.findIndex((cell, i) => !gone.includes(i) && sameSource(sourceOf(cell), c.source)
+        && (cell.getMetadata('nbagent') as { ran?: unknown } | undefined)?.ran === true);
+    }
     const shared = at >= 0 ? nb.cells[at] : undefined;
     const meta = shared?.getMetadata('nbagent') as Record<string, unknown> | undefined;
     if (!shared || !meta || typeof meta !== 'object' || meta.ran !== true) {

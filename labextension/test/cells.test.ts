@@ -442,3 +442,17 @@ describe('a re-run of an %%agent cell supersedes the cells its earlier runs ran'
     expect(nb.cells.map(c => c.id)).toEqual(['new1', 'load', 'agent', 'mine']);
   });
 });
+
+describe('a re-run in a notebook whose cell ids changed', () => {
+  it('finds the agent\'s old cell by its code, and with by_request never takes a cell known by its id', () => {
+    const nb = notebook();
+    const t: ITarget = { ...target(nb), places: new Map() };
+    applyPayload(t, ranPayload(3, 'renamed', 'M1'), AGENT_REQUEST); // the log knew it as 'old1'
+    applyPayload(t, ranPayload(4, 'other', 'M2', 'print(2)'), AGENT_REQUEST); // another %%agent cell's, by its id
+    const source = nb.byId('renamed').source;
+    expect(applyPayload(t, { action: 'supersede', run_id: 'run2', by_request: true,
+      cells: [{ cell_id: 'old1', source }, { cell_id: 'other', source: nb.byId('other').source }] }))
+      .toBe('superseded 1, kept 0');
+    expect(nb.cells.map(c => c.id)).toEqual(['load', 'agent', 'other', 'mine']);
+  });
+});

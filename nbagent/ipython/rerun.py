@@ -15,9 +15,11 @@ here. Then:
   writes no cell removes nothing (its earlier cells stay, as `nbagent run` puts them back, and are still refused).
 
 "Unchanged" is runner_cells' rule (`same_source`): the source is the one the log recorded, trailing blank space
-aside. Without cell ids (a front end that sends none) a queued request is matched by its source alone. A cell whose
-first line names a run the log does not hold, reached after an `%%agent` cell ran in this kernel, cannot be checked
-and is refused too. Nothing here imports the runtime; the log is read through the store it is given.
+aside. Without cell ids the log knows (a front end that sends none, a notebook saved by one that dropped them) the
+`%%agent` cell's earlier runs are the ones of the same request, and a cell is matched by its source alone, here and
+in the lab extension. A cell whose first line names a run the log does not hold, reached after an `%%agent` cell ran
+in this kernel, cannot be checked and is refused too. Nothing here imports the runtime; the log is read through the
+store it is given.
 """
 
 from __future__ import annotations
@@ -53,13 +55,20 @@ class Reruns:
     told: set[str] = field(default_factory=set)  # runs whose front end has been sent `payload`
     agent_ran: bool = False
     pending: dict[str, list[Superseded]] = field(default_factory=dict)  # %%agent cell id -> what its new run replaces
+    started: set[str] = field(default_factory=set)  # the %%agent cells that started runs in this kernel
+    by_request: set[str] = field(default_factory=set)  # %%agent cells whose earlier runs were found by their request
 
     def supersede(self, store: Any, agent_cell_id: str | None, prompt: str = "") -> list[Superseded]:
         """The `%%agent` cell `agent_cell_id` starts a run with this request: the ran cells of its earlier runs
-        (from the log) are superseded. Without a cell id (a front end that sends none), its earlier runs are the ones
-        recorded without one for the same request. Returns them, oldest first."""
+        (from the log) are superseded. Returns them, oldest first. Its earlier runs are the ones recorded with its
+        cell id; with none (a front end that sends no ids, or a notebook saved by one that drops them, which
+        JupyterLab gives new ids), the ones of the same request."""
         self.agent_ran = True
-        found = written_by(store, agent_cell_id, prompt)
+        found = written_by(store, agent_cell_id, prompt, self.started)
+        if agent_cell_id:
+            self.started.add(agent_cell_id)
+            if found and found[0].agent_cell_id != agent_cell_id:
+                self.by_request.add(agent_cell_id)
         for s in found:
             self.cells[s.cell_id] = s
         if agent_cell_id:
@@ -78,12 +87,13 @@ class Reruns:
         if not found:
             return None
         return {"action": "supersede", "agent_cell_id": agent_cell_id, "run_id": run_id,
+                "by_request": agent_cell_id in self.by_request,
                 "cells": [{"cell_id": s.cell_id, "source": s.source} for s in found]}
 
     def refusal(self, cell_id: str | None, source: str, store: Any = None) -> str | None:
         """The one line a queued request is answered with instead of running, or None when it runs."""
         held = self.cells.get(cell_id) if cell_id else None
-        if held is None and not cell_id:  # a front end that sends no cell ids: the source alone says which
+        if held is None:  # no cell id, or one the log never saw (the ids changed): the source alone says which
             held = next((s for s in self.cells.values() if same_source(source, s.source)), None)
         if held is not None:
             if not same_source(source, held.source):
@@ -101,14 +111,17 @@ class Reruns:
                 f"not hold, so its code cannot be checked against an approval; {WHAT_TO_DO}")
 
 
-def written_by(store: Any, agent_cell_id: str | None, prompt: str = "") -> list[Superseded]:
-    """The cells the runs of this `%%agent` cell wrote and ran, each with the source its last call wrote (no cell
-    id: the runs recorded without one for the request `prompt`)."""
+def written_by(store: Any, agent_cell_id: str | None, prompt: str = "", started: set[str] | None = None
+               ) -> list[Superseded]:
+    """The cells the runs of this `%%agent` cell wrote and ran, each with the source its last call wrote (its runs:
+    the ones recorded with its cell id, else the ones of the same request `prompt` made by no `%%agent` cell in
+    `started`, which are that cell's; see `Reruns.supersede`)."""
     out: dict[str, Superseded] = {}
-    for state in store.session_states(None):
-        if state.run_id is None or state.cell_id != agent_cell_id or \
-                (agent_cell_id is None and (not prompt or state.prompt != prompt)):
-            continue
+    states = [s for s in store.session_states(None) if s.run_id is not None]
+    runs = [s for s in states if agent_cell_id and s.cell_id == agent_cell_id] or \
+        [s for s in states if prompt and s.prompt == prompt and s.parent_run_id is None
+         and (s.cell_id is None or s.cell_id not in (started or set()))]
+    for state in runs:
         for e in store.run_events(state.run_id):
             if e.type != "tool_call_completed" or e.payload.tool not in RAN_TOOLS:
                 continue
@@ -118,7 +131,7 @@ def written_by(store: Any, agent_cell_id: str | None, prompt: str = "") -> list[
                 continue
             out.pop(r["cell_id"], None)  # (a replace: the cell's place in the order is its latest write)
             out[r["cell_id"]] = Superseded(cell_id=r["cell_id"], source=r["source"], run_id=state.run_id,
-                                           call_id=str(e.payload.call_id), agent_cell_id=agent_cell_id or "")
+                                           call_id=str(e.payload.call_id), agent_cell_id=state.cell_id or "")
     return list(out.values())
 
 
