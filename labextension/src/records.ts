@@ -289,6 +289,12 @@ function outputAt(app: IApp, node: Node): { outputs: IOutputList; index: number 
   return null;
 }
 
+/** The widget model an output shows (its live view), or null. */
+function widgetOf(json: IOutputJSON): string | null {
+  const view = json.data?.['application/vnd.jupyter.widget-view+json'] as { model_id?: unknown } | undefined;
+  return view && typeof view.model_id === 'string' && view.model_id ? view.model_id : null;
+}
+
 /** An ended live view's output becomes the run's record (unless the kernel already replaced it). */
 export function onFinal(app: IApp, event: Event): void {
   const detail = (event as CustomEvent<{ view?: Record<string, unknown>; bundle?: Record<string, unknown> }>).detail;
@@ -302,13 +308,15 @@ export function onFinal(app: IApp, event: Event): void {
     return;
   }
   // let the kernel's own update_display land first (it carries the text/html fallback too); after a reload it
-  // never comes, and the output still holds the live view
+  // never comes, and the output still holds the live view. Only that very view: a cell run again meanwhile holds
+  // its new run's live view at the same index, which must stay (its cards wait there)
+  const ended = widgetOf(at.outputs.get(at.index).toJSON());
   setTimeout(() => {
     if (at.index >= at.outputs.length) {
       return;
     }
-    const json = at.outputs.get(at.index).toJSON();
-    if (json.data && 'application/vnd.jupyter.widget-view+json' in json.data) {
+    const now = widgetOf(at.outputs.get(at.index).toJSON());
+    if (now !== null && now === ended) {
       at.outputs.set(at.index, recordOutput(view, detail?.bundle));
     }
   }, 1500);
