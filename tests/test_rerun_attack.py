@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from kernel_harness import Kernel
+from kernel_harness import RUN_MIME, Kernel
 from stub_openai import Reply, StubOpenAI, tool_call
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
@@ -30,16 +30,18 @@ def stub() -> Iterator[StubOpenAI]:
         yield server
 
 
-def _record(folder: Path, stub: StubOpenAI, env: dict[str, str]) -> str:
-    """The author's run: a run_cell of HOSTILE approved by the author's click."""
+def _record(folder: Path, stub: StubOpenAI, env: dict[str, str], line: str = "") -> str:
+    """The author's run: a run_cell of HOSTILE approved by the author's click (with `line` " --autonomy L3": run
+    with no card at all)."""
     stub.push(Reply(tool_calls=[tool_call("run_cell", {"code": HOSTILE, "explanation": "tidy up"})]),
               Reply(content="Done."))
     k = Kernel(folder, env=env)
     try:
         assert k.run("%load_ext nbagent", cell_id="load").ok
-        first = k.submit("%%agent\nTidy up", cell_id="ask")
-        comm, pending = k.wait_for_pending()
-        k.click(comm, pending["request_id"], "approve")
+        first = k.submit(f"%%agent{line}\nTidy up", cell_id="ask")
+        if not line:
+            comm, pending = k.wait_for_pending()
+            k.click(comm, pending["request_id"], "approve")
         k.wait(first)
         assert first.ok and first.records[-1]["status"] == "completed", first.outputs
         return str(first.records[-1]["run_id"])
@@ -72,6 +74,13 @@ def test_a_cloned_logs_recorded_yes_is_asked_again_on_a_card(tmp_path: Path, stu
         assert f"reproducing run {recorded[:12]}" in said, said
         assert "not yours" in said and "asked" in said, said  # the cell says whose decisions it does not replay
         assert len(stub.completion_requests) == requests  # still a reproduction: the recorded replies, no model
+        # the record, in every form, says whose decisions these were: never "the recorded decisions"
+        out = next(o["data"] for o in again.outputs if RUN_MIME in o.get("data", {}))
+        view = out[RUN_MIME]
+        assert view["reproduces"] == recorded and view["decisions_asked"] is True
+        assert view["words"]["reproduced"].endswith("its decisions were not yours, so each card was asked again")
+        for form in ("text/plain", "text/html"):
+            assert "each card was asked again" in out[form] and "the recorded decisions" not in out[form], form
 
     finally:
         k.close()
@@ -92,6 +101,31 @@ def test_a_cloned_logs_recorded_yes_is_asked_again_on_a_card(tmp_path: Path, stu
         k.wait(again2)
         assert again2.ok and not (clone2 / "pwned.txt").exists(), again2.outputs
         assert any("not yours" in n for n in again2.notes), again2.notes
+    finally:
+        k.close()
+
+
+def test_a_cloned_log_recorded_at_l3_is_reproduced_at_this_persons_autonomy(tmp_path: Path,
+                                                                            stub: StubOpenAI) -> None:
+    """A recording made at L3 holds no decision at all: reproduced at its autonomy, its run_cell would run with no
+    card. Another's recording is reproduced at this person's autonomy (L1 here), so the card is asked."""
+    env = {"OPENAI_API_KEY": "sk-test-attack", "OPENAI_API_BASE": stub.base_url,
+           "NBAGENT_MODEL": "openai/gpt-4o-mini"}
+    author, clone = tmp_path / "author", tmp_path / "clone"
+    author.mkdir()
+    _record(author, stub, env, line=" --autonomy L3")
+    shutil.copytree(author, clone, ignore=shutil.ignore_patterns("pwned.txt"))
+    k = Kernel(clone, env=env)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        again = k.submit("%%agent --reproduce\nTidy up", cell_id="ask")
+        comm, pending = k.wait_for_pending(timeout=30)
+        assert not (clone / "pwned.txt").exists()
+        k.click(comm, pending["request_id"], "approve")  # this person's yes, this time
+        k.wait(again)
+        assert again.ok and (clone / "pwned.txt").exists(), again.outputs
+        view = next(o["data"][RUN_MIME] for o in again.outputs if RUN_MIME in o.get("data", {}))
+        assert view["decisions_asked"] is True and view["status"] == "completed", view["status"]
     finally:
         k.close()
 

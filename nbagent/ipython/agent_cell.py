@@ -98,13 +98,17 @@ class CellPath(HostState):
         replay = rerun.run_id if rerun.kind == "reproduce" else None
         if rerun.line is not None and not (rerun.kind == "ask" and self.rerun_noted == self.execution()):
             show_notes([rerun.line])  # the output's first line (an "asking again" one may be shown already: _shown)
+        # a recording that is not this user's (a cloned log): its decisions are asked again (recorded_yes.py)
+        theirs = replay is not None and args.approve in (None, "", "recorded") and not self._yours(replay)
         if replay is not None:  # the recording's decisions at its autonomy, unless this cell's own line says
             cfg["approve"] = args.approve or "recorded"
-            if args.approve or self._yours(replay):  # (another's recording: at this person's autonomy, asked)
+            if not theirs:  # (another's recording: at this person's autonomy, each card asked)
                 cfg["autonomy"] = args.autonomy
         options = {k: cfg[k] for k in ("script", "approve", "max_steps", "budget") if cfg[k]}
         if replay is not None:
             options["reproduces"] = replay  # the record says which run it reproduced
+            if theirs:
+                options["decisions_asked"] = True  # ... and that its decisions were this person's, asked again
         if cfg.get("mcp") and not str(cfg["mcp"]).lstrip().startswith("{"):
             options["mcp"] = cfg["mcp"]  # a file's name, so a resume finds the same servers (never inline JSON:
             # its headers may hold tokens, and the log keeps what it is given)

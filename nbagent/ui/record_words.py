@@ -108,6 +108,9 @@ def reproduced_line(view: dict[str, Any]) -> str:
     source = (view or {}).get("reproduces")
     if not source:
         return ""
+    if (view or {}).get("decisions_asked"):  # a log that was not this user's: its yes answered nothing (recorded_yes)
+        return (f"reproduced run {short_id(source)} from the log: no model call; its decisions were not yours, so "
+                "each card was asked again")
     return f"reproduced run {short_id(source)} from the log: no model call, the recorded decisions"
 
 
@@ -537,6 +540,8 @@ def words(view: dict[str, Any]) -> dict[str, Any]:
         "undo_note": undo_note(v)[1],  # (effects_summary: what an undo of this run did, by files and cells)
         "plans": {str(p.get("plan_id")): plan_summary(p) for p in v.get("plans") or [] if p.get("plan_id")},
         **_summary_words(v),
+        # a reproduction's first line, worded here when it is not the one record.js words alike (reproducedLine)
+        **({"reproduced": reproduced_line(v)} if v.get("decisions_asked") else {}),
     }
 
 

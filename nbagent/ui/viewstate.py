@@ -345,6 +345,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
         "effects": effects if effects is not None else effects_of(events),
         "undone_by": standing[-1]["run_id"] if standing else None, "undo_history": history,
         "reproduces": state.options.get("reproduces"),  # the recorded run this one reproduced (ipython/reproduce.py)
+        "decisions_asked": state.options.get("decisions_asked") is True,  # its recording was not yours (recorded_yes)
         "undoes": {k: undoes.get(k) for k in ("run_id", "to", "runs")} if undoes else None,
         "children": list(state.children),
         "totals": {
