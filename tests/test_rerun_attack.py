@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -128,6 +129,38 @@ def test_a_cloned_log_recorded_at_l3_is_reproduced_at_this_persons_autonomy(tmp_
         assert view["decisions_asked"] is True and view["status"] == "completed", view["status"]
     finally:
         k.close()
+
+
+def test_nbagent_run_approve_recorded_of_a_cloned_notebook_runs_none_of_its_authors_code(tmp_path: Path) -> None:
+    """Headless, nobody can be asked: `nbagent run --approve recorded` over another's recording runs none of the
+    code its author approved (here by `--approve all`), and says why; the author's own re-run still replays it."""
+    import nbformat
+    from kernel_harness import script
+
+    author, clone = tmp_path / "author", tmp_path / "clone"
+    author.mkdir()
+    script(author / "s.json", {"tool_calls": [{"name": "run_cell", "arguments": {"code": HOSTILE}}]},
+           {"content": "Done."})
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in ("%load_ext nbagent", "%%agent --script s.json\nTidy up")]
+    nbformat.write(nb, author / "a.ipynb")
+    exe = str(Path(sys.executable).with_name("nbagent"))
+
+    def run(folder: Path, approve: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([exe, "run", "a.ipynb", "--approve", approve], capture_output=True, text=True,
+                              cwd=folder, timeout=300, check=False)
+
+    first = run(author, "all")
+    assert first.returncode == 0 and (author / "pwned.txt").exists(), first.stdout + first.stderr
+    shutil.copytree(author, clone, ignore=shutil.ignore_patterns("pwned.txt"))
+    (author / "pwned.txt").unlink()
+    again = run(clone, "recorded")
+    assert not (clone / "pwned.txt").exists(), again.stdout + again.stderr
+    assert again.returncode == 1 and "needs a decision" in again.stderr, again.stdout + again.stderr
+    saved = json.dumps(nbformat.read(clone / "a.ipynb", as_version=4).cells[1].outputs)
+    assert "was not recorded by you here" in saved, saved[:2000]  # the executed notebook says why it asked
+    mine = run(author, "recorded")  # the author's own log: their recorded yes replays with nobody asked
+    assert mine.returncode == 0 and (author / "pwned.txt").exists(), mine.stdout + mine.stderr
 
 
 # ---------------------------------------------------------------- a person's edit, as the kernel and the page see it
