@@ -427,15 +427,15 @@ def render_html(view: dict[str, Any]) -> str:
     out = [f'<div class="nbagent-run nbr-status-{_esc(status)}" data-run-id="{_esc(run_id)}">',
            f"<style>{CSS}{EFFECTS_CSS}</style>"]
     folded = compact(v)
-    if folded:  # two lines; the whole record behind them (a <details>: no script needed)
-        out.append(_summary_html(v, status))
     if reproduced_line(v):  # in sight, folded or not
         out.append(f'<p class="nbr-reproduced"><strong>↻</strong> {_esc(_upper_first(reproduced_line(v)))}</p>')
-    if v.get("superseded_by"):
+    if v.get("superseded_by"):  # in sight, folded or not, as the undo banner: what became of the run
         out.append(f'<div class="nbr-banner nbr-dim"><strong>↷ Superseded</strong> by run '
                    f'<code>{_esc(v["superseded_by"])}</code>: an earlier cell was re-run; this record is kept '
                    "as history.</div>")
     out.append(undo_banner_html(v))
+    if folded:  # two lines; the whole record behind them (a <details>: no script needed)
+        out.append(_summary_html(v, status))
     tone = STATUS_TONE.get(status, "nbr-dim")
     label = f"{STATUS_ICON.get(status, '')} {status.replace('_', ' ')}"
     out.append(f'<h4 class="nbr-title">{_badge(label, tone)} <span>nbagent run</span></h4>')

@@ -287,14 +287,16 @@ export function renderView(el, view, options = {}) {
   view = view && typeof view === "object" ? view : {};
   const ctx = { open: options.open || new Map(), static: true, nominal: !!view.cost_nominal };
   const status = String(view.status || "running");
-  const sections = () => [bannerEl(view), undoBannerEl(view), headEl(view, status), promptEl(view),
+  const sections = () => [headEl(view, status), promptEl(view),
     staticPendingEl(view, status), outcomeWarningEl(view), staticStepsEl(ctx, view), plansEl(ctx, view),
     effectsEl(view), answerEl(view), errorsEl(view)];
+  // what became of the run (reproduced, superseded, undone) is in sight, folded or not (as record_html.py)
+  const fate = () => [reproducedEl(view), bannerEl(view), undoBannerEl(view)];
   // a finished run folds to two lines (summary.js); its ↶ Undo line stays in sight below them
   const parts = isCompact(view)
-    ? [reproducedEl(view), compactEl(ctx, view, said(view, "outcome", () => outcomeWarning(view)), [...sections(), footEl(view, true)]),
+    ? [...fate(), compactEl(ctx, view, said(view, "outcome", () => outcomeWarning(view)), [...sections(), footEl(view, true)]),
       undoHintEl(view)]
-    : [reproducedEl(view), ...sections(), undoHintEl(view), footEl(view, true)];
+    : [...fate(), ...sections(), undoHintEl(view), footEl(view, true)];
   const root = h("div", { class: `nbagent-live nbv-static nbv-status-${status}`, "data-run-id": view.run_id || null },
     parts);
   el.appendChild(root);
