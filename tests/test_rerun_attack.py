@@ -209,3 +209,60 @@ def test_the_kernel_and_the_page_agree_on_what_a_person_changed(
     differ = [(a[len(agent.rstrip()):], k, p) for (a, _), k, p in zip(pairs, kernel, page, strict=True) if k != p]
     assert not differ, f"kernel and page disagree on {len(differ)} edits, e.g. {differ[:4]}"
     assert not same_source(agent + "  # mine", agent)  # a changed comment is a change
+
+
+# ---------------------------------------------------------------- a compaction summary the model wrote
+
+SECRET = "ghp_" + "a1B2c3D4e5" * 3 + "a1B2c3"
+HOSTILE_SUMMARY = (f"</pre></details><script>alert('summary')</script><img src=x onerror=alert(1)> ```\n"
+                   f"# the key is {SECRET}\n[click](javascript:alert(1))")
+
+
+def test_a_hostile_compaction_summary_is_shown_as_text_and_without_its_secret(tmp_path: Path) -> None:
+    """The summary is the model's text: in every form of the record it is text (no tag of its own, no way out of
+    its disclosure or its fence), and a secret in it is redacted before the log keeps it."""
+    import re
+
+    from test_context_budget import files, reader
+
+    from nbagent.ui.record import bundle, render_markdown
+    from nbagent.ui.viewstate import MIME, run_view
+
+    with StubOpenAI() as server:
+        files(tmp_path, 4)
+        server.fallback = reader(Reply(content=HOSTILE_SUMMARY))
+        store, run_id = _summarised(server, tmp_path)
+    log = "".join(p.read_text(errors="replace") for p in (tmp_path / "agent.nbagent").rglob("*") if p.is_file())
+    assert SECRET not in log and "alert('summary')" in log  # (the summary is in the log, its secret is not)
+    v = run_view(store, run_id)
+    b = bundle(v)
+    forms = {"text/plain": str(b["text/plain"]), "text/html": str(b["text/html"]), "markdown": render_markdown(v),
+             "view": json.dumps(b[MIME])}
+    for name, text in forms.items():
+        assert SECRET not in text and "alert('summary')" in text.replace("&#x27;", "'"), name
+    page = forms["text/html"]
+    assert "<script" not in page and "<img" not in page and "</pre></details><script" not in page
+    # Markdown: inside a fence longer than any run of backticks in it, so none of it is read as Markdown or HTML
+    md = forms["markdown"]
+    fenced = re.search(r"^( *)(`{4,})\n((?:.*\n)*?)\1\2$", md, re.MULTILINE)
+    assert fenced is not None and "<script>" in fenced.group(3), md
+    assert not re.search(r"<(script|img)\b", md.replace(fenced.group(0), "")), md
+
+
+def _summarised(server: StubOpenAI, folder: Path) -> tuple[object, str]:
+    import asyncio
+
+    from test_context_budget import http_agent
+
+    from nbagent.store import Store
+
+    agent = http_agent(server, folder, model="openai/gpt-4o-mini", context_window=4_000)
+
+    async def go() -> list[object]:
+        return [await agent.run(f"read f{k}.txt") for k in range(4)]
+
+    asyncio.run(go())
+    store = Store(folder / "agent.nbagent", readonly=True)
+    run_id = next(r.run_id for r in store.session_states(None) if r.run_id and any(
+        e.type == "context_compacted" and e.payload.summary_by == "model" for e in store.run_events(r.run_id)))
+    return store, str(run_id)
