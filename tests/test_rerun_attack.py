@@ -264,5 +264,6 @@ def _summarised(server: StubOpenAI, folder: Path) -> tuple[object, str]:
     asyncio.run(go())
     store = Store(folder / "agent.nbagent", readonly=True)
     run_id = next(r.run_id for r in store.session_states(None) if r.run_id and any(
-        e.type == "context_compacted" and e.payload.summary_by == "model" for e in store.run_events(r.run_id)))
+        e.type == "context_compacted" and getattr(e.payload, "summary_by", None) == "model"
+        for e in store.run_events(r.run_id)))
     return store, str(run_id)
