@@ -66,6 +66,8 @@ def test_a_cloned_logs_recorded_yes_is_asked_again_on_a_card(tmp_path: Path, stu
         again = k.submit("%%agent\nTidy up", cell_id="ask")
         comm, pending = k.wait_for_pending(timeout=30)  # the author's yes does not answer for this person
         assert not (clone / "pwned.txt").exists()
+        live = k.widgets[comm]["view"]  # the live view above the waiting card says whose decision it is
+        assert "not yours, so each card is yours to decide" in live["words"]["reproduced"], live["words"]
         k.click(comm, pending["request_id"], "deny")
         k.wait(again)
         assert not (clone / "pwned.txt").exists()
@@ -79,9 +81,9 @@ def test_a_cloned_logs_recorded_yes_is_asked_again_on_a_card(tmp_path: Path, stu
         out = next(o["data"] for o in again.outputs if RUN_MIME in o.get("data", {}))
         view = out[RUN_MIME]
         assert view["reproduces"] == recorded and view["decisions_asked"] is True
-        assert view["words"]["reproduced"].endswith("its decisions were not yours, so each card was asked again")
+        assert view["words"]["reproduced"].endswith("its decisions were not yours, so each card is yours to decide")
         for form in ("text/plain", "text/html"):
-            assert "each card was asked again" in out[form] and "the recorded decisions" not in out[form], form
+            assert "each card is yours to decide" in out[form] and "the recorded decisions" not in out[form], form
 
     finally:
         k.close()

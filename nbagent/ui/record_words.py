@@ -110,7 +110,7 @@ def reproduced_line(view: dict[str, Any]) -> str:
         return ""
     if (view or {}).get("decisions_asked"):  # a log that was not this user's: its yes answered nothing (recorded_yes)
         return (f"reproduced run {short_id(source)} from the log: no model call; its decisions were not yours, so "
-                "each card was asked again")
+                "each card is yours to decide")
     return f"reproduced run {short_id(source)} from the log: no model call, the recorded decisions"
 
 
