@@ -293,7 +293,8 @@ def test_replace_cell_fixes_the_same_cell(page: Page, lab: Lab) -> None:  # noqa
     # agent's cell is written anew below it, fixed, with its plot and provenance
     out = notebook.with_name("headless.ipynb")
     done = subprocess.run([str(Path(sys.executable).with_name("nbagent")), "run", str(notebook), "-o", str(out),
-                           "--approve", "recorded"], capture_output=True, text=True, cwd=notebook.parent,
+                           "--approve", "recorded", "--allow-tool-errors"],  # (its first cell raised)
+                          capture_output=True, text=True, cwd=notebook.parent,
                           timeout=300, check=False)  # (a guard against a hang, not a timing assertion)
     assert done.returncode == 0, done.stdout + done.stderr
     ran = [c for c in json.loads(out.read_text())["cells"] if (c["metadata"].get("nbagent") or {}).get("ran")]
