@@ -105,6 +105,12 @@ def copy_of(first: dict[str, Any], folder: Path, name: str, edit: bool) -> tuple
     nbformat.write(nb, path)
     (folder / "s.json").write_text((first["folder"] / "s.json").read_text())
     shutil.copytree(store_path_for(first["path"]), store_path_for(path))
+    # the copy stands for the same person's notebook run again: their anchors (store/anchor.py) go with it, or
+    # its recorded yes would be another's, asked again (nbagent/recorded_yes.py)
+    from nbagent.store.anchor import Anchor
+
+    mine, theirs = (Anchor(store_path_for(p), "").path for p in (first["path"], path))
+    shutil.copyfile(mine, theirs)
     return path, source
 
 
