@@ -306,3 +306,37 @@ def test_a_steps_mark_is_what_the_kernel_reported_not_what_the_code_printed_or_t
     assert forged["status"] != "interrupted" and "forged" not in json.dumps(forged.get("result_preview")), forged
     assert raised["status"] == "failed" and "raised OK: all good" in json.dumps(raised), raised
     assert view["status"] == "completed_with_errors", view["status"]
+
+
+def test_resuming_a_cloned_logs_approved_run_is_refused(tmp_path: Path) -> None:
+    """A cloned log whose run waits with its author's yes recorded (approved, not yet carried out): `%agent
+    resume` would carry out the author's decision. It is refused in one line, and nothing is written."""
+    import asyncio
+
+    from kernel_harness import script
+
+    from nbagent import Agent, PauseDecider, Verdict
+    from nbagent.store import Store
+
+    author, clone = tmp_path / "author", tmp_path / "clone"
+    author.mkdir()
+    script(author / "s.json", {"tool_calls": [{"name": "create_file", "arguments": {"path": "pwned.txt",
+                                                                                  "content": "x"}}]},
+           {"content": "Done."})
+    agent = Agent(model="nbagent/scripted", script=str(author / "s.json"), decider=PauseDecider(),
+                  store=Store(author / "test.nbagent"))
+    run = asyncio.run(agent.run("make it"))
+    assert run.status == "waiting"
+    agent.answer_pending(run.run_id, verdict=Verdict.approve())  # the author's yes, not yet carried out
+    agent.store.close()
+    shutil.copytree(author, clone)
+    k = Kernel(clone)
+    try:
+        assert k.run("%load_ext nbagent", cell_id="load").ok
+        cell = k.run(f"%agent resume {run.run_id}", cell_id="resume")
+    finally:
+        k.close()
+    assert not (clone / "pwned.txt").exists()
+    assert cell.reply is not None and cell.reply["content"]["status"] == "error", cell.outputs
+    said = cell.reply["content"]["evalue"]
+    assert "\n" not in said and "was not recorded by you here" in said and "re-run its %%agent cell" in said, said

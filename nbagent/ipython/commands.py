@@ -216,6 +216,16 @@ class Commands(HostState):
             if not candidates:
                 raise UsageError("no run to resume; %agent status shows the runs")
             run_id = candidates[-1]
+        from ..recorded_yes import not_yours
+        from ..replay import RecordingRefused
+
+        try:  # another's run (a cloned log) would go on with its author's decisions, at its author's autonomy
+            theirs = not_yours(self.store, run_id)
+        except RecordingRefused as exc:
+            raise UsageError(f"%agent resume: {exc}") from None
+        if theirs is not None:
+            raise UsageError(f"%agent resume: {theirs.split(': its decisions')[0]}: resuming it would carry out "
+                             "what its author decided; re-run its %%agent cell to be asked")
         agent = self.agent_for(run_id)
         await self.drive(agent, lambda: agent.resume(run_id), run_id)
 
