@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from .cell_names import cell_short
-
 from .effects_summary import undo_note
 
 HEAD_STEPS = 8  # a run with more than MAX_STEPS_SHOWN steps shows the first HEAD_STEPS and the last TAIL_STEPS
@@ -36,7 +35,6 @@ PLAN_STATUS = {"proposed": "proposed", "auto": "ran without asking", "approved":
 
 
 # ---------------------------------------------------------------------------------------------- small formatters
-
 
 def _esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
