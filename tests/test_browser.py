@@ -423,10 +423,12 @@ def test_approve_in_the_browser_then_reload_without_kernel(page: Page, lab: Lab)
     expect(record.locator(".nbv-run-id")).to_have_count(1)
     expect(record.locator(".nbv-log")).to_contain_text("analysis.nbagent")
     expect(record.locator(".nbv-add").first).to_contain_text("+# Sales report")
-    # the one thing to click is Undo…, a question: a click would load nbagent in a kernel and run `%agent undo RUN`
-    # below, which checks the log first (test_browser_undo_offer.py); showing it starts no kernel
-    expect(record.locator("button")).to_have_count(1)
+    # what there is to click is a question: Undo… (a click would load nbagent in a kernel and run `%agent undo RUN`
+    # below, which checks the log first: test_browser_undo_offer.py) and Reproduce (test_browser_reproduce.py);
+    # showing them starts no kernel
+    expect(record.locator("button")).to_have_count(2)
     expect(record.get_by_role("button", name="Undo…", exact=True)).to_be_visible()
+    expect(record.get_by_role("button", name="Reproduce", exact=True)).to_be_visible()
     expect(record.locator(".nbv-undo-hint")).to_contain_text("%agent undo ")
     # the text/html fallback is not what is shown
     expect(page.locator(f"{ACTIVE} .jp-OutputArea-output .nbagent-run")).to_have_count(0)

@@ -192,7 +192,8 @@ def test_interrupt_then_resume_in_a_later_cell_decides_on_the_live_card(page: Pa
     decisions = Store(notebook.with_suffix(".nbagent"), readonly=True).run_state(run_id).decisions
     assert [(d.kind, d.by) for d in decisions] == [("approved", "user")]
     text = nbconvert_text(notebook)  # both records: the plan, the decision on it, the answer
-    assert text.count("Plan 1: Create report.md") == 2 and text.count("All written.") == 2
+    # (each record's answer twice: its folded summary line, and the full record behind it)
+    assert text.count("Plan 1: Create report.md") == 2 and text.count("All written.") == 4
     assert len(re.findall(r"approved by (?:you|user)", text)) >= 2
     assert "continues run" in text and "from cell [2]" in text and "continued in cell [3]" in text
 
