@@ -58,7 +58,9 @@ def register(ip: Any) -> None:
 
         modelproc.want(loading.MODULES)
     # a real model configured, or a provider's key (now or set by a later cell): load the library once the kernel
-    # is idle; neither, nothing starts
+    # is idle; neither, nothing starts. Asked once here too: reading the settings says, in this cell, what of the
+    # configuration nbagent does not read (`Agent.model`), which a note at an idle moment would lose
+    host.model_expected()
     loading.start_when_idle(ip, ahead=FIRST_RUN_MODULES, when=host.model_expected)
 
 
