@@ -98,6 +98,7 @@ interface ICommOpen {
 
 interface ISentMessage {
   header?: { msg_type?: string; msg_id?: string };
+  parent_header?: { msg_id?: string };
   metadata?: { cellId?: unknown };
 }
 
@@ -388,6 +389,10 @@ function listen(panel: INotebookLike): void {
       if (direction === 'send' && msg?.header?.msg_type === 'execute_request' && typeof cellId === 'string'
           && typeof msgId === 'string') {
         router.requested(msgId, cellId);
+      }
+      const parent = msg?.parent_header?.msg_id;
+      if (direction === 'recv' && msg?.header?.msg_type === 'execute_reply' && typeof parent === 'string') {
+        router.replied(parent); // (it may come after the request's idle: outputs.ts keepCount)
       }
     });
   };

@@ -91,6 +91,7 @@ interface IRoute {
 export class OutputRouter {
   private routes = new Map<string, IRoute>(); // msg id -> route, oldest first
   private inputs = new Map<string, number>(); // request msg id -> the execution count its execute_input announced
+  private kept = new Map<string, Set<string>>(); // request msg id -> its %%agent cells, once its idle came
   private requests = new Map<string, string>(); // msg id of an execute request this page sent -> its cell's id
 
   /** `find`: the code cell with this id in the notebook now, or null (deleted). */
@@ -146,6 +147,19 @@ export class OutputRouter {
    * This page asked the kernel to run the cell `cellId` (an execute request with this msg id): from now on the cell's
    * outputs are that run's (JupyterLab's own), and if the run is an agent's that runs cells, the count is kept.
    */
+  /**
+   * The kernel's execute_reply to request `msgId` (shell channel). JupyterLab sets the reply's count once both the
+   * reply and the request's idle have come, and the two channels arrive in either order: so the %%agent cell's own
+   * count is put back after whichever comes last (`keepCount`).
+   */
+  replied(msgId: string): void {
+    const agentCells = this.kept.get(msgId);
+    if (agentCells) {
+      this.keepCount(msgId, agentCells);
+      this.kept.delete(msgId);
+    }
+  }
+
   requested(msgId: string, cellId: string): void {
     this.forgetCell(cellId);
     this.requests.set(msgId, cellId);
@@ -287,6 +301,10 @@ export class OutputRouter {
     const count = this.inputs.get(requestId);
     if (count === undefined || !agentCells.size) {
       return;
+    }
+    this.kept.set(requestId, agentCells);
+    if (this.kept.size > this.limit) {
+      this.kept.delete(this.kept.keys().next().value as string);
     }
     setTimeout(() => {
       for (const id of agentCells) {

@@ -385,6 +385,13 @@ describe('the plugin', () => {
     expect([cell.outputs.items[0].text, cell.prompt]).toEqual(['hello\n', '7']);
     await new Promise(resolve => setTimeout(resolve, 0));
     expect(nb.byId('agent').prompt).toBe('6'); // the count its execute_input announced, not the agent's cell's
+    // on a loaded machine the execute_reply (shell channel) may come after the idle (IOPub): JupyterLab then sets
+    // the reply's count later, and the %%agent cell gets its own back after the reply
+    nb.byId('agent').executionCount = 7;
+    kernel.anyMessage.emit({ direction: 'recv',
+      msg: { header: { msg_type: 'execute_reply', msg_id: 'r1' }, parent_header: { msg_id: AGENT_REQUEST } } });
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(nb.byId('agent').prompt).toBe('6');
     // the person runs the cell: its outputs are that run's; a late message of M stays out
     sent('req-person', 'c1');
     cell.outputs.clear();
