@@ -58,9 +58,14 @@ def register(ip: Any) -> None:
 
         modelproc.want(loading.MODULES)
     # a real model configured, or a provider's key (now or set by a later cell): load the library once the kernel
-    # is idle; neither, nothing starts. Asked once here too: reading the settings says, in this cell, what of the
-    # configuration nbagent does not read (`Agent.model`), which a note at an idle moment would lose
-    host.model_expected()
+    # is idle; neither, nothing starts. What of the configuration nbagent does not read (`Agent.model`) is said here,
+    # in this cell (a note at an idle moment would be lost), without resolving the settings (that imports more)
+    from .options import old_section_note
+
+    note = old_section_note(getattr(ip, "config", {}))
+    if note and not host._noted_old_section:
+        host._noted_old_section = True
+        print(note, file=sys.stderr)
     loading.start_when_idle(ip, ahead=FIRST_RUN_MODULES, when=host.model_expected)
 
 
