@@ -37,7 +37,7 @@ class CodeFault(BaseModel):
 
 
 def duration(ms: float) -> str:
-    """A duration as the records write one (ui/record_words.fmt_ms, format.js fmtMs): "4.6 s", "850 ms"."""
+    """A duration as the records write one (ui/record_words.fmt_ms calls this; format.js fmtMs): "4.6 s", "850 ms"."""
     ms = float(ms)
     if ms < 1:
         return f"{ms:.2f} ms"

@@ -168,7 +168,7 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
                 loading.start()
             before()
         except Exception:  # options or a log that fail, or a load that fails: the cell says so once it runs
-            pass
+            log.debug("the cell's first line was not shown ahead of the loading line", exc_info=True)
     try:
         status = await _loaded(needed)
     except LoadFailed as exc:

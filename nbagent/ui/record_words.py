@@ -14,6 +14,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ..outcomes import duration
 from .cell_names import cell_short
 from .effects_summary import undo_note
 
@@ -41,23 +42,8 @@ def _esc(value: Any) -> str:
 
 
 def fmt_ms(ms: Any) -> str:
-    if ms is None:
-        return ""
-    ms = float(ms)
-    if ms < 1:
-        return f"{ms:.2f} ms"
-    if ms < 10:
-        return f"{ms:.1f} ms"
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    s = ms / 1000
-    if s < 60:
-        return f"{s:.1f} s"
-    m, s = divmod(round(s), 60)
-    if m < 60:
-        return f"{m} min {s} s"
-    h, m = divmod(m, 60)
-    return f"{h} h {m} min"
+    """A duration as every record writes it (one rule: outcomes.duration, which a step's outcome uses too)."""
+    return "" if ms is None else duration(ms)
 
 
 NOMINAL_NOTE = "nominal: an offline model's made-up prices, so cost tracking can be tried; no money was spent"
