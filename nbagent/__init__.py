@@ -19,15 +19,15 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+from nbagent._version import __version__
 
 if TYPE_CHECKING:
-    from .deciders import Answer, InteractiveDecider, PauseDecider, PolicyDecider, RecordedDecider, Verdict
-    from .levels import Autonomy, Risk
-    from .policy import AuthPolicy, Budget
-    from .runtime import Agent, RunResult
-    from .store import Store
-    from .tools.base import Tool, tool
+    from nbagent.deciders import Answer, InteractiveDecider, PauseDecider, PolicyDecider, RecordedDecider, Verdict
+    from nbagent.levels import Autonomy, Risk
+    from nbagent.policy import AuthPolicy, Budget
+    from nbagent.runtime import Agent, RunResult
+    from nbagent.store import Store
+    from nbagent.tools.base import Tool, tool
 
 _EXPORTS = {
     "Agent": ".runtime", "RunResult": ".runtime", "tool": ".tools.base", "Tool": ".tools.base",
@@ -53,12 +53,12 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ip: Any) -> None:
     """`%load_ext nbagent`: registers `%%agent` and `%agent` (nothing heavy is imported yet)."""
-    from .ipython import load_ipython_extension as load
+    from nbagent.ipython import load_ipython_extension as load
 
     load(ip)
 
 
 def unload_ipython_extension(ip: Any) -> None:
-    from .ipython import unload_ipython_extension as unload
+    from nbagent.ipython import unload_ipython_extension as unload
 
     unload(ip)

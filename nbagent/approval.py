@@ -38,16 +38,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .effects import Effect, call_digest, digest_matches, risk_of
-from .grants import Grant, answering
-from .ids import assign_call_ids, identify
-from .levels import Autonomy, Risk
-from .policy import needs_decision  # the autonomy table: which calls need a decision
-from .tools.control import CONTROL_TOOLS
+from nbagent.effects import Effect, call_digest, digest_matches, risk_of
+from nbagent.grants import Grant, answering
+from nbagent.ids import assign_call_ids, identify
+from nbagent.levels import Autonomy, Risk
+from nbagent.policy import needs_decision  # the autonomy table: which calls need a decision
+from nbagent.tools.control import CONTROL_TOOLS
 
 if TYPE_CHECKING:
-    from .state import RunState
-    from .tools.base import Tool
+    from nbagent.state import RunState
+    from nbagent.tools.base import Tool
 
 # the one list of control tools is tools/control.py's; their names, for the gate
 CONTROL_TOOL_NAMES = frozenset(CONTROL_TOOLS)

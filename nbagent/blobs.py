@@ -59,8 +59,8 @@ class BlobStore:
     def _shard(self, sha: str, *, create: bool) -> Path:
         """The blob's folder (`ab/`), made if `create`; BlobError when it or the blob folder is a link or not a
         folder: a blob is never written, or read, wherever a link points."""
-        from .store.errors import StoreError
-        from .store.regular import folder
+        from nbagent.store.errors import StoreError
+        from nbagent.store.regular import folder
 
         shard = self.path(sha).parent
         try:
@@ -81,8 +81,8 @@ class BlobStore:
 
     def put_stream(self, f: IO[bytes]) -> str:
         """Store what `f` holds from its position to its end (in chunks: a large file is never held whole)."""
-        from .store.errors import StoreError
-        from .store.regular import folder
+        from nbagent.store.errors import StoreError
+        from nbagent.store.regular import folder
 
         try:
             if not folder(self.folder, create=False):
@@ -126,8 +126,8 @@ class BlobStore:
         """The content with this hash, or BlobError (missing, not a regular file, or altered since it was stored).
         Opened without blocking and checked with fstat first: a FIFO put in a blob's place is refused, never
         waited on, and a link (or a linked folder) is refused, never followed."""
-        from .store.errors import NotAFile
-        from .store.regular import open_regular
+        from nbagent.store.errors import NotAFile
+        from nbagent.store.regular import open_regular
 
         self._shard(sha, create=False)
         try:

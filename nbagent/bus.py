@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .events import EventBase
+from nbagent.events import EventBase
 
 log = logging.getLogger("nbagent.bus")
 

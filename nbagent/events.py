@@ -29,8 +29,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
-from .effects import Effect
-from .levels import Autonomy, Risk
+from nbagent.effects import Effect
+from nbagent.levels import Autonomy, Risk
 
 # --------------------------------------------------------------------------------------------- hashing
 

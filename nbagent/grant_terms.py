@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from wcmatch import glob as wcglob
 
-from .events import canonical_json
-from .levels import Risk
-from .policy import needs_decision
+from nbagent.events import canonical_json
+from nbagent.levels import Risk
+from nbagent.policy import needs_decision
 
 if TYPE_CHECKING:
-    from .effects import Effect
-    from .events import PlanStep
-    from .tools.base import Tool
+    from nbagent.effects import Effect
+    from nbagent.events import PlanStep
+    from nbagent.tools.base import Tool
 
 
 class GrantError(ValueError):
@@ -125,7 +125,7 @@ def covers(terms: GrantTerms, name: str, arguments: Mapping[str, Any], effect: E
     if name != terms.tool:
         return False
     if terms.pinned:
-        from .effects import digest_matches
+        from nbagent.effects import digest_matches
 
         return any(digest_matches(d, name, dict(arguments), effect) for d in terms.digests)
     values = effect.paths()
@@ -198,7 +198,7 @@ def step_effect(step: PlanStep, tools: Mapping[str, Tool]) -> Effect:
     as written (the tool's own reading of them)."""
     if step.effect is not None:
         return step.effect
-    from .effects import Effect, Target
+    from nbagent.effects import Effect, Target
 
     tool = tools.get(step.tool)
     found = tool.paths(step.arguments) if tool is not None else []

@@ -34,8 +34,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .events import canonical_json
-from .grant_terms import (  # what a grant covers (grant_terms.py), re-exported here
+from nbagent.events import canonical_json
+from nbagent.grant_terms import (  # what a grant covers (grant_terms.py), re-exported here
     GrantError,
     GrantSpec,
     GrantTerms,
@@ -49,13 +49,13 @@ from .grant_terms import (  # what a grant covers (grant_terms.py), re-exported 
     terms_for,
     whole_folder,
 )
-from .levels import Risk
+from nbagent.levels import Risk
 
 if TYPE_CHECKING:
-    from .effects import Effect
-    from .events import EventBase
-    from .state import RunState
-    from .store import Store
+    from nbagent.effects import Effect
+    from nbagent.events import EventBase
+    from nbagent.state import RunState
+    from nbagent.store import Store
 
 SESSION_HOURS = 8.0  # a session grant's default lifetime: a working day, not forever
 
@@ -219,7 +219,7 @@ def grant_seal(payload: Mapping[str, Any], session_id: str, store_path: Any) -> 
     another store, and a grant given here answers nothing there: attack b5)."""
     import os
 
-    from .seal import seal
+    from nbagent.seal import seal
 
     terms = {k: payload.get(k) for k in _SEALED_TERMS}
     terms["max_risk"] = str(Risk(terms["max_risk"] or Risk.READ_ONLY).value)
@@ -232,7 +232,7 @@ def sealed_here(store: Store, grant: Grant) -> bool:
     nothing: the grant answers nothing (fail closed)."""
     import hmac
 
-    from .seal import KeyFileError
+    from nbagent.seal import KeyFileError
 
     if not grant.seal:
         return False
@@ -391,7 +391,7 @@ def grants_table(store: Store, *, everything: bool = False) -> str:
 
 def revoke(store: Store, grant_id: str, *, by: str = "user", reason: str = "") -> str:
     """End a grant now (a `grant_revoked` event); a grant already ended is an error and nothing is recorded."""
-    from .events import GrantRevoked
+    from nbagent.events import GrantRevoked
 
     g = find(store, grant_id)
     at = now()
@@ -494,7 +494,7 @@ def unbacked(store: Store, grant: Grant) -> str | None:
             return f"its expiry {grant.expires_at!r} is not a time"
         if lasts > MAX_GRANT_SECONDS + 60:
             return f"it lasts longer than a grant can ({MAX_GRANT_DAYS} days): nbagent did not give it so"
-    from .store.integrity import chain_sound
+    from nbagent.store.integrity import chain_sound
 
     if not chain_sound(store, f"session:{grant.session_id}"):
         return UNSOUND_SESSION

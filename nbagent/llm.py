@@ -33,9 +33,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from .events import Usage, canonical_json
-from .retrying import with_retries
-from .tool_calls import ToolCallRequest, parse_tool_calls
+from nbagent.events import Usage, canonical_json
+from nbagent.retrying import with_retries
+from nbagent.tool_calls import ToolCallRequest, parse_tool_calls
 
 
 class ModelTimeout(TimeoutError):
@@ -86,7 +86,7 @@ _looked_up: dict[tuple[str, str], str] = {}  # (name, arguments) -> the result's
 def library(name: str, **kwargs: Any) -> Any:
     """`litellm.NAME(**kwargs)`: in the kernel's model process when there is one (nbagent/modelproc.py), else
     in-process. Only the calls `modelproc.CALLS` lists, with JSON arguments and results."""
-    from .modelproc import CALLS, current
+    from nbagent.modelproc import CALLS, current
 
     if name not in CALLS:
         raise ValueError(f"not a model library call nbagent makes: {name}")
@@ -110,7 +110,7 @@ def import_litellm() -> ModuleType:
 
     if "litellm" in sys.modules and hasattr(sys.modules["litellm"], "acompletion"):
         return sys.modules["litellm"]
-    from .shadowing import check
+    from nbagent.shadowing import check
 
     check()  # a litellm.py (or openai/, httpx.py...) in the working folder would run here: refused, in one line
     added = {k: v for k, v in _IMPORT_ENV.items() if k not in os.environ}
@@ -177,7 +177,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def is_transient(exc: BaseException) -> bool:
-    from .models.base import ModelScriptError
+    from nbagent.models.base import ModelScriptError
 
     chain = _chain(exc)
     if any(isinstance(e, ModelScriptError | ModelTimeout) for e in chain):
@@ -239,7 +239,7 @@ def _response_dict(resp: Any) -> dict[str, Any]:
 
 
 def _process() -> Any:
-    from .modelproc import current
+    from nbagent.modelproc import current
 
     return current()
 
@@ -280,7 +280,7 @@ async def complete(
         if process is None:
             litellm = import_litellm()
         if settings.model.startswith("nbagent/"):
-            from .models.provider import ensure_registered
+            from nbagent.models.provider import ensure_registered
 
             ensure_registered()
         kwargs = {
@@ -317,7 +317,7 @@ async def complete(
             meta = {**metadata, "nbagent_turn": metadata["nbagent_turn"] + n - 1}
         started = time.perf_counter()
         if local:
-            from .models.provider import local_completion
+            from nbagent.models.provider import local_completion
 
             assert meta is not None
             return await local_completion(settings.model, messages, tools, meta, on_token)
@@ -341,7 +341,7 @@ async def complete(
                                            cap=settings.retry_cap, transient=is_transient, first_failed=first_failed,
                                            on_retry=on_retry)
     except Exception as exc:
-        from .models.base import ModelScriptError
+        from nbagent.models.base import ModelScriptError
 
         script_error = next((e for e in _chain(exc) if isinstance(e, ModelScriptError)), None)
         if script_error is not None:  # our own offline model's message, without litellm's wrapping
@@ -353,8 +353,8 @@ async def complete(
         transient = is_transient(exc)
         retries = getattr(exc, "retry_count", 0)
         # a provider may echo the key it rejected: scrub it (and other known secrets) before truncating
-        from .model_errors import explained
-        from .secrets import Redactor
+        from nbagent.model_errors import explained
+        from nbagent.secrets import Redactor
 
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None
         detail = Redactor([key]).text(explained(exc, settings) or error_message(exc))[:500]

@@ -296,7 +296,7 @@ def current() -> ModelProcess | None:
 
 
 def _describe(exc: BaseException) -> list[dict[str, Any]]:
-    from .llm import _chain
+    from nbagent.llm import _chain
 
     out = []
     for e in _chain(exc):
@@ -343,7 +343,7 @@ class _Child:
         began = time.perf_counter()
         for name in modules:
             importlib.import_module(name)
-        from .llm import FIRST_CALL, import_litellm
+        from nbagent.llm import FIRST_CALL, import_litellm
 
         self.litellm = import_litellm()
         for name in FIRST_CALL:
@@ -374,7 +374,7 @@ class _Child:
         n = msg.get("id")
         try:
             if msg.get("op") == "complete":
-                from .llm import _call, _cost, _response_dict
+                from nbagent.llm import _call, _cost, _response_dict
 
                 kwargs = msg["kwargs"]
                 on_token = (lambda t: self.send({"id": n, "token": t})) if msg.get("stream") else None

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .ids import iso
-from .levels import Autonomy, Risk
-from .tools.control import CONTROL_TOOLS
+from nbagent.ids import iso
+from nbagent.levels import Autonomy, Risk
+from nbagent.tools.control import CONTROL_TOOLS
 
 Action = Literal["run", "propose"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .secrets import Redactor
+from nbagent.secrets import Redactor
 
 __all__ = ["redact_output"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .events import EventBase, GrantGiven
-from .models.replay import RecordedCall
-from .store import Store
+from nbagent.events import EventBase, GrantGiven
+from nbagent.models.replay import RecordedCall
+from nbagent.store import Store
 
 
 def run_tree(store: Store, run_id: str) -> list[str]:
@@ -39,8 +39,8 @@ def recorded_events(store: Store, run_id: str) -> list[EventBase]:
     backs it with a decision (`grants.unbacked`): a grant appended by hand, or named by a hand-made
     `authorization_denied`, is left out. (A replay replays the recording's decisions, whoever made them: that is
     what the person asked for. A live run honours only grants the person gave here: `grants.vouched`.)"""
-    from .grants import from_events, unbacked
-    from .store.integrity import chain_sound
+    from nbagent.grants import from_events, unbacked
+    from nbagent.store.integrity import chain_sound
 
     tree = run_tree(store, run_id)
     sessions = {store.run_state(r).session_id for r in tree}

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .runner_cells import (
+from nbagent.runner_cells import (
     AGENT_CELL_ERROR,
     Outputs,
     agent_cell_clearance,
@@ -69,7 +69,7 @@ class RunSummary(BaseModel):
         return self.finished and self.status != "completed_with_errors"
 
     def line(self) -> str:
-        from .timeline import clip, money
+        from nbagent.timeline import clip, money
 
         if self.status == "completed_with_errors":
             n = len(self.tool_errors)
@@ -78,7 +78,7 @@ class RunSummary(BaseModel):
                 f" · answer: {self.answer}" if self.answer else "")
         else:
             tail = (self.answer if self.finished else (self.error or "no answer")) or ""
-        from .ui.viewstate import is_nominal
+        from nbagent.ui.viewstate import is_nominal
 
         cost = money(self.cost) + (" nominal" if self.cost is not None and is_nominal(self.model) else "")
         # an error gets room for what it says is wrong, after the "model call to … failed …:" that leads it
@@ -233,7 +233,7 @@ def _client_class() -> Any:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
-    from .runner_stops import Stops
+    from nbagent.runner_stops import Stops
 
     class CellIdClient(Stops, NotebookClient):
         """Sends each cell's id with its execute_request, as JupyterLab does; a cell the agent wrote runs only when
@@ -308,7 +308,7 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     from jupyter_core.utils import run_sync
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-    from .store import Store, store_path_for
+    from nbagent.store import Store, store_path_for
 
     nb = read_notebook(Path(path))
     nb_path = Path(path).resolve()
@@ -375,13 +375,13 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
     ours = [r for r in store.run_ids() if r not in before and store.run_state(r).options.get(
         "execution", execution) == execution] if store is not None else []
     if client.stopped_by is not None and ours:
-        from .runner_stops import record_left_running
+        from nbagent.runner_stops import record_left_running
 
         record_left_running(store_path, ours, client.stopped_by)
         store = open_store(store_path)
     put_back(nb, taken, write_agent_cells(nb, store, ours, client.outputs) if store is not None else set())
     latest_records(nb)
-    from .secrets import Redactor, env_secrets
+    from nbagent.secrets import Redactor, env_secrets
 
     redactor = Redactor(env_secrets(kernel_env))
     _redact_notebook(nb, redactor)
@@ -407,7 +407,7 @@ def run_notebook(path: str | Path, *, output: str | Path | None = None, approve:
                                    answer=redactor.text(s.answer) if s.answer else s.answer,
                                    error=redactor.text(error) if error else error,
                                    tool_errors=[redactor.text(e) for e in s.errors]))
-        from .ui.viewstate import cell_labels
+        from nbagent.ui.viewstate import cell_labels
 
         # as `nbagent runs` and the records show them: unique among every cell of the notebook's log
         labels = cell_labels(row.get("cell_id") for row in store.runs.all())
@@ -430,7 +430,7 @@ def latest_records(nb: Any) -> int:
     Returns how many outputs were replaced."""
     import copy
 
-    from .ui.viewstate import MIME
+    from nbagent.ui.viewstate import MIME
 
     shown: list[tuple[dict[str, Any], dict[str, Any]]] = []
     newest: dict[str, dict[str, Any]] = {}

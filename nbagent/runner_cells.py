@@ -95,8 +95,8 @@ def _runs_exactly(recorded: Any, code: Any) -> bool:
 
 
 def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str | None, str]:
-    from .ipython.cells import TOOL, cell_source
-    from .levels import Risk
+    from nbagent.ipython.cells import TOOL, cell_source
+    from nbagent.levels import Risk
 
     if not isinstance(meta, dict):
         return "its \"nbagent\" metadata is not what nbagent writes", ""
@@ -147,7 +147,7 @@ def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str |
 
 
 def _canonical(value: Any) -> str:
-    from .events import canonical_json
+    from nbagent.events import canonical_json
 
     try:
         return canonical_json(value)
@@ -159,7 +159,7 @@ def _canonical(value: Any) -> str:
 
 
 def open_store(store_path: Path | None) -> Any:
-    from .store import Store
+    from nbagent.store import Store
 
     return Store(store_path, readonly=True) if store_path is not None and (store_path / "meta.json").exists() \
         else None
@@ -346,7 +346,7 @@ def _redacted(outs: list[Any], redactor: Any) -> list[Any]:
     reach (a cell's error as ipykernel sent it, what the agent's code printed after its cell ended) is not written."""
     import nbformat
 
-    from .redact_outputs import redact_output
+    from nbagent.redact_outputs import redact_output
 
     return [nbformat.from_dict(redact_output(redactor, dict(o))) for o in outs]
 
@@ -369,8 +369,8 @@ def write_agent_cells(nb: Any, store: Any, run_ids: list[str], outputs: Outputs 
     whose runs wrote ran cells (their old ran cells are not put back)."""
     import nbformat
 
-    from .ipython.cells import TOOL
-    from .secrets import Redactor
+    from nbagent.ipython.cells import TOOL
+    from nbagent.secrets import Redactor
 
     redactor = Redactor()
     rewritten: set[str] = set()

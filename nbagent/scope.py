@@ -40,9 +40,9 @@ from typing import IO, Literal
 import pathspec
 from pydantic import BaseModel, ConfigDict, Field
 
-from .beneath import Beneath, Redirected
-from .links import LinkIndex
-from .tools.base import ToolError
+from nbagent.beneath import Beneath, Redirected
+from nbagent.links import LinkIndex
+from nbagent.tools.base import ToolError
 
 Operation = Literal["read", "list", "write", "create", "delete"]
 ALL_OPERATIONS: frozenset[Operation] = frozenset({"read", "list", "write", "create", "delete"})

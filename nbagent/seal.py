@@ -94,7 +94,7 @@ def _read(path: Path) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            from .store.regular import kind
+            from nbagent.store.regular import kind
 
             raise KeyFileError(path, f"not a regular file (a {kind(st.st_mode)})")
         if hasattr(os, "geteuid") and st.st_uid != os.geteuid():

@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .events import EventBase, PlanStep, Usage
-from .ids import identify
-from .levels import Autonomy, Risk
-from .outcomes import code_fault
+from nbagent.events import EventBase, PlanStep, Usage
+from nbagent.ids import identify
+from nbagent.levels import Autonomy, Risk
+from nbagent.outcomes import code_fault
 
 
 class RunStatus(StrEnum):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._version import __version__
-from .events import EventBase, UnknownEvent
-from .outcomes import code_fault
+from nbagent._version import __version__
+from nbagent.events import EventBase, UnknownEvent
+from nbagent.outcomes import code_fault
 
 
 def clip(text: Any, width: int = 80) -> str:
@@ -64,7 +64,7 @@ def describe(event: EventBase) -> str:
                         f"(grant {g.get('grant_id')})" for g in getattr(p, "grants", None) or [])
         return f"plan {p.plan_id} by {p.by}" + (f": {clip(text, 60)}" if text else "") + given
     if t == "grant_given":
-        from .grants import covers_text
+        from nbagent.grants import covers_text
 
         reach = "this run" if p.scope == "run" else "the session"
         until = f" until {p.expires_at[11:16]}" if p.expires_at else ""

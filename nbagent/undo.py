@@ -26,14 +26,21 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .blobs import BlobError, BlobStore
-from .events import AnswerReady, Completed, CompletedWithErrors, ToolCallCompleted, ToolCallFailed, ToolCallStarted
-from .levels import Autonomy, Risk
-from .replay import run_tree
-from .scope import Scope, ScopeGuard
-from .store import RunNotFound, Store
-from .tools.base import ToolError
-from .undo_cells import (
+from nbagent.blobs import BlobError, BlobStore
+from nbagent.events import (
+    AnswerReady,
+    Completed,
+    CompletedWithErrors,
+    ToolCallCompleted,
+    ToolCallFailed,
+    ToolCallStarted,
+)
+from nbagent.levels import Autonomy, Risk
+from nbagent.replay import run_tree
+from nbagent.scope import Scope, ScopeGuard
+from nbagent.store import RunNotFound, Store
+from nbagent.tools.base import ToolError
+from nbagent.undo_cells import (
     ACTED,
     CELL_TOOLS,
     CELL_UNDO_TOOL,
@@ -43,7 +50,7 @@ from .undo_cells import (
     cell_conflicts,
     cell_name,
 )
-from .verify import verify_store
+from nbagent.verify import verify_store
 
 UNDO_MODEL = "nbagent/undo"
 UNDO_SESSION = "undo"  # its own session: an undo run never becomes the conversation a later %%agent continues

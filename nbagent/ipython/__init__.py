@@ -40,12 +40,12 @@ def ipykernel_problem() -> str | None:
 
 
 def load_ipython_extension(ip: Any) -> None:
-    from .magics import register
+    from nbagent.ipython.magics import register
 
     register(ip)
 
 
 def unload_ipython_extension(ip: Any) -> None:
-    from .magics import unregister
+    from nbagent.ipython.magics import unregister
 
     unregister(ip)

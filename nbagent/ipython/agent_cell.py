@@ -16,18 +16,18 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .hoststate import HostState
-from .notes import ContinuationNote, InterruptNote, show_notes
-from .options import UsageError, cell_parser, parse
-from .reproduce import Rerun
+from nbagent.ipython.hoststate import HostState
+from nbagent.ipython.notes import ContinuationNote, InterruptNote, show_notes
+from nbagent.ipython.options import UsageError, cell_parser, parse
+from nbagent.ipython.reproduce import Rerun
 
 # The runtime, the deciders and the live view are imported where a run needs them, not here: `%load_ext` imports
 # this module (a base of the host), and a real provider's first run imports them while it waits for the model
 # process (host._prepare) or once the kernel is idle (loading.py).
 if TYPE_CHECKING:
-    from ..deciders import Decider
-    from ..runtime import Agent as RuntimeAgent
-    from ..runtime import RunResult
+    from nbagent.deciders import Decider
+    from nbagent.runtime import Agent as RuntimeAgent
+    from nbagent.runtime import RunResult
 
 HEADLESS_MESSAGE = (
     "nbagent: run {run_id} needs a decision ({what}), but nobody can answer here: no run view was shown by a "
@@ -70,7 +70,7 @@ class CellPath(HostState):
         prompt = body.strip()
         if not prompt:
             raise UsageError("%%agent: the cell has no request; write it below the %%agent line")
-        from .references import Notebook, context_message, expand_all, notebook_message, too_big_notes
+        from nbagent.ipython.references import Notebook, context_message, expand_all, notebook_message, too_big_notes
 
         notebook = Notebook.of(self.shell, self.outputs, self.last_error)  # {In[n]}, {Out[n]}, {Err}
         prompt, names, refs = expand_all(prompt, self.shell.user_ns, notebook)
@@ -79,7 +79,7 @@ class CellPath(HostState):
         await self.start_run(args, prompt, context)
 
     async def start_run(self, args: Any, prompt: str, context: list[dict[str, Any]]) -> None:
-        from ..state import RunStatus
+        from nbagent.state import RunStatus
 
         self.parameters.check()  # a bad papermill value fails here, in one line
         cfg = {k: v for k, (v, _) in self.settings(args).items()}
@@ -120,7 +120,7 @@ class CellPath(HostState):
             cell_runs[-1].run_id if cell_runs else None
         agent = self.make_agent(cfg, session_name=cfg["session"], replay=replay, recorded_from=recorded_from,
                                 cell_mcp=args.mcp)
-        from .references import for_model
+        from nbagent.ipython.references import for_model
 
         # images: parts for a model that takes them (a replay: as the recorded run's model did), else described
         context, notes = for_model(context, store.run_state(replay).model if replay else agent.model)
@@ -134,8 +134,8 @@ class CellPath(HostState):
     def rerun_of(self, args: Any, cell_id: str | None, prompt: str | None) -> Rerun:
         """Whether this execution asks again or reproduces a recorded run (reproduce.py): `--reproduce [RUN]`, a
         `%agent reproduce RUN` for this cell, or the notebook's `rerun` setting."""
-        from ..secrets import Redactor
-        from .reproduce import decide
+        from nbagent.ipython.reproduce import decide
+        from nbagent.secrets import Redactor
 
         armed = self.reproduce_next.pop(cell_id, None) if cell_id and prompt is not None else None
         return decide(self.store, cell_id=cell_id, mode=str(self.settings(args)["rerun"][0]), named=args.reproduce,
@@ -166,14 +166,14 @@ class CellPath(HostState):
 
     def make_agent(self, cfg: dict[str, Any], *, session_name: str, replay: str | None = None,
                    recorded_from: str | None = None, cell_mcp: str | None = None) -> RuntimeAgent:
-        from ..policy import Budget
-        from ..runtime import Agent as RuntimeAgent
+        from nbagent.policy import Budget
+        from nbagent.runtime import Agent as RuntimeAgent
 
         decider = self.decider_for(cfg.get("approve") or "", recorded_from)
         script = self._path(cfg["script"]) if cfg.get("script") and not replay else None
         model = cfg.get("model") or None
         if replay is None and script is None and not model:
-            from ..models.detect import NO_MODEL, detect
+            from nbagent.models.detect import NO_MODEL, detect
 
             found = detect()
             if found is None:
@@ -182,7 +182,7 @@ class CellPath(HostState):
         budget = Budget(max_steps=int(cfg.get("max_steps") or 50), max_cost=float(cfg.get("budget") or 0) or None)
         mcp = cfg.get("mcp") or None
         tools = self.all_tools(mcp, approve=cfg.get("approve") or None, session=session_name, cell_mcp=cell_mcp)
-        from ..mcp import code_files, notebook_config
+        from nbagent.mcp import code_files, notebook_config
 
         # the MCP file the settings name starts commands at the next run, and the files of the folder its servers'
         # command lines name (`sh tools/serve.sh`) are what those commands run: writing any of them is code
@@ -213,14 +213,14 @@ class CellPath(HostState):
         return f"model_timeout, set by {source}"
 
     def decider_for(self, approve: str, recorded_from: str | None) -> Decider:
-        from ..deciders import PolicyDecider, RecordedDecider
+        from nbagent.deciders import PolicyDecider, RecordedDecider
 
         if approve in ("all", "none", "low"):
             return PolicyDecider(approve, answer=os.environ.get("NBAGENT_ANSWER"))
         if approve == "recorded":
             if recorded_from is None:
                 raise UsageError("--approve recorded: this cell has no earlier run whose decisions to reuse")
-            from ..replay import recorded_events
+            from nbagent.replay import recorded_events
 
             if not self._yours(recorded_from, say=True):  # the author's yes of a cloned log: asked on a card
                 return self.decider
@@ -230,7 +230,7 @@ class CellPath(HostState):
     def _yours(self, run_id: str, say: bool = False) -> bool:
         """Whether `run_id`'s recorded decisions are this user's own, made here (recorded_yes.py); `say`: if not,
         the cell's output says so in one line."""
-        from ..recorded_yes import not_yours
+        from nbagent.recorded_yes import not_yours
 
         why = not_yours(self.store, run_id)
         if why is not None and say:
@@ -241,7 +241,7 @@ class CellPath(HostState):
                     run_id: str | None = None) -> RunResult | None:
         """Show a live view, run, and leave the static record in the output whatever happens. A run continued
         here (`run_id` given) gets a line saying where it started, and its earlier records are updated."""
-        from .live import LiveDisplay
+        from nbagent.ipython.live import LiveDisplay
 
         if run_id is not None:
             from IPython.display import display
@@ -294,7 +294,7 @@ class CellPath(HostState):
     def _tell_the_kernel(result: RunResult | None, run_id: str | None, interrupted: bool) -> None:
         """Fail the cell when its run failed or was interrupted, as the kernel would fail a person's cell. A run
         that waits for a decision, or that carried on past a denial (`completed_with_errors`), has not failed."""
-        from ..state import RunStatus
+        from nbagent.state import RunStatus
 
         if interrupted or (result is not None and result.status == RunStatus.INTERRUPTED):
             if run_id is None:

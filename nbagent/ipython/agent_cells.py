@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .cells import send, source_digest
+from nbagent.ipython.cells import send, source_digest
 
 if TYPE_CHECKING:  # (imported by the tools' builders: the host makes a Registry at `%load_ext`, tools at a run)
-    from ..tools.base import Tool
+    from nbagent.tools.base import Tool
 
 MAX_LISTED = 40  # cells list_cells shows (the newest)
 MAX_SOURCE_SHOWN = 400  # characters of each cell's source in list_cells
@@ -150,8 +150,8 @@ class Registry:
 
 
 def list_cells_tool(shell: Any, registry: Registry) -> Tool:
-    from ..levels import Risk
-    from ..tools.base import Tool
+    from nbagent.levels import Risk
+    from nbagent.tools.base import Tool
 
     def list_cells() -> dict[str, Any]:
         """List the notebook cells this kernel has run: the ones you wrote (run_cell, replace_cell) with their ids,
@@ -212,9 +212,9 @@ def unified_diff(old: str, new: str, cell_id: str) -> str:
 
 def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[str | None, str | None]],
                       put_image: Callable[[bytes], str] | None = None, reruns: Any = None) -> Tool:
-    from ..levels import Risk
-    from ..tools.base import Tool, ToolError
-    from .run_cell import cell_source, fitted, keep_images, run_in_shell
+    from nbagent.ipython.run_cell import cell_source, fitted, keep_images, run_in_shell
+    from nbagent.levels import Risk
+    from nbagent.tools.base import Tool, ToolError
 
     def _new_source(code: Any, explanation: Any, run_id: str | None) -> str:
         return cell_source(str(code), run_id, str(explanation or ""))
@@ -237,8 +237,8 @@ def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[
             code: the cell's new code (all of it)
             explanation: one line on what changed (shown in the cell's first line)
         """
-        from ..effects import current_call
-        from ..secrets import Redactor
+        from nbagent.effects import current_call
+        from nbagent.secrets import Redactor
 
         now = current_call()
         held = registry.find(str(cell), now.run_id if now is not None else where()[1])
@@ -294,7 +294,7 @@ __all__ = ["AgentCell", "Registry", "list_cells_tool", "replace_cell_tool", "sum
 def undo_cells(registry: Registry, cells: list[Any]) -> list[str]:
     """Do an undo's cell part (undo_cells.CellUndo list) in the front end, through the comm `nbagent.cells`, and in
     the registry; a cell the person edited and ran since is left as it is. Returns a line for each cell."""
-    from ..undo_cells import KERNEL_NOTE, payloads
+    from nbagent.undo_cells import KERNEL_NOTE, payloads
 
     lines: list[str] = []
     todo = []

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (imported by the tool's builder: the host imports this module at `%load_ext`, tools at a run)
-    from ..tools.base import Tool
+    from nbagent.tools.base import Tool
 
 log = logging.getLogger("nbagent.ipython")
 COMM_TARGET = "nbagent.cells"
@@ -51,8 +51,8 @@ def _preview(arguments: dict[str, Any]) -> str | None:
 
 def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool:
     """The tool, bound to the host's current cell and run (`where() -> (cell_id, run_id)`)."""
-    from ..levels import Risk
-    from ..tools.base import Tool
+    from nbagent.levels import Risk
+    from nbagent.tools.base import Tool
 
     counter: dict[str, int] = {}
 
@@ -63,7 +63,7 @@ def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool
             code: the cell's code
             explanation: one line on what the code does (shown in the cell's first line)
         """
-        from ..effects import current_call
+        from nbagent.effects import current_call
 
         cell_id, run_id = where()
         call = current_call()

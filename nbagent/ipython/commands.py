@@ -14,13 +14,13 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .hoststate import HostState
-from .options import UsageError, cell_parser, line_parser, parse, set_override
+from nbagent.ipython.hoststate import HostState
+from nbagent.ipython.options import UsageError, cell_parser, line_parser, parse, set_override
 
 # the runtime, its deciders, states and store are imported by the commands that use them (see agent_cell.py)
 if TYPE_CHECKING:
-    from ..deciders import Verdict
-    from ..runtime import Agent as RuntimeAgent
+    from nbagent.deciders import Verdict
+    from nbagent.runtime import Agent as RuntimeAgent
 
 
 class Commands(HostState):
@@ -35,7 +35,7 @@ class Commands(HostState):
         return await getattr(self, "cmd_" + args.command)(args)
 
     async def cmd_status(self, args: Any) -> None:
-        from ..state import RunStatus
+        from nbagent.state import RunStatus
 
         runs = self.store.list_runs()
         if not runs:
@@ -54,8 +54,8 @@ class Commands(HostState):
                 print(f"  {r.id} was interrupted: %agent resume {r.id}")
 
     async def cmd_runs(self, args: Any) -> None:
-        from ..cli import _run_row, short_ids, table
-        from ..ui.viewstate import cell_labels
+        from nbagent.cli import _run_row, short_ids, table
+        from nbagent.ui.viewstate import cell_labels
 
         runs = self.store.list_runs()
         if not runs:
@@ -69,13 +69,13 @@ class Commands(HostState):
         print(table(rows, right={5, 6, 7}))
 
     async def cmd_show(self, args: Any) -> None:
-        from ..cli import render_timeline
+        from nbagent.cli import render_timeline
 
         run_id = self.store.resolve_run(args.run)
         print(render_timeline(self.store.run_state(run_id), self.store.run_events(run_id), self.store.path))
 
     async def cmd_log(self, args: Any) -> Any:
-        from ..timeline import describe
+        from nbagent.timeline import describe
 
         events = self.store.run_events(self.store.resolve_run(args.run)) if args.run else \
             self.store.query_events()
@@ -113,7 +113,7 @@ class Commands(HostState):
         pending = state.pending
         if pending is None:
             raise UsageError(f"run {run_id} is not waiting for a decision ({state.status.value})")
-        from ..deciders import Answer
+        from nbagent.deciders import Answer
 
         value = verdict if verdict is not None else Answer(text=answer or "", by="user")
         if self.decider.resolve(pending.request_id, value):
@@ -129,7 +129,7 @@ class Commands(HostState):
         return None, " ".join(words)
 
     def _is_run(self, word: str) -> bool:
-        from ..store import StoreError
+        from nbagent.store import StoreError
 
         try:
             self.store.resolve_run(word)
@@ -140,7 +140,7 @@ class Commands(HostState):
     def _grant_spec(self, args: Any, run: str | None, effect: str) -> Any:
         """The grant a `%agent approve|deny --for ...` asks for, checked against the plan it decides: a pattern
         that covers none of the plan's calls is one line, and nothing is decided."""
-        from .. import grants
+        from nbagent import grants
 
         if args.reach is None:
             if args.paths or args.arg_patterns or args.expires:
@@ -168,25 +168,25 @@ class Commands(HostState):
         return spec
 
     async def cmd_approve(self, args: Any) -> None:
-        from ..deciders import Verdict
+        from nbagent.deciders import Verdict
 
         grant = self._grant_spec(args, args.run, "allow")
         await self._decide(args.run, Verdict.approve(by="%agent approve", grant=grant))
 
     async def cmd_deny(self, args: Any) -> None:
-        from ..deciders import Verdict
+        from nbagent.deciders import Verdict
 
         run, reason = self._split(args.words)
         grant = self._grant_spec(args, run, "reject")
         await self._decide(run, Verdict.deny(reason, by="%agent deny", grant=grant), command="deny")
 
     async def cmd_grants(self, args: Any) -> None:
-        from ..grants import grants_table
+        from nbagent.grants import grants_table
 
         print(grants_table(self.store, everything=args.all))
 
     async def cmd_revoke(self, args: Any) -> None:
-        from ..grants import GrantError, revoke
+        from nbagent.grants import GrantError, revoke
 
         try:
             print(revoke(self.store, args.grant, by="%agent revoke", reason=" ".join(args.reason)))
@@ -197,7 +197,7 @@ class Commands(HostState):
         run, feedback = self._split(args.words)
         if not feedback.strip():
             raise UsageError("%agent refine: say what to change, e.g. %agent refine use report.md instead")
-        from ..deciders import Verdict
+        from nbagent.deciders import Verdict
 
         await self._decide(run, Verdict.refine(feedback, by="%agent refine"), command="refine")
 
@@ -206,7 +206,7 @@ class Commands(HostState):
         await self._decide(run, answer=text, command="answer")
 
     async def cmd_resume(self, args: Any) -> None:
-        from ..state import RunStatus
+        from nbagent.state import RunStatus
 
         if args.run:
             run_id = self.store.resolve_run(args.run)
@@ -216,8 +216,8 @@ class Commands(HostState):
             if not candidates:
                 raise UsageError("no run to resume; %agent status shows the runs")
             run_id = candidates[-1]
-        from ..recorded_yes import not_yours
-        from ..replay import RecordingRefused
+        from nbagent.recorded_yes import not_yours
+        from nbagent.replay import RecordingRefused
 
         try:  # another's run (a cloned log) would go on with its author's decisions, at its author's autonomy
             theirs = not_yours(self.store, run_id)
@@ -240,14 +240,14 @@ class Commands(HostState):
         if state.model == "nbagent/replay":
             raise UsageError(f"run {run_id} was a replay; re-run its cell to replay again")
         if state.session_id is None:  # (every run_started names its session: a log without one is not a run's)
-            from ..store import StoreError
+            from nbagent.store import StoreError
 
             raise StoreError(f"{self.store.path}: run {run_id} has no session")
         session = self.store.get_session(state.session_id)
         return self.make_agent(cfg, session_name=session.name)
 
     async def cmd_tools(self, args: Any) -> None:
-        from ..tools.control import CONTROL_TOOLS
+        from nbagent.tools.control import CONTROL_TOOLS
 
         # the tools the model is offered: not one kept only so that recordings naming it still run (run_python)
         tools = [t for t in self.all_tools(approve=self.settings()["approve"][0] or None) if t.offered]
@@ -259,17 +259,17 @@ class Commands(HostState):
             print(f"{t.name:<{width}} {t.risk.value:<16} {where}{t.description}")
 
     async def cmd_trust(self, args: Any) -> None:
-        from .trust import cmd_trust
+        from nbagent.ipython.trust import cmd_trust
 
         cmd_trust(self, args)
 
     async def cmd_mcp(self, args: Any) -> None:
-        from .trust import cmd_mcp
+        from nbagent.ipython.trust import cmd_mcp
 
         cmd_mcp(self, args)
 
     async def cmd_models(self, args: Any) -> None:
-        from ..models.detect import NO_MODEL, candidates
+        from nbagent.models.detect import NO_MODEL, candidates
 
         value, source = self.settings()["model"]
         script, script_source = self.settings()["script"]
@@ -287,7 +287,7 @@ class Commands(HostState):
         """`%agent reproduce [on|off|RUN]`: how re-run `%%agent` cells run (reproduce.py). RUN: the next run of the
         cell that recorded RUN reproduces RUN (a record's Reproduce button sends this, then runs the cell); it is
         checked against the log when that cell runs, where a refusal shows."""
-        from .reproduce import OFF_HINT, ON_HINT
+        from nbagent.ipython.reproduce import OFF_HINT, ON_HINT
 
         what = (args.what or "").strip()
         if what in ("on", "off"):
@@ -297,7 +297,7 @@ class Commands(HostState):
             print(f"the next run of cell {args.cell} reproduces run {what} from the log")
             return
         elif what:
-            from ..store import StoreError
+            from nbagent.store import StoreError
 
             try:
                 run_id = self.store.resolve_run(what)
@@ -330,7 +330,7 @@ class Commands(HostState):
         await self.start_run(cell_parser().parse_args([]), prompt, context)
 
     async def cmd_config(self, args: Any) -> None:
-        from .host import redact
+        from nbagent.ipython.host import redact
 
         for pair in args.pairs:
             print(set_override(self.overrides, pair))
@@ -343,8 +343,8 @@ class Commands(HostState):
     async def cmd_undo(self, args: Any) -> None:
         """`%agent undo RUN [--to] [--force]`: the same undo as `nbagent undo`, from the notebook's log (so it works
         after a kernel restart: everything it needs is in the log and its blob folder)."""
-        from ..undo import UndoError, undo
-        from .undo_offers import cells_gone
+        from nbagent.ipython.undo_offers import cells_gone
+        from nbagent.undo import UndoError, undo
 
         if await self._undo_panel(args, lambda: undo(self.store, args.run, to=args.to, force=args.force,
                                                      folder=self.folder, by="the Undo button",
@@ -375,8 +375,8 @@ class Commands(HostState):
         todo = [c for c in report.cells if not c.kept and not c.gone]
         if not report.ok or not todo:
             return
-        from ..undo_cells import KERNEL_NOTE
-        from .agent_cells import undo_cells
+        from nbagent.ipython.agent_cells import undo_cells
+        from nbagent.undo_cells import KERNEL_NOTE
 
         said = {c.line() for c in report.cells} | {f"note: {KERNEL_NOTE}"}
         for line in undo_cells(self.agent_cells, todo):
@@ -391,11 +391,11 @@ class Commands(HostState):
             return False
         from IPython.display import display, update_display
 
-        from ..undo import UndoError
-        from .undo_offers import cells_gone
+        from nbagent.ipython.undo_offers import cells_gone
+        from nbagent.undo import UndoError
 
         try:
-            from ..ui.undo_view import UndoView, undo_offer
+            from nbagent.ui.undo_view import UndoView, undo_offer
 
             offer = undo_offer(self.store, args.run, to=args.to, force=args.force, folder=self.folder,
                                kept=self.cells_yours(), gone=cells_gone())
@@ -420,8 +420,8 @@ class Commands(HostState):
         return False
 
     async def cmd_export(self, args: Any) -> Any:
-        from ..ui.record import render_html, render_markdown
-        from ..ui.viewstate import run_view
+        from nbagent.ui.record import render_html, render_markdown
+        from nbagent.ui.viewstate import run_view
 
         run_id = self.store.resolve_run(args.run)
         view = run_view(self.store, run_id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .options import UsageError, line_parser, parse
+from nbagent.ipython.options import UsageError, line_parser, parse
 
 # these drive a run, which awaits decisions in its cell
 DRIVES_A_RUN = frozenset({"approve", "deny", "refine", "answer", "resume", "fix"})
@@ -26,7 +26,7 @@ DRIVES_A_RUN = frozenset({"approve", "deny", "refine", "answer", "resume", "fix"
 
 def run_line_now(line: str) -> Any:
     """Run an `%agent` line to its end without awaiting anything (see the module's docstring)."""
-    from . import host
+    from nbagent.ipython import host
 
     async def checked() -> Any:
         shell = host.current().shell

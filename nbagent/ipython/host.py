@@ -21,19 +21,19 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .agent_cell import HEADLESS_MESSAGE, CellPath, HeadlessDecisionError
-from .commands import Commands
-from .loading import LoadFailed
-from .notes import RecordNotes, Shown
-from .options import SETTINGS, NbAgent, UsageError, cell_parser, line_parser, parse, resolve
+from nbagent.ipython.agent_cell import HEADLESS_MESSAGE, CellPath, HeadlessDecisionError
+from nbagent.ipython.commands import Commands
+from nbagent.ipython.loading import LoadFailed
+from nbagent.ipython.notes import RecordNotes, Shown
+from nbagent.ipython.options import SETTINGS, NbAgent, UsageError, cell_parser, line_parser, parse, resolve
 
 # `%load_ext` imports this module, so it and its bases import only what loading needs; the runtime, store and
 # deciders come with a first run (FIRST_RUN_MODULES below: while it waits for the model process, or once the kernel is
 # idle, loading.py), or when a cell or command first uses them.
 if TYPE_CHECKING:
-    from ..store import Store
-    from ..tools.base import Tool
-    from .kernel_decider import KernelDecider
+    from nbagent.ipython.kernel_decider import KernelDecider
+    from nbagent.store import Store
+    from nbagent.tools.base import Tool
 
 __all__ = ["HEADLESS_MESSAGE", "LOADING", "HeadlessDecisionError", "NotebookHost", "UsageError",
            "current", "install", "redact", "run_cell", "run_line", "scrub"]
@@ -67,11 +67,11 @@ async def run_line(line: str) -> Any:
 
 def _expected() -> tuple[type[BaseException], ...]:
     """The errors a cell shows as one line: nbagent's own, about what the cell or the log says."""
-    from ..models.base import ModelScriptError
-    from ..runtime import RunStateError
-    from ..store import StoreError
-    from .agent_cell import RunFailed, RunInterrupted
-    from .references import UnknownVariable
+    from nbagent.ipython.agent_cell import RunFailed, RunInterrupted
+    from nbagent.ipython.references import UnknownVariable
+    from nbagent.models.base import ModelScriptError
+    from nbagent.runtime import RunStateError
+    from nbagent.store import StoreError
 
     return (UsageError, StoreError, RunStateError, ModelScriptError, UnknownVariable, ValueError, RunFailed,
             RunInterrupted)
@@ -115,7 +115,7 @@ async def _prepare() -> None:
     """Import what the run will need while the cell waits for the model process anyway (~0.5 s of imports that a
     first answer would otherwise pay after the ~2.5 s wait). One module at a time, so an interrupt ends the wait
     between two (the interrupt is the cell's); a module that fails here is left to fail where the run imports it."""
-    from .loading import import_one
+    from nbagent.ipython.loading import import_one
 
     for name in FIRST_RUN_MODULES:
         import_one(name)
@@ -125,7 +125,7 @@ async def _prepare() -> None:
 async def _loaded(needs_model: bool) -> str | None:
     """Wait until the model library is loaded (loading.py), for a cell that calls a real provider; say so meanwhile.
     Returns the display id of that status line, for the run view to take over, or None when nothing waited."""
-    from . import loading
+    from nbagent.ipython import loading
 
     if not needs_model or loading.ready():
         return None
@@ -163,7 +163,7 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
     if before is not None:
         try:
             if needed:  # the model process starts first: the line reads the log (its first import) meanwhile
-                from . import loading
+                from nbagent.ipython import loading
 
                 loading.start()
             before()
@@ -178,7 +178,7 @@ async def _shown(start: Callable[[], Awaitable[Any]], needs_model: Callable[[], 
     # (in a kernel only: its loop runs on after the cell; a terminal IPython's stops at each cell's end)
     hold = hold and _host is not None and getattr(_host.shell, "kernel", None) is not None
     if hold:
-        from ..store.commits import HELD, Hold
+        from nbagent.store.commits import HELD, Hold
 
         cell_hold = Hold(asyncio.get_running_loop())
         held = HELD.set(cell_hold)
@@ -209,7 +209,7 @@ def _own_imports_checked() -> None:
     """Before a cell imports anything of nbagent's runtime: a module in the working folder that would be imported in
     place of one of nbagent's dependencies (a cloned repository's `pydantic.py`) fails the cell in one line naming
     the file, and never runs (nbagent/shadowing.py)."""
-    from ..shadowing import ShadowedLibrary, check
+    from nbagent.shadowing import ShadowedLibrary, check
 
     try:
         check("nbagent")
@@ -247,7 +247,7 @@ def _one_line(exc: BaseException) -> BaseException:
 
 def redact(text: str) -> str:
     """Text for the cell's output, with the secrets of this kernel's environment taken out (see nbagent.secrets)."""
-    from ..secrets import Redactor
+    from nbagent.secrets import Redactor
 
     return Redactor().text(text)
 
@@ -257,7 +257,7 @@ def scrub(exc: BaseException) -> BaseException:
 
     If some text still leaks after the args are redacted (a class that formats its message itself), a
     RuntimeError with the redacted text of `exc` is shown instead, without the chain."""
-    from ..secrets import Redactor
+    from nbagent.secrets import Redactor
 
     r = Redactor()
     seen: set[int] = set()
@@ -299,18 +299,18 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         self.last_error: dict[str, str] | None = None  # the last exception of a cell, for %agent fix
         self.current_cell: str | None = None  # the cell and run being driven (for insert_code_cell)
         self.current_run: str | None = None
-        from .agent_cells import Registry
+        from nbagent.ipython.agent_cells import Registry
 
         self.agent_cells = Registry()  # the cells run_cell and replace_cell wrote in this kernel (agent_cells.py)
-        from .reproduce import NEXT
+        from nbagent.ipython.reproduce import NEXT
 
         self.reproduce_next = NEXT  # cell id -> the run it reproduces next (%agent reproduce RUN; reproduce.py)
         self.rerun_noted: str | None = None  # the execution that said "asking again" first (agent_cell.note_rerun)
-        from .rerun import Reruns
+        from nbagent.ipython.rerun import Reruns
 
         self.reruns = Reruns()  # the agent's cells that re-runs of their %%agent cells superseded (rerun.py)
-        from .outputs import install as capture_outputs
-        from .parameters import Parameters
+        from nbagent.ipython.outputs import install as capture_outputs
+        from nbagent.ipython.parameters import Parameters
 
         self.outputs = capture_outputs(shell)  # what cells display, for {Out[n]} (outputs.py)
         self.parameters = Parameters()  # papermill's -p values (parameters.py)
@@ -338,13 +338,13 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             return
         import traceback as tb
 
-        from ..timeline import clip
+        from nbagent.timeline import clip
 
         lines = tb.format_exception(type(error), error, error.__traceback__)
         text = "".join(lines)
         if len(text) > 8000:
             text = text[:2000] + "\n…\n" + text[-6000:]
-        from .references import MAX_SOURCE
+        from nbagent.ipython.references import MAX_SOURCE
 
         if len(source) > MAX_SOURCE:  # {Err} and %agent fix bring the cell as {In[n]} does: capped, and said so
             source = source[:MAX_SOURCE] + f"\n… [cut: the cell has {len(source):,} characters]"
@@ -359,7 +359,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         between, wait up to NBAGENT_FRONTEND_WAIT seconds (default 5) for the view to report in."""
         if os.environ.get("NBAGENT_HEADLESS") == "1":
             return False
-        from .options import env_seconds
+        from nbagent.ipython.options import env_seconds
 
         deadline = asyncio.get_running_loop().time() + env_seconds("NBAGENT_FRONTEND_WAIT", 5.0)
         while not self.frontend_seen and asyncio.get_running_loop().time() < deadline:
@@ -385,14 +385,14 @@ class NotebookHost(CellPath, Commands, RecordNotes):
     def decider(self) -> KernelDecider:
         """The decider the notebook's cells share (clicks and `%agent approve` resolve it), made on first use."""
         if self._decider is None:
-            from .kernel_decider import KernelDecider
+            from nbagent.ipython.kernel_decider import KernelDecider
 
             self._decider = KernelDecider(self)
         return self._decider
 
     @property
     def store(self) -> Store:
-        from ..store import Store, store_path_for
+        from nbagent.store import Store, store_path_for
 
         path = store_path_for(self.notebook)
         if self._store is None or self._store.path != path:
@@ -409,7 +409,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         return str(cell) if cell else None
 
     def settings(self, args: Any | None = None) -> dict[str, tuple[Any, str]]:
-        from .options import old_section_note
+        from nbagent.ipython.options import old_section_note
 
         if not self._noted_old_section:
             note = old_section_note(getattr(self.shell, "config", {}))
@@ -419,7 +419,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         params = self.parameters.as_dict() if hasattr(self, "parameters") else None
         settings = {name: resolve(name, getattr(args, name, None) if args is not None else None, self.overrides,
                                   self.config, params) for name in SETTINGS}
-        from .options import env_seconds
+        from nbagent.ipython.options import env_seconds
 
         env_seconds("NBAGENT_FRONTEND_WAIT", 5.0)  # said with the other settings, before a run would wait on it
         return settings
@@ -436,7 +436,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             return False  # a script plays whatever the model's name
         if model:
             return not str(model).startswith("nbagent/")
-        from ..models.detect import detect
+        from nbagent.models.detect import detect
 
         return detect() is not None
 
@@ -444,8 +444,8 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         """Whether this `%agent` line goes on with a run (approve, resume...) that calls a real provider, or in a
         kernel where litellm is loading or would be: it then waits for it behind the loading line rather than
         importing it in the kernel's thread."""
-        from . import loading
-        from .direct import DRIVES_A_RUN
+        from nbagent.ipython import loading
+        from nbagent.ipython.direct import DRIVES_A_RUN
 
         try:
             command = parse(line_parser(), line).command
@@ -455,7 +455,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             return False
         if loading.started() or self.model_configured():
             return True
-        from ..state import RunStatus
+        from nbagent.state import RunStatus
 
         # a run it may go on with (one that waits or was interrupted) calls a real provider (e.g. its cell's --model)
         return any(r.status in (RunStatus.WAITING, RunStatus.INTERRUPTED, RunStatus.RUNNING)
@@ -474,7 +474,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             return False
         if script or str(model or "").startswith("nbagent/"):
             return False
-        from ..models.detect import provider_key_set
+        from nbagent.models.detect import provider_key_set
 
         return provider_key_set() is not None
 
@@ -489,7 +489,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
         return bool(model) and not script and not str(model).startswith("nbagent/")
 
     def user_tools(self) -> list[Tool]:
-        from ..tools.base import Tool
+        from nbagent.tools.base import Tool
 
         return [v for k, v in self.shell.user_ns.items() if isinstance(v, Tool) and not k.startswith("_")]
 
@@ -500,15 +500,15 @@ class NotebookHost(CellPath, Commands, RecordNotes):
 
         A server from a file starts only if the log trusts its entry, or `approve` is "all" (trusted now, in
         `session`'s chain); each other one is a line in the cell (`notes`) saying how to trust it (trust.py)."""
-        from ..blobs import BlobStore
-        from ..scope import Scope
-        from ..store import store_path_for
-        from ..tools.files import file_tools
-        from ..tools.kernel import kernel_tools
-        from .agent_cells import list_cells_tool, replace_cell_tool
-        from .cells import insert_cell_tool
-        from .run_cell import run_cell_tool
-        from .run_python import run_python_tool
+        from nbagent.blobs import BlobStore
+        from nbagent.ipython.agent_cells import list_cells_tool, replace_cell_tool
+        from nbagent.ipython.cells import insert_cell_tool
+        from nbagent.ipython.run_cell import run_cell_tool
+        from nbagent.ipython.run_python import run_python_tool
+        from nbagent.scope import Scope
+        from nbagent.store import store_path_for
+        from nbagent.tools.files import file_tools
+        from nbagent.tools.kernel import kernel_tools
 
         blobs = BlobStore.of_store(store_path_for(self.notebook))  # file changes saved for %agent undo
         where = lambda: (self.current_cell, self.current_run)  # noqa: E731
@@ -524,8 +524,8 @@ class NotebookHost(CellPath, Commands, RecordNotes):
                       replace_cell_tool(self.shell, self.agent_cells, where, blobs.put, reruns=self.reruns)])
         names = {t.name for t in builtin}
         tools = builtin + [t for t in self.user_tools() if t.name not in names]
-        from ..mcp import notebook_toolset
-        from . import trust
+        from nbagent.ipython import trust
+        from nbagent.mcp import notebook_toolset
 
         setting = mcp if mcp is not None else self.settings()["mcp"][0]
         name = session or self.settings()["session"][0]

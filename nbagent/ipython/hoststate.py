@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..runtime import Agent as RuntimeAgent
-    from ..runtime import RunResult
-    from ..store import Store
-    from ..tools.base import Tool
-    from .agent_cells import Registry
-    from .kernel_decider import KernelDecider
-    from .live import LiveDisplay
-    from .notes import Shown
-    from .outputs import OutputCapture
-    from .parameters import Parameters
-    from .rerun import Reruns
+    from nbagent.ipython.agent_cells import Registry
+    from nbagent.ipython.kernel_decider import KernelDecider
+    from nbagent.ipython.live import LiveDisplay
+    from nbagent.ipython.notes import Shown
+    from nbagent.ipython.outputs import OutputCapture
+    from nbagent.ipython.parameters import Parameters
+    from nbagent.ipython.rerun import Reruns
+    from nbagent.runtime import Agent as RuntimeAgent
+    from nbagent.runtime import RunResult
+    from nbagent.store import Store
+    from nbagent.tools.base import Tool
 
 
 class HostState:

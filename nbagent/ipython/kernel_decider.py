@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..deciders import InteractiveDecider
+from nbagent.deciders import InteractiveDecider
 
 if TYPE_CHECKING:
-    from .host import NotebookHost
+    from nbagent.ipython.host import NotebookHost
 
 __all__ = ["KernelDecider"]
 

@@ -12,13 +12,13 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from ..events import EventBase, RunStarted
-from ..ui.record import bundle
-from ..ui.viewstate import run_view
+from nbagent.events import EventBase, RunStarted
+from nbagent.ui.record import bundle
+from nbagent.ui.viewstate import run_view
 
 if TYPE_CHECKING:
-    from ..runtime import Agent
-    from .hoststate import HostState
+    from nbagent.ipython.hoststate import HostState
+    from nbagent.runtime import Agent
 
 log = logging.getLogger("nbagent.ipython")
 
@@ -71,7 +71,7 @@ class LiveDisplay:
         if self._finished or self.widget is not None:
             return
         try:
-            from ..ui.widget import RunView
+            from nbagent.ui.widget import RunView
 
             widget = RunView(decider=self.host.decider if self.agent.decider is self.host.decider else None)
             widget.on_rendered = self.host.frontend_rendered

@@ -79,7 +79,7 @@ def use_process() -> bool:
     embedded in a program that is not Python (its `sys.executable` cannot run `-m nbagent.modelproc`)."""
     import sys
 
-    from .options import env_flag
+    from nbagent.ipython.options import env_flag
 
     if not env_flag("NBAGENT_MODEL_PROCESS", True):
         return False
@@ -90,7 +90,7 @@ def use_process() -> bool:
 def _load() -> None:
     for name in MODULES:
         importlib.import_module(name)
-    from ..llm import FIRST_CALL, import_litellm
+    from nbagent.llm import FIRST_CALL, import_litellm
 
     import_litellm()
     for name in FIRST_CALL:
@@ -120,7 +120,7 @@ def start(context: contextvars.Context | None = None) -> bool:
             # loading, loaded, or orphaned in a forked child (wait() says so); a failed load is tried again
             return False
         if use_process():
-            from .. import modelproc
+            from nbagent import modelproc
 
             modelproc.want(MODULES)  # a model call made another way in this kernel (Agent.run) goes there too
             try:
@@ -202,7 +202,7 @@ class _Idle:
         return [name for name in self.ahead if name not in sys.modules]
 
     async def import_ahead(self) -> None:
-        from ..shadowing import ShadowedLibrary, check
+        from nbagent.shadowing import ShadowedLibrary, check
 
         try:
             check("nbagent")
@@ -271,7 +271,7 @@ def _process_gone() -> bool:
     """The model process this load made is not this process's (a forked child) or has ended: load again."""
     if _in_process or _future is None:
         return False
-    from .. import modelproc
+    from nbagent import modelproc
 
     process = modelproc.existing()
     return process is None or process.loaded is not _future or (_future.done() and not process.alive())
@@ -341,7 +341,7 @@ def _requirement(package: str) -> str:
 
 def failure(exc: BaseException) -> str:
     """One line for a failed load: what is missing and how to install it, or what went wrong."""
-    from ..shadowing import ShadowedLibrary
+    from nbagent.shadowing import ShadowedLibrary
 
     if isinstance(exc, ShadowedLibrary):
         return str(exc)

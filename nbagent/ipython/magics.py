@@ -7,8 +7,8 @@ from typing import Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from . import ipykernel_problem
-from .transform import transform
+from nbagent.ipython import ipykernel_problem
+from nbagent.ipython.transform import transform
 
 
 @magics_class
@@ -19,7 +19,7 @@ class AgentMagics(Magics):
     # IPython annotates what cell_magic("agent") returns as a union over a TypeVar it never binds (so: Never)
     @cell_magic("agent")  # type: ignore[arg-type]
     def agent_cell(self, line: str, cell: str) -> None:
-        from .options import cell_parser
+        from nbagent.ipython.options import cell_parser
 
         if "-h" in line.split() or "--help" in line.split():
             print(cell_parser().format_help())
@@ -28,19 +28,19 @@ class AgentMagics(Magics):
 
     @line_magic("agent")  # type: ignore[arg-type]  # (as cell_magic above)
     def agent_line(self, line: str) -> Any:
-        from .options import line_parser
+        from nbagent.ipython.options import line_parser
 
         if not line.strip() or "-h" in line.split() or "--help" in line.split():
             print(line_parser().format_help())
             return None
         # not rewritten into an await: the same cell loaded nbagent (direct.py), or a script called the magic
-        from .direct import run_line_now
+        from nbagent.ipython.direct import run_line_now
 
         return run_line_now(line)
 
 
 def register(ip: Any) -> None:
-    from .host import FIRST_RUN_MODULES, install
+    from nbagent.ipython.host import FIRST_RUN_MODULES, install
 
     problem = ipykernel_problem()
     if problem:
@@ -49,18 +49,18 @@ def register(ip: Any) -> None:
     if transform not in ip.input_transformers_cleanup:
         ip.input_transformers_cleanup.insert(0, transform)
     host = install(ip)
-    from . import loading, undo_offers
+    from nbagent.ipython import loading, undo_offers
 
     undo_offers.announce(ip)  # the lab extension asks which saved records may offer Undo… (undo_offers.py)
 
     if loading.use_process():  # this kernel's model calls, however made, go to its model process
-        from .. import modelproc
+        from nbagent import modelproc
 
         modelproc.want(loading.MODULES)
     # a real model configured, or a provider's key (now or set by a later cell): load the library once the kernel
     # is idle; neither, nothing starts. What of the configuration nbagent does not read (`Agent.model`) is said here,
     # in this cell (a note at an idle moment would be lost), without resolving the settings (that imports more)
-    from .options import old_section_note
+    from nbagent.ipython.options import old_section_note
 
     note = old_section_note(getattr(ip, "config", {}))
     if note and not host._noted_old_section:

@@ -12,11 +12,11 @@ import html
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .hoststate import HostState
+from nbagent.ipython.hoststate import HostState
 
 if TYPE_CHECKING:
-    from ..runtime import Agent as RuntimeAgent
-    from .live import LiveDisplay
+    from nbagent.ipython.live import LiveDisplay
+    from nbagent.runtime import Agent as RuntimeAgent
 
 log = logging.getLogger("nbagent.ipython")
 
@@ -127,7 +127,7 @@ class RecordNotes(HostState):
         """Every earlier output of this run shows its state now (same display ids), then this one is remembered."""
         from IPython.display import update_display
 
-        from ..ui.record import RunRecord
+        from nbagent.ui.record import RunRecord
 
         shown = self.display_ids.setdefault(run_id, [])
         if shown and live.final_view is not None:
@@ -150,8 +150,8 @@ class RecordNotes(HostState):
         extension too (comm target `nbagent.records`), which updates every older record of each run."""
         from IPython.display import update_display
 
-        from ..ui.record import bundle
-        from ..ui.viewstate import run_view
+        from nbagent.ui.record import bundle
+        from nbagent.ui.viewstate import run_view
 
         records = []
         for run_id in run_ids:
@@ -170,9 +170,9 @@ class RecordNotes(HostState):
         """Runs forked away get their static records re-rendered with the superseded banner, in place."""
         from IPython.display import update_display
 
-        from ..state import RunStatus
-        from ..ui.record import RunRecord
-        from ..ui.viewstate import run_view
+        from nbagent.state import RunStatus
+        from nbagent.ui.record import RunRecord
+        from nbagent.ui.viewstate import run_view
 
         store = self.store  # (once: every run this kernel showed is looked at, and finding the store costs more)
         shown_runs = list(self.display_ids.items())

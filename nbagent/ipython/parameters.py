@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .options import SETTINGS, UsageError, set_override
+from nbagent.ipython.options import SETTINGS, UsageError, set_override
 
 MARKER = "# Parameters"
 PLAIN = ("model", "approve", "autonomy", "max_steps", "budget")

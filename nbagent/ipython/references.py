@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..tools.kernel import summarize
-from .outputs import MAX_TEXT, CapturedImage, OutputCapture, human_size
+from nbagent.ipython.outputs import MAX_TEXT, CapturedImage, OutputCapture, human_size
+from nbagent.tools.kernel import summarize
 
 _BRACED = re.compile(r"\{\{|\}\}|\{\s*(In|Out)\s*\[\s*(-?\d+)\s*\]\s*\}|\{(Err)\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _AT = re.compile(r"(?<![\w.@])@([A-Za-z_][A-Za-z0-9_]*)")
@@ -279,7 +279,7 @@ def _out_parts(n: int, nb: Notebook) -> list[Any]:
 def accepts_images(model: str | None) -> bool:
     """Whether the model takes image parts (`nbagent.llm.accepts_images`: as litellm knows it; the offline models
     are text models, so images reach them as the line describing them)."""
-    from ..llm import accepts_images as takes
+    from nbagent.llm import accepts_images as takes
 
     return takes(model) if model else False  # (takes("") is False too: no model, no images)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .options import UsageError
+from nbagent.ipython.options import UsageError
 
 ASK, REPRODUCE = "ask", "reproduce"
 OFF_HINT = "%agent reproduce off asks the model again"
@@ -65,7 +65,7 @@ def cell_runs(store: Any, cell_id: str | None) -> list[Any]:
 def ended_as(store: Any, run_id: str) -> str:
     """How a run ended, from its events: a superseded run keeps the status it had (its events without the one that
     superseded it, folded)."""
-    from ..state import fold
+    from nbagent.state import fold
 
     state = fold(e for e in store.run_events(run_id) if e.type != "run_superseded")
     return str(state.status.value)
@@ -75,8 +75,8 @@ def checked(store: Any, run_id: str, cell_id: str | None, prompt: str | None) ->
     """The recording `run_id` names, once it is one this cell can reproduce; else UsageError, one line. `cell_id`:
     the run must have been recorded for this cell (a record's button; a run the cell's line names may be another
     cell's, as long as it answered the same request)."""
-    from ..replay import RecordingRefused, recorded_events
-    from ..store import StoreError
+    from nbagent.replay import RecordingRefused, recorded_events
+    from nbagent.store import StoreError
 
     try:
         run_id = store.resolve_run(run_id)
@@ -148,8 +148,8 @@ def turn_on(shell: Any, records: dict[str, str] | None = None) -> None:
     loaded, as `%agent reproduce on`; in one where it is not yet, in the IPython config that the notebook's own
     `%load_ext nbagent` reads (`NbAgent.rerun`), so nothing is loaded ahead of it (nor said twice). `records`: cell id
     -> the run its record names; that cell's next run reproduces that run (checked against the log then)."""
-    from . import host
-    from .options import set_override
+    from nbagent.ipython import host
+    from nbagent.ipython.options import set_override
 
     for cell, run in (records or {}).items():
         if isinstance(cell, str) and isinstance(run, str) and cell and run:

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runner_cells import RAN_TOOLS, same_source
+from nbagent.runner_cells import RAN_TOOLS, same_source
 
 # the first line run_cell writes (run_cell.cell_source); replace_cell writes the same
 HEADER = re.compile(r"^# nbagent: run by run ([0-9A-Za-z]+)")
@@ -137,14 +137,14 @@ def written_by(store: Any, agent_cell_id: str | None, prompt: str = "", started:
 
 def refused(text: str) -> None:
     """What a refused cell runs instead of its code: the line, as nbagent's notes are shown (a display)."""
-    from .notes import show_notes
+    from nbagent.ipython.notes import show_notes
 
     show_notes([text])
 
 
 def transform_refused(lines: list[str]) -> list[str] | None:
     """For the input transformer: the replacement of a cell the kernel must not run, or None."""
-    from . import host
+    from nbagent.ipython import host
 
     h = host._host
     if h is None or not lines or not (h.reruns.cells or h.reruns.agent_ran):

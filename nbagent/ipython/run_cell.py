@@ -40,9 +40,9 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from ..levels import Risk
-from ..tools.base import Tool, time_limit
-from .cells import _preview, send, source_digest
+from nbagent.ipython.cells import _preview, send, source_digest
+from nbagent.levels import Risk
+from nbagent.tools.base import Tool, time_limit
 
 TOOL = "run_cell"
 MAX_TEXT = 20_000  # each text of the result (stdout, stderr, an output, the traceback)
@@ -83,7 +83,7 @@ class _Text:
 def _bundle(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     """One output bundle as the model reads it: text/plain, else HTML made text, and each image described (its
     bytes stay in the notebook's output: a text model could not read them, and the log would hold them)."""
-    from .outputs import IMAGE_TYPES, read_image
+    from nbagent.ipython.outputs import IMAGE_TYPES, read_image
 
     out: dict[str, Any] = {"output_type": kind, "mimes": sorted(data)}
     text = data.get("text/plain")
@@ -322,8 +322,8 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
     """Run `source` as a cell; what it showed, its texts as captured (`fitted` makes it the model's result).
 
     What it shows leaves the kernel redacted (cell_redaction.py): the same hooks, after the capture's."""
-    from ..secrets import Redactor
-    from .cell_redaction import CellRedaction, Outlet
+    from nbagent.ipython.cell_redaction import CellRedaction, Outlet
+    from nbagent.secrets import Redactor
 
     capture = _Capture(msg_id)
     now = shell.get_parent() if hasattr(shell, "get_parent") else {}
@@ -454,8 +454,8 @@ def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]
             code: the cell's code; variables it defines stay in the user's session
             explanation: one line on what the code does (shown in the cell's first line)
         """
-        from ..effects import current_call
-        from ..secrets import Redactor
+        from nbagent.effects import current_call
+        from nbagent.secrets import Redactor
 
         after, run_id = where()
         call = current_call()

@@ -22,10 +22,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..levels import Risk
-from ..tools.base import TIME_LIMIT, Tool
-from ..tools.kernel import MAX_OUTPUT, summarize
-from .run_cell import cell_source, run_in_shell
+from nbagent.ipython.run_cell import cell_source, run_in_shell
+from nbagent.levels import Risk
+from nbagent.tools.base import TIME_LIMIT, Tool
+from nbagent.tools.kernel import MAX_OUTPUT, summarize
 
 DEFAULT_TIMEOUT = 60.0  # seconds, as the runtime's run_python; a call may ask for up to ten times that
 
@@ -57,8 +57,8 @@ def run_python_tool(shell: Any, where: Callable[[], tuple[str | None, str | None
             code: the code; variables it defines stay in the user's session
             timeout: seconds before it is stopped (default 60)
         """
-        from ..effects import current_call
-        from ..secrets import Redactor
+        from nbagent.effects import current_call
+        from nbagent.secrets import Redactor
 
         try:
             ast.parse(code, mode="exec")

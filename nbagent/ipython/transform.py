@@ -22,7 +22,7 @@ _CALL = '__import__("nbagent.ipython.host", fromlist=["_"])'
 def transform(lines: list[str]) -> list[str]:
     if not lines:
         return lines
-    from .rerun import transform_refused
+    from nbagent.ipython.rerun import transform_refused
 
     refused = transform_refused(lines)  # a queued cell that a re-run of its %%agent cell superseded (rerun.py)
     if refused is not None:

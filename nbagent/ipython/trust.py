@@ -31,19 +31,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..events import McpServerTrusted
-from ..mcp import Entry, Loaded, entry_part, needs_trust, notebook_config, what_it_runs
-from .options import UsageError
+from nbagent.events import McpServerTrusted
+from nbagent.ipython.options import UsageError
+from nbagent.mcp import Entry, Loaded, entry_part, needs_trust, notebook_config, what_it_runs
 
 if TYPE_CHECKING:
-    from ..store import Store
-    from .hoststate import HostState
+    from nbagent.ipython.hoststate import HostState
+    from nbagent.store import Store
 
 EVENT = McpServerTrusted.event_type
 
 
 def _redact(text: str) -> str:
-    from ..secrets import Redactor
+    from nbagent.secrets import Redactor
 
     return Redactor().text(text)
 
@@ -58,7 +58,7 @@ def recorded(store: Store) -> list[McpServerTrusted]:
 
 def key_path() -> Path:
     """Where this user's trust key lives: outside every project, so no repository can ship it (nbagent/seal.py)."""
-    from .. import seal as _seal
+    from nbagent import seal as _seal
 
     return _seal.key_path()
 
@@ -66,7 +66,7 @@ def key_path() -> Path:
 def _key() -> bytes:
     """This user's trust key, made on first use; read without blocking and only from a regular file of this user's,
     not a link, of at least 32 bytes (else `seal.KeyFileError`, one line: never an empty or shipped key)."""
-    from .. import seal as _seal
+    from nbagent import seal as _seal
 
     return _seal.key()
 

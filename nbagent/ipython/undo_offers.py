@@ -79,20 +79,20 @@ def _answer(comm: Any, msg: dict[str, Any]) -> None:
     if not isinstance(ask, list):
         return
     run_ids = [r for r in ask if isinstance(r, str) and r.isalnum() and len(r) <= 64][:MAX_ASK]
-    from ..shadowing import ShadowedLibrary, check
+    from nbagent.shadowing import ShadowedLibrary, check
 
     try:  # the log is read with nbagent's dependencies: none may be a module of the working folder (shadowing.py)
         check("nbagent")
     except ShadowedLibrary as exc:
         comm.send({"id": data.get("id"), "offers": {r: {"undo": False, "why": str(exc)} for r in run_ids}})
         return
-    from .host import current
+    from nbagent.ipython.host import current
 
     host = current()
     try:
         found = offers(host.notebook, run_ids, host.folder, kept=host.cells_yours(), gone=cells_gone())
     except Exception as exc:  # an answer always comes: a record whose run cannot be checked offers no Undo…
-        from ..secrets import Redactor
+        from nbagent.secrets import Redactor
 
         why = Redactor().text(f"nbagent could not read this notebook's log ({type(exc).__name__}: {exc})")
         found = {r: {"undo": False, "why": why} for r in run_ids}
@@ -104,7 +104,7 @@ def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[st
     """What Undo… can do for each run, read from `notebook`'s own log (never written: a notebook without a log
     gets none), checked against `folder` as the Undo panel checks it (`undo_offer`); `kept`: the agent's cells the
     person edited since, `gone`: those deleted since (a run whose only changes are those has nothing to undo)."""
-    from ..store import StoreError, store_path_for
+    from nbagent.store import StoreError, store_path_for
 
     path = store_path_for(notebook)
     if not run_ids:
@@ -112,20 +112,20 @@ def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[st
     if not (path / "meta.json").exists():
         why = f"not in this notebook's log: {notebook.name} has none ({path.name}); nothing here to undo"
         return {r: {"undo": False, "why": why} for r in run_ids}
-    from ..store import Store
+    from nbagent.store import Store
 
     try:
         store = Store(path, readonly=True)
     except StoreError as exc:
         return {r: {"undo": False, "why": str(exc)} for r in run_ids}
-    from ..undo import UndoError, log_checked
+    from nbagent.undo import UndoError, log_checked
 
     try:
         with log_checked(store):  # once for every record asked about
             mine = store.anchors.heads()
             return {r: _offer(store, r, folder, mine, kept, gone) for r in dict.fromkeys(run_ids)}
     except UndoError as exc:  # the log fails verification: undo acts on none of its runs
-        from ..secrets import Redactor
+        from nbagent.secrets import Redactor
 
         return {r: {"undo": False, "why": Redactor().text(str(exc))} for r in run_ids}
     finally:
@@ -134,10 +134,10 @@ def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[st
 
 def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any], kept: Collection[str] = (),
            gone: Container[str] = ()) -> dict[str, Any]:
-    from ..secrets import Redactor
-    from ..store import RunNotFound, StoreError
-    from ..ui.undo_view import undo_offer
-    from ..undo import UndoError
+    from nbagent.secrets import Redactor
+    from nbagent.store import RunNotFound, StoreError
+    from nbagent.ui.undo_view import undo_offer
+    from nbagent.undo import UndoError
 
     try:
         offer = undo_offer(store, run_id, folder=folder, kept=kept, gone=gone)

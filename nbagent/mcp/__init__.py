@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import logging
 
-from .config import DEFAULT_TIMEOUT, Loaded, MCPConfigError, ServerConfig, load_config, parse, read
-from .results import convert_result
-from .server_files import MAX_FOLDER_FILES, entry_files
-from .servers import Server, shutdown
-from .servers import _background as _background  # (private: tests reach for the background loop)
-from .servers import _servers as _servers  # (private: tests reach for the running servers)
-from .toolsets import (
+from nbagent.mcp.config import DEFAULT_TIMEOUT, Loaded, MCPConfigError, ServerConfig, load_config, parse, read
+from nbagent.mcp.results import convert_result
+from nbagent.mcp.server_files import MAX_FOLDER_FILES, entry_files
+from nbagent.mcp.servers import Server, shutdown
+from nbagent.mcp.servers import _background as _background  # (private: tests reach for the background loop)
+from nbagent.mcp.servers import _servers as _servers  # (private: tests reach for the running servers)
+from nbagent.mcp.toolsets import (
            PREFIX,
            TOOL_NAME,
            MCPTool,
@@ -58,7 +58,7 @@ from .toolsets import (
            tools,
            toolset,
 )
-from .trust import MAX_HASHED, Entry, code_files, entry_digest, entry_part, needs_trust, what_it_runs
+from nbagent.mcp.trust import MAX_HASHED, Entry, code_files, entry_digest, entry_part, needs_trust, what_it_runs
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..tools.base import ToolError
+from nbagent.tools.base import ToolError
 
 
 def _summary(kind: str, mime: str | None, data: str | bytes | None) -> str:

@@ -25,16 +25,16 @@ import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..effects import Op, Target, current_effect, resolve_target
-from ..levels import Risk
-from . import rules_filesystem as fsr
-from . import rules_git as gitr
-from .config import ServerConfig
-from .server_files import _server_cwd
+from nbagent.effects import Op, Target, current_effect, resolve_target
+from nbagent.levels import Risk
+from nbagent.mcp import rules_filesystem as fsr
+from nbagent.mcp import rules_git as gitr
+from nbagent.mcp.config import ServerConfig
+from nbagent.mcp.server_files import _server_cwd
 
 if TYPE_CHECKING:
-    from ..scope import ScopeGuard
-    from ..tools.base import Tool
+    from nbagent.scope import ScopeGuard
+    from nbagent.tools.base import Tool
 
 # what each tool of the reference filesystem server does to which argument (its dist/index.js), and its risk
 _FS_READ: dict[str, tuple[str, Op]] = {

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .config import ServerConfig
+from nbagent.mcp.config import ServerConfig
 
 
 def _server_cwd(config: ServerConfig, folder: Path | None) -> Path | None:

@@ -23,11 +23,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..tools.base import ToolError
-from .config import MCPConfigError, ServerConfig, _no_userinfo
-from .results import convert_result
-from .server_files import _server_cwd
-from .trust import entry_digest
+from nbagent.mcp.config import MCPConfigError, ServerConfig, _no_userinfo
+from nbagent.mcp.results import convert_result
+from nbagent.mcp.server_files import _server_cwd
+from nbagent.mcp.trust import entry_digest
+from nbagent.tools.base import ToolError
 
 _current = contextvars.ContextVar[Any]("nbagent_mcp_server", default=None)
 
@@ -120,7 +120,7 @@ class Server:
     def rule(self) -> Any:
         """How this server reads its tools' arguments (rules.Rule), made once."""
         if self._rule is None:
-            from .rules import Rule
+            from nbagent.mcp.rules import Rule
 
             self._rule = Rule(self.name, self.config, self.folder, roots_asked=lambda: self.roots_asked)
         return self._rule
@@ -205,8 +205,8 @@ class Server:
             from mcp import Client
             from mcp.types import Implementation
 
-            from .._version import __version__
-            from .rules import kind_of
+            from nbagent._version import __version__
+            from nbagent.mcp.rules import kind_of
 
             transport, http = self._transport()
             roots = self._roots if self.config.command and self.folder is not None else None

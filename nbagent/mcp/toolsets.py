@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..levels import Risk
-from ..tools.base import Tool
-from .config import Loaded, MCPConfigError, read
-from .server_files import entry_files
-from .servers import Server, _server
-from .trust import Entry, needs_trust
+from nbagent.levels import Risk
+from nbagent.mcp.config import Loaded, MCPConfigError, read
+from nbagent.mcp.server_files import entry_files
+from nbagent.mcp.servers import Server, _server
+from nbagent.mcp.trust import Entry, needs_trust
+from nbagent.tools.base import Tool
 
 if TYPE_CHECKING:
-    from ..effects import Target
-    from ..scope import ScopeGuard
+    from nbagent.effects import Target
+    from nbagent.scope import ScopeGuard
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what the model providers accept as a function name (fullmatch)
 _NAME_PART = re.compile(r"[A-Za-z0-9_-]+")
@@ -33,7 +33,7 @@ def annotation_risk(annotations: Any) -> tuple[Risk, str]:
     """(risk, why) from a tool's MCP annotations alone (an object with read_only_hint / destructive_hint, or a
     dict): READ_ONLY for `readOnlyHint: true` (not also `destructiveHint: true`), else WRITE_HIGH_RISK: what a tool
     that writes touches cannot be seen from its annotations, so `destructiveHint: false` lowers nothing (rules.py)."""
-    from .rules import _annotated
+    from nbagent.mcp.rules import _annotated
 
     read_only, claim = _annotated(annotations)
     if read_only:
@@ -182,7 +182,7 @@ def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = Non
     for s in sources:
         read(s, base, loaded)
     result = toolset(loaded, base)
-    from ..secrets import Redactor
+    from nbagent.secrets import Redactor
 
     report = on_problem or (lambda line: print(f"nbagent: {line}", file=sys.stderr))
     redactor = Redactor()  # a line quotes what a server printed, which may be a secret (its config's, the env's)

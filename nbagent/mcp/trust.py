@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from .config import Loaded, ServerConfig, _no_userinfo
-from .server_files import entry_files
+from nbagent.mcp.config import Loaded, ServerConfig, _no_userinfo
+from nbagent.mcp.server_files import entry_files
 
 
 class Entry(BaseModel):
@@ -38,7 +38,7 @@ def entry_digest(config: ServerConfig, folder: str | Path | None = None) -> str:
     there has the first part alone."""
     import hashlib
 
-    from ..events import canonical_json
+    from nbagent.events import canonical_json
 
     text = hashlib.sha256(canonical_json(config.model_dump(mode="json")).encode("utf-8")).hexdigest()
     found = _file_states(config, folder)

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .base import LocalModel, ModelScriptError
+from nbagent.models.base import LocalModel, ModelScriptError
 
 
 class FunctionModel(LocalModel):

@@ -24,8 +24,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from .base import LocalModel, ModelScriptError, estimate_tokens
-from .replay import ReplayModel
+from nbagent.models.base import LocalModel, ModelScriptError, estimate_tokens
+from nbagent.models.replay import ReplayModel
 
 PROVIDER = "nbagent"
 # Nominal prices for the offline models, so cost tracking runs end to end (USD per token).
@@ -279,7 +279,7 @@ def ensure_registered() -> None:
     global _registered
     if _registered:
         return
-    from ..llm import import_litellm
+    from nbagent.llm import import_litellm
 
     import_litellm()  # sets the environment litellm reads when imported, and checks for `mcp`
     import litellm

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .base import LocalModel, ModelScriptError
+from nbagent.models.base import LocalModel, ModelScriptError
 
 
 class ScriptedCall(BaseModel):

@@ -19,13 +19,13 @@ Everything other code imports from `nbagent.runtime` is re-exported here.
 
 from __future__ import annotations
 
-from ..llm import complete
-from .agent import DEFAULT_SYSTEM_PROMPT, Agent
-from .calls import FILE_FACTS
-from .context import CONTROL_RISK, MAX_RESULT_CHARS, RunContext, RunResult, RunStateError
-from .history import _closed, _has_images, _images_described
-from .invoke import _error_text, _jsonable, _preview
-from .model_choice import ChosenModel, ModelOptions, choose_model
+from nbagent.llm import complete
+from nbagent.runtime.agent import DEFAULT_SYSTEM_PROMPT, Agent
+from nbagent.runtime.calls import FILE_FACTS
+from nbagent.runtime.context import CONTROL_RISK, MAX_RESULT_CHARS, RunContext, RunResult, RunStateError
+from nbagent.runtime.history import _closed, _has_images, _images_described
+from nbagent.runtime.invoke import _error_text, _jsonable, _preview
+from nbagent.runtime.model_choice import ChosenModel, ModelOptions, choose_model
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "FILE_FACTS", "Agent", "ChosenModel", "ModelOptions", "RunResult",
            "RunStateError", "choose_model"]

@@ -12,29 +12,29 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import grants as grants_
-from ..bus import EventBus
-from ..deciders import Answer, Decider, InteractiveDecider, Verdict
-from ..events import ContextAssembled, EventBase, HumanInputReceived, RunResumed, RunSuperseded
-from ..ids import new_id
-from ..levels import Autonomy
-from ..models.base import LocalModel
-from ..policy import Authorizer, AuthPolicy, Budget
-from ..scope import Scope, ScopeGuard
-from ..secrets import Redactor
-from ..state import RunStatus
-from ..store import Store
-from ..tools.base import ToolLike, as_tools
-from ..tools.control import CONTROL_TOOLS
-from .calls import CallHandling
-from .context import RunContext, RunResult, RunStateError
-from .decisions import Decisions
-from .fitting import ContextFitting
-from .history import History
-from .invoke import Invocation
-from .loop import RunLoop
-from .model_choice import ModelOptions, choose_model
-from .tree import RunTree
+from nbagent import grants as grants_
+from nbagent.bus import EventBus
+from nbagent.deciders import Answer, Decider, InteractiveDecider, Verdict
+from nbagent.events import ContextAssembled, EventBase, HumanInputReceived, RunResumed, RunSuperseded
+from nbagent.ids import new_id
+from nbagent.levels import Autonomy
+from nbagent.models.base import LocalModel
+from nbagent.policy import Authorizer, AuthPolicy, Budget
+from nbagent.runtime.calls import CallHandling
+from nbagent.runtime.context import RunContext, RunResult, RunStateError
+from nbagent.runtime.decisions import Decisions
+from nbagent.runtime.fitting import ContextFitting
+from nbagent.runtime.history import History
+from nbagent.runtime.invoke import Invocation
+from nbagent.runtime.loop import RunLoop
+from nbagent.runtime.model_choice import ModelOptions, choose_model
+from nbagent.runtime.tree import RunTree
+from nbagent.scope import Scope, ScopeGuard
+from nbagent.secrets import Redactor
+from nbagent.state import RunStatus
+from nbagent.store import Store
+from nbagent.tools.base import ToolLike, as_tools
+from nbagent.tools.control import CONTROL_TOOLS
 
 DEFAULT_SYSTEM_PROMPT = """\
 You are nbagent, an assistant working inside a researcher's Jupyter notebook. Use the tools to look before you
@@ -139,8 +139,8 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, Cont
             autonomy = self.store.run_state(self.store.resolve_run(options.replay)).autonomy
         self.autonomy = Autonomy(autonomy or Autonomy.L1)
         if tools is None:  # not given: the file tools of the scope's folder, their writes undoable (tools=[]: none)
-            from ..blobs import BlobStore
-            from ..tools.files import file_tools
+            from nbagent.blobs import BlobStore
+            from nbagent.tools.files import file_tools
 
             tools = file_tools(scope, BlobStore.of_store(self.store.path))
         self.tools = as_tools(tools)
@@ -176,7 +176,7 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, Cont
         self._counter = None
         self._context = self._window_options()  # recorded with each run; None: no budget (offline, not set)
         if self._context is not None and "read_result" not in self.tools:
-            from .results import read_result_tool
+            from nbagent.runtime.results import read_result_tool
 
             self.tools["read_result"] = read_result_tool(self.store, self.counter)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import grants as grants_
-from ..approval import call_risk, clearance, needs_decision
-from ..effects import CallInfo, Effect, bound, call_digest, resolve
-from ..events import (
+from nbagent import grants as grants_
+from nbagent.approval import call_risk, clearance, needs_decision
+from nbagent.effects import CallInfo, Effect, bound, call_digest, resolve
+from nbagent.events import (
     ExecutionStarted,
     PlanningStarted,
     PlanProposed,
@@ -27,15 +27,15 @@ from ..events import (
     ToolCallStarted,
     WaitingForApproval,
 )
-from ..ids import new_id
-from ..levels import Risk
-from ..policy import Denial
-from ..state import RunState
-from ..tool_calls import ToolCallRequest, parse_tool_calls
-from ..tools.base import Tool, ToolError
-from ..tools.control import CONTROL_TOOLS
-from .context import AgentBase, RunContext, _ms
-from .invoke import _error_text, _jsonable, _preview
+from nbagent.ids import new_id
+from nbagent.levels import Risk
+from nbagent.policy import Denial
+from nbagent.runtime.context import AgentBase, RunContext, _ms
+from nbagent.runtime.invoke import _error_text, _jsonable, _preview
+from nbagent.state import RunState
+from nbagent.tool_calls import ToolCallRequest, parse_tool_calls
+from nbagent.tools.base import Tool, ToolError
+from nbagent.tools.control import CONTROL_TOOLS
 
 # Scope refusals that state a fact about the folder, not a policy: the call fails as an error (a denial is reserved
 # for what the person or the configuration forbids: outside, excluded, a switched-off operation, a size limit...)

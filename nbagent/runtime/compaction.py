@@ -20,8 +20,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..events import ContextCompacted
-from .window import Counter, Window
+from nbagent.events import ContextCompacted
+from nbagent.runtime.window import Counter, Window
 
 SUMMARY_INTRO = ("[nbagent: a summary of this session's earlier requests, written to keep the conversation within "
                  "the model's context; the full conversation is in the notebook's log]\n")

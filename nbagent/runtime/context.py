@@ -14,24 +14,24 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .. import grants as grants_
-from ..effects import Effect
-from ..events import AuthorizationDenied, EventBase, Payload, Usage
-from ..levels import Risk
-from ..policy import Denial
-from ..state import RunState, RunStatus
+from nbagent import grants as grants_
+from nbagent.effects import Effect
+from nbagent.events import AuthorizationDenied, EventBase, Payload, Usage
+from nbagent.levels import Risk
+from nbagent.policy import Denial
+from nbagent.state import RunState, RunStatus
 
 if TYPE_CHECKING:
-    from ..bus import EventBus
-    from ..deciders import Decider
-    from ..llm import Fingerprint, ModelError, ModelReply, ModelSettings
-    from ..models.base import LocalModel
-    from ..policy import Authorizer, AuthPolicy, Budget
-    from ..scope import ScopeGuard
-    from ..secrets import Redactor
-    from ..store import SessionRecord, Store
-    from ..tool_calls import ToolCallRequest
-    from ..tools.base import Tool
+    from nbagent.bus import EventBus
+    from nbagent.deciders import Decider
+    from nbagent.llm import Fingerprint, ModelError, ModelReply, ModelSettings
+    from nbagent.models.base import LocalModel
+    from nbagent.policy import Authorizer, AuthPolicy, Budget
+    from nbagent.scope import ScopeGuard
+    from nbagent.secrets import Redactor
+    from nbagent.store import SessionRecord, Store
+    from nbagent.tool_calls import ToolCallRequest
+    from nbagent.tools.base import Tool
 
 MAX_RESULT_CHARS = 1_000_000  # kept whole in the log; what a request sends is sized in tokens (compaction.py)
 

@@ -4,13 +4,13 @@ force for a run (read from the session's chain, only those the log backs: grants
 
 from __future__ import annotations
 
-from .. import grants as grants_
-from ..deciders import (
+from nbagent import grants as grants_
+from nbagent.deciders import (
     ApprovalRequest,
     QuestionRequest,
     Verdict,
 )
-from ..events import (
+from nbagent.events import (
     EventBase,
     ExecutionStarted,
     GrantGiven,
@@ -20,11 +20,11 @@ from ..events import (
     PlanRefined,
     PlanRejected,
 )
-from ..ids import new_id
-from ..levels import Risk
-from ..seal import KeyFileError
-from ..state import RunState
-from .context import AgentBase, RunContext
+from nbagent.ids import new_id
+from nbagent.levels import Risk
+from nbagent.runtime.context import AgentBase, RunContext
+from nbagent.seal import KeyFileError
+from nbagent.state import RunState
 
 
 class Decisions(AgentBase):

@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..events import CompactedResult, ContextCompacted, Error, Usage
-from ..llm import ModelError, ModelReply, complete
-from ..state import RunState
-from ..usage import floored, priced
-from .compaction import Compactions, candidates, capped, extract, transcript, view
-from .context import AgentBase, RunContext
-from .window import Counter, Window, price_in, prices, window_for
+from nbagent.events import CompactedResult, ContextCompacted, Error, Usage
+from nbagent.llm import ModelError, ModelReply, complete
+from nbagent.runtime.compaction import Compactions, candidates, capped, extract, transcript, view
+from nbagent.runtime.context import AgentBase, RunContext
+from nbagent.runtime.window import Counter, Window, price_in, prices, window_for
+from nbagent.state import RunState
+from nbagent.usage import floored, priced
 
 SUMMARY_PROMPT = (
     "You summarise a conversation between a researcher and an assistant working in a Jupyter notebook, so that the "

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..llm import (
+from nbagent.llm import (
     accepts_images,
 )
-from ..state import RunState, RunStatus
-from .context import AgentBase, RunContext
+from nbagent.runtime.context import AgentBase, RunContext
+from nbagent.state import RunState, RunStatus
 
 
 class History(AgentBase):

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..events import (
+from nbagent.events import (
     AnswerReady,
     ChildRunStarted,
     HumanInputRequested,
@@ -19,14 +19,14 @@ from ..events import (
     ToolCallFailed,
     ToolCallStarted,
 )
-from ..ids import new_id
-from ..llm import is_transient
-from ..retrying import with_retries
-from ..state import RunState, RunStatus
-from ..tool_calls import ToolCallRequest
-from ..tools.base import TIME_LIMIT, Tool, ToolError
-from ..tools.control import CONTROL_TOOLS
-from .context import CONTROL_RISK, MAX_RESULT_CHARS, AgentBase, RunContext, _ms
+from nbagent.ids import new_id
+from nbagent.llm import is_transient
+from nbagent.retrying import with_retries
+from nbagent.runtime.context import CONTROL_RISK, MAX_RESULT_CHARS, AgentBase, RunContext, _ms
+from nbagent.state import RunState, RunStatus
+from nbagent.tool_calls import ToolCallRequest
+from nbagent.tools.base import TIME_LIMIT, Tool, ToolError
+from nbagent.tools.control import CONTROL_TOOLS
 
 
 class Invocation(AgentBase):

@@ -20,7 +20,7 @@ from typing import Any
 
 from filelock import Timeout as FileLockTimeout
 
-from ..events import (
+from nbagent.events import (
     AnswerReady,
     Completed,
     CompletedWithErrors,
@@ -29,19 +29,19 @@ from ..events import (
     LlmCalled,
     Thinking,
 )
-from ..ids import assign_call_ids
-from ..llm import (
+from nbagent.ids import assign_call_ids
+from nbagent.llm import (
     Fingerprint,
     ModelError,
     accepts_images,
     complete,
 )
-from ..policy import hour_ago_iso
-from ..secrets import StreamRedactor
-from ..state import RunState, assistant_message
-from .caching import cache_marked
-from .context import MAX_RESULT_CHARS, AgentBase, RunContext, RunResult, RunStateError, cut
-from .fitting import is_context_refusal
+from nbagent.policy import hour_ago_iso
+from nbagent.runtime.caching import cache_marked
+from nbagent.runtime.context import MAX_RESULT_CHARS, AgentBase, RunContext, RunResult, RunStateError, cut
+from nbagent.runtime.fitting import is_context_refusal
+from nbagent.secrets import StreamRedactor
+from nbagent.state import RunState, assistant_message
 
 
 class RunLoop(AgentBase):
@@ -96,8 +96,8 @@ class RunLoop(AgentBase):
                  else accepts_images(self.model))
         if not takes:
             return own, []
-        from ..blobs import BlobStore
-        from .cell_images import with_images
+        from nbagent.blobs import BlobStore
+        from nbagent.runtime.cell_images import with_images
 
         return with_images(own, BlobStore.of_store(self.store.path).get)
 

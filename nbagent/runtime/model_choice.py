@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from ..llm import ModelSettings
-from ..models.base import LocalModel
+from nbagent.llm import ModelSettings
+from nbagent.models.base import LocalModel
 
 if TYPE_CHECKING:
-    from ..deciders import Decider
-    from ..store import Store
+    from nbagent.deciders import Decider
+    from nbagent.store import Store
 
 
 class ModelOptions(BaseModel):
@@ -75,9 +75,9 @@ def choose_model(options: ModelOptions, store: Store, *, with_decider: bool = Tr
     legacy_ids = False
     decider: Decider | None = None
     if options.replay is not None:
-        from ..deciders import RecordedDecider
-        from ..models.replay import ReplayModel
-        from ..replay import recorded_calls, recorded_events
+        from nbagent.deciders import RecordedDecider
+        from nbagent.models.replay import ReplayModel
+        from nbagent.replay import recorded_calls, recorded_events
 
         recording = recorded_calls(store, options.replay)
         local = ReplayModel(recording, source=f"run {options.replay}")
@@ -88,12 +88,12 @@ def choose_model(options: ModelOptions, store: Store, *, with_decider: bool = Tr
             decider = RecordedDecider.from_events(recorded_events(store, options.replay), options.replay)
         model = "nbagent/replay"
     elif options.script is not None:
-        from ..models.scripted import ScriptedModel
+        from nbagent.models.scripted import ScriptedModel
 
         local = ScriptedModel(options.script)
         model = model or "nbagent/scripted"
     elif options.function is not None:
-        from ..models.function import FunctionModel
+        from nbagent.models.function import FunctionModel
 
         local = FunctionModel(options.function)
         model = model or "nbagent/function"
@@ -102,7 +102,7 @@ def choose_model(options: ModelOptions, store: Store, *, with_decider: bool = Tr
                          "offline scripted model")
     local_key: str | None = None
     if local is not None:
-        from ..models.provider import register_local
+        from nbagent.models.provider import register_local
 
         local_key = register_local(local)
     settings = ModelSettings(

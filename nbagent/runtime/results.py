@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..effects import current_call
-from ..levels import Risk
-from ..state import tool_message
-from ..store import Store
-from ..tools.base import Tool, ToolError
-from .window import Counter, Window
+from nbagent.effects import current_call
+from nbagent.levels import Risk
+from nbagent.runtime.window import Counter, Window
+from nbagent.state import tool_message
+from nbagent.store import Store
+from nbagent.tools.base import Tool, ToolError
 
 _HANDLE = re.compile(r"r([1-9]\d{0,5})/([A-Za-z0-9_.:-]{1,80})")
 

@@ -1,6 +1,6 @@
 """The event store: an append-only, hash-chained log in TinyDB beside the notebook (see store.py)."""
 
-from .errors import (
+from nbagent.store.errors import (
     AppendOnly,
     NewerFormat,
     NotAStore,
@@ -10,7 +10,7 @@ from .errors import (
     StoreReadOnly,
     StoreWriteFailed,
 )
-from .store import FORMAT_VERSION, STORE_SUFFIX, RunRecord, SessionRecord, Store, store_path_for
+from nbagent.store.store import FORMAT_VERSION, STORE_SUFFIX, RunRecord, SessionRecord, Store, store_path_for
 
 __all__ = [
     "FORMAT_VERSION", "STORE_SUFFIX", "AppendOnly", "NewerFormat", "NotAStore", "RunNotFound", "RunRecord",

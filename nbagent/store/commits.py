@@ -12,13 +12,13 @@ import contextvars
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..events import chain_key
+from nbagent.events import chain_key
 
 if TYPE_CHECKING:
     import threading
 
-    from .eventlog import EventLog
-    from .locks import Locked
+    from nbagent.store.eventlog import EventLog
+    from nbagent.store.locks import Locked
 
 # the checkpoints `grouped` may commit at the end of the loop's turn: a run's start and end, never a wait or a decision
 # (a person's yes is durable before the effect it allows)

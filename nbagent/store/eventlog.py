@@ -43,9 +43,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..events import canonical_json, chain_key, compute_hash, load_record
-from .errors import StoreReadOnly, StoreWriteFailed
-from .regular import open_regular
+from nbagent.events import canonical_json, chain_key, compute_hash, load_record
+from nbagent.store.errors import StoreReadOnly, StoreWriteFailed
+from nbagent.store.regular import open_regular
 
 log = logging.getLogger("nbagent.store")
 

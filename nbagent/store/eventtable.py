@@ -10,8 +10,8 @@ from typing import Any
 from tinydb.storages import Storage
 from tinydb.table import Document, Table
 
-from .errors import AppendOnly
-from .eventlog import EventLog
+from nbagent.store.errors import AppendOnly
+from nbagent.store.eventlog import EventLog
 
 
 class EventDocs(Mapping[str, dict[str, Any]]):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..events import compute_hash
+from nbagent.events import compute_hash
 
 if TYPE_CHECKING:
-    from .store import Store
+    from nbagent.store.store import Store
 
 
 def chain_sound(store: Store, key: str) -> bool:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .errors import IsALink, NotAFile
-from .regular import folder, kind, link_target
+from nbagent.store.errors import IsALink, NotAFile
+from nbagent.store.regular import folder, kind, link_target
 
 
 class Leases:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import NotAStore, StoreError
-from .store import STORE_SUFFIX, store_path_for
+from nbagent.store.errors import NotAStore, StoreError
+from nbagent.store.store import STORE_SUFFIX, store_path_for
 
 
 def find_stores(path: str | Path | None) -> list[Path]:

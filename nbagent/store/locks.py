@@ -11,7 +11,7 @@ from typing import Protocol
 
 from filelock import Timeout
 
-from .regular import open_regular
+from nbagent.store.regular import open_regular
 
 
 class Lockable(Protocol):

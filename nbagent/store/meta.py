@@ -10,10 +10,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from .._version import __version__
-from ..ids import new_id, now_iso
-from .errors import NewerFormat, NotAStore, StoreFolderIsALink, StoreReadOnly
-from .regular import NOFOLLOW, link_target, read_regular
+from nbagent._version import __version__
+from nbagent.ids import new_id, now_iso
+from nbagent.store.errors import NewerFormat, NotAStore, StoreFolderIsALink, StoreReadOnly
+from nbagent.store.regular import NOFOLLOW, link_target, read_regular
 
 FORMAT = "nbagent-store"
 FORMAT_VERSION = 1

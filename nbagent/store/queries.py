@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import EventBase, parse_event
-from .eventtable import EventTable
+from nbagent.events import EventBase, parse_event
+from nbagent.store.eventtable import EventTable
 
 
 class EventQueries:

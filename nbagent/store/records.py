@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..ids import now_iso
-from ..levels import Autonomy
-from ..state import RunState, RunStatus
-from .tables import IdTable
+from nbagent.ids import now_iso
+from nbagent.levels import Autonomy
+from nbagent.state import RunState, RunStatus
+from nbagent.store.tables import IdTable
 
 
 class SessionRecord(BaseModel):

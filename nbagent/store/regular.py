@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import IsALink, NotAFile, NotAFolder
+from nbagent.store.errors import IsALink, NotAFile, NotAFolder
 
 _KINDS = ((stat.S_ISFIFO, "named pipe (FIFO)"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
           (stat.S_ISDIR, "folder"), (stat.S_ISSOCK, "socket"), (stat.S_ISREG, "regular file"),

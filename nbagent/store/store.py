@@ -44,7 +44,7 @@ from filelock import FileLock, Timeout
 from pydantic import ValidationError
 from tinydb import Query
 
-from ..events import (
+from nbagent.events import (
     CHECKPOINT_TYPES,
     EVENT_MODELS,
     PAYLOADS,
@@ -55,24 +55,24 @@ from ..events import (
     chain_key,
     parse_event,
 )
-from ..ids import new_id, now_iso
-from ..levels import Autonomy
-from ..state import RunState
-from .anchor import Anchor
-from .commits import GROUPED_TYPES, GroupedCommits
-from .errors import (
+from nbagent.ids import new_id, now_iso
+from nbagent.levels import Autonomy
+from nbagent.state import RunState
+from nbagent.store.anchor import Anchor
+from nbagent.store.commits import GROUPED_TYPES, GroupedCommits
+from nbagent.store.errors import (
     RunNotFound,
     StoreError,
     StoreReadOnly,
 )
-from .eventlog import EventLog
-from .eventtable import EventTable
-from .leases import Leases
-from .locks import HeldLock, Locked, fcntl
-from .meta import FORMAT, FORMAT_VERSION, check_meta, create_or_check
-from .queries import EventQueries
-from .records import RunRecord, SessionRecord, current_record, put_row, run_row, session_record
-from .tables import AtomicJSONStorage, open_tables
+from nbagent.store.eventlog import EventLog
+from nbagent.store.eventtable import EventTable
+from nbagent.store.leases import Leases
+from nbagent.store.locks import HeldLock, Locked, fcntl
+from nbagent.store.meta import FORMAT, FORMAT_VERSION, check_meta, create_or_check
+from nbagent.store.queries import EventQueries
+from nbagent.store.records import RunRecord, SessionRecord, current_record, put_row, run_row, session_record
+from nbagent.store.tables import AtomicJSONStorage, open_tables
 
 STORE_SUFFIX = ".nbagent"
 LOCK_TIMEOUT_S = 30.0

@@ -34,8 +34,8 @@ from tinydb import TinyDB
 from tinydb.storages import Storage
 from tinydb.table import Document, Table
 
-from .errors import NotAFile, StoreReadOnly, StoreWriteFailed
-from .regular import read_regular
+from nbagent.store.errors import NotAFile, StoreReadOnly, StoreWriteFailed
+from nbagent.store.regular import read_regular
 
 
 class AtomicJSONStorage(Storage):

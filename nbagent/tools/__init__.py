@@ -1,5 +1,5 @@
 """Tools the agent can call: the base (`Tool`, `@tool`) and the control tools every agent has."""
 
-from .base import Tool, ToolArgumentError, ToolError, tool
+from nbagent.tools.base import Tool, ToolArgumentError, ToolError, tool
 
 __all__ = ["Tool", "ToolArgumentError", "ToolError", "tool"]

@@ -26,8 +26,8 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from ..levels import Risk
-from .paths import (
+from nbagent.levels import Risk
+from nbagent.tools.paths import (
     NOT_A_PATH,
     PATH_NAME,
     WEAK_PATH_NAME,

@@ -3,8 +3,8 @@ these functions give them their schemas and descriptions, and return their argum
 
 from __future__ import annotations
 
-from ..levels import Risk
-from .base import Tool
+from nbagent.levels import Risk
+from nbagent.tools.base import Tool
 
 
 def respond_to_user(message: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import codecs
 
-from .base import ToolError
+from nbagent.tools.base import ToolError
 
 SNIFF_BYTES = 8192  # a NUL in these means binary
 SAMPLE_BYTES = 64 * 1024  # encoding detection of ranged reads and searches looks at this much, never the whole file

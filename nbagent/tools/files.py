@@ -26,11 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from ..blobs import BlobStore
-from ..levels import Risk
-from ..scope import Resolved, Scope, ScopeDenied, ScopeGuard
-from .base import Tool, ToolError
-from .file_search import (
+from nbagent.blobs import BlobStore
+from nbagent.levels import Risk
+from nbagent.scope import Resolved, Scope, ScopeDenied, ScopeGuard
+from nbagent.tools.base import Tool, ToolError
+from nbagent.tools.file_search import (
     MAX_LINE_BYTES,
     MAX_SEARCH_BYTES,
     MAX_SEARCH_FILE_BYTES,
@@ -41,10 +41,10 @@ from .file_search import (
     RE2_SYNTAX,
     SearchContent,
 )
-from .file_search import _compile as _compile
-from .file_search import _python_accepts as _python_accepts
-from .file_search import _Search as _Search
-from .file_text import (
+from nbagent.tools.file_search import _compile as _compile
+from nbagent.tools.file_search import _python_accepts as _python_accepts
+from nbagent.tools.file_search import _Search as _Search
+from nbagent.tools.file_text import (
     COUNT_CHUNK,
     NL,
     NUL,
@@ -432,7 +432,7 @@ class FileTools(SearchContent):
 
     def _missing(self, path: Any) -> bool:
         """Nothing at `path` (inside the scope): a write_file there creates the file."""
-        from ..scope import ScopeDenied
+        from nbagent.scope import ScopeDenied
 
         try:
             self.guard.check(path, "create")
@@ -453,14 +453,14 @@ class FileTools(SearchContent):
     def _targets(self, op: Any, arg: str = "path") -> Any:
         """The resolver of a tool acting with `op` on the path in `arg` (effects.py): the path resolved, links
         inside the folder followed, as the decision and the act both see it."""
-        from ..effects import resolve_target
+        from nbagent.effects import resolve_target
 
         return lambda args: [resolve_target(self.guard, op, args.get(arg, "."), arg)]
 
     def _write_targets(self) -> Any:
         """write_file's resolver: a write, or a create where no file is yet (so an approval of "create notes.md"
         does not cover overwriting a file that appeared since: the effect, and so the digest, differ)."""
-        from ..effects import resolve_target
+        from nbagent.effects import resolve_target
 
         return lambda args: [resolve_target(self.guard, "create" if self._missing(args.get("path", ".")) else "write",
                                             args.get("path", "."), "path")]

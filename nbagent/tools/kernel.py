@@ -29,8 +29,8 @@ import types
 from collections.abc import Iterator, Sized
 from typing import Any, AnyStr
 
-from ..levels import Risk
-from .base import Tool, ToolError
+from nbagent.levels import Risk
+from nbagent.tools.base import Tool, ToolError
 
 HIDDEN = {"In", "Out", "exit", "quit", "get_ipython", "open"}
 MAX_REPR = 2_000

@@ -23,9 +23,9 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from ..events import EventBase
-from ..tools.control import CONTROL_TOOLS
-from ..undo_cells import ACTED, CELL_TOOLS, CELL_UNDO_TOOL, cell_name, first_line
+from nbagent.events import EventBase
+from nbagent.tools.control import CONTROL_TOOLS
+from nbagent.undo_cells import ACTED, CELL_TOOLS, CELL_UNDO_TOOL, cell_name, first_line
 
 # A file tool's result key naming the path it changed, and what the file was before and after (True: a file there).
 _FILE_RESULTS = {"create_file": ("created", False, True), "write_file": ("written", True, True),

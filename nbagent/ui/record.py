@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .record_html import CSS, PLAN_TONE, STATUS_TONE, STEP_TONE, diff_html, render_html, risk_badge
-from .record_markdown import LINK_REL, LINK_SCHEMES, link_allowed, markdown_html, render_markdown
-from .record_text import render_text
-from .record_words import (
+from nbagent.ui.record_html import CSS, PLAN_TONE, STATUS_TONE, STEP_TONE, diff_html, render_html, risk_badge
+from nbagent.ui.record_markdown import LINK_REL, LINK_SCHEMES, link_allowed, markdown_html, render_markdown
+from nbagent.ui.record_text import render_text
+from nbagent.ui.record_words import (
     DECISION_VERB,
     DIFF_OPEN_LINES,
     FILE_CHANGE_TOOLS,
@@ -64,7 +64,7 @@ from .record_words import (
     tree_line,
     undo_hint,
 )
-from .viewstate import MIME
+from nbagent.ui.viewstate import MIME
 
 __all__ = [
     "CSS", "DECISION_VERB", "DIFF_OPEN_LINES", "FILE_CHANGE_TOOLS", "HEAD_STEPS", "HIGH", "LINK_REL",

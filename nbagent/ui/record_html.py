@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cell_names import cell_name, cell_title
-from .effects_summary import CSS as EFFECTS_CSS
-from .effects_summary import effects_html, undo_banner_html, undoes_line
-from .record_markdown import markdown_html
-from .record_summary import compact, summary_head, summary_tail
-from .record_words import (
+from nbagent.ui.cell_names import cell_name, cell_title
+from nbagent.ui.effects_summary import CSS as EFFECTS_CSS
+from nbagent.ui.effects_summary import effects_html, undo_banner_html, undoes_line
+from nbagent.ui.record_markdown import markdown_html
+from nbagent.ui.record_summary import compact, summary_head, summary_tail
+from nbagent.ui.record_words import (
     DECISION_VERB,
     DIFF_OPEN_LINES,
     NOMINAL_NOTE,

@@ -13,8 +13,8 @@ import html
 import re
 from typing import Any
 
-from .effects_summary import effects_text, undo_note
-from .record_words import (
+from nbagent.ui.effects_summary import effects_text, undo_note
+from nbagent.ui.record_words import (
     NOMINAL_NOTE,
     NOT_ASKED,
     PLAN_STATUS,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .record_words import (
+from nbagent.ui.record_words import (
     STATUS_ICON,
     _clip,
     answerable,

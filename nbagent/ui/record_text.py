@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .effects_summary import effects_text, undo_note, undoes_line
-from .record_words import (
+from nbagent.ui.effects_summary import effects_text, undo_note, undoes_line
+from nbagent.ui.record_words import (
     NOMINAL_NOTE,
     PLAN_STATUS,
     STATUS_ICON,

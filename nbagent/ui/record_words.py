@@ -14,9 +14,9 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ..outcomes import duration
-from .cell_names import cell_short
-from .effects_summary import undo_note
+from nbagent.outcomes import duration
+from nbagent.ui.cell_names import cell_short
+from nbagent.ui.effects_summary import undo_note
 
 HEAD_STEPS = 8  # a run with more than MAX_STEPS_SHOWN steps shows the first HEAD_STEPS and the last TAIL_STEPS
 TAIL_STEPS = 8
@@ -531,6 +531,6 @@ def words(view: dict[str, Any]) -> dict[str, Any]:
 
 def _summary_words(v: dict[str, Any]) -> dict[str, Any]:
     """The compact record's two lines (record_summary), and whether the record folds to them."""
-    from .record_summary import compact, summary_head, summary_tail
+    from nbagent.ui.record_summary import compact, summary_head, summary_tail
 
     return {"compact": compact(v), "summary": summary_head(v), "summary_more": summary_tail(v)}

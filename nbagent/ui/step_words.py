@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..outcomes import code_fault
+from nbagent.outcomes import code_fault
 
 TRACEBACK_LINES = 12  # the end of a cell's traceback the record shows (the log keeps the whole)
 TRACEBACK_CHARS = 2_000

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .record import CSS, diff_html, plural
+from nbagent.ui.record import CSS, diff_html, plural
 
 
 def _esc(value: Any) -> str:
@@ -45,7 +45,7 @@ def outcome(offer: dict[str, Any], result: dict[str, Any] | None) -> tuple[str, 
         lines, body = _changes(restored + cells)
         uid = result.get("undo_run_id") or ""
         said = str(result.get("said") or plural(len(restored), "file", "files") + " put back")
-        from .undo_view import again_hint
+        from nbagent.ui.undo_view import again_hint
 
         hint = str(result.get("hint") or again_hint(uid, bool(restored), any(not c.get("kept") for c in cells)))
         return "ok", f"✓ undone: {said} (undo run {uid})", lines, body, hint

@@ -11,7 +11,7 @@ from typing import Any
 
 import traitlets
 
-from .widget import CSS, ESM, _Clickable
+from nbagent.ui.widget import CSS, ESM, _Clickable
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False
 
     `state` is "ready" (`button` says what a click does), "conflicts" or "undone" (`button` is None: nothing would
     happen but a refusal; `why_not` says why and what to run instead). UndoError when there is nothing to undo."""
-    from ..undo import preview
+    from nbagent.undo import preview
 
     report = preview(store, run_id, to=to, force=force, folder=folder, kept=kept, gone=gone)
     run_id = report.runs[0]
@@ -122,8 +122,8 @@ def undo_result(report: Any, store: Any = None) -> dict[str, Any]:
            "hint": again_hint(report.undo_run_id, bool(report.restores), any(not c.kept and not c.gone for c in cells))
            if state == "done" else ""}
     if store is not None and state == "done":
-        from .record import bundle
-        from .viewstate import run_view
+        from nbagent.ui.record import bundle
+        from nbagent.ui.viewstate import run_view
 
         out["records"] = [bundle(run_view(store, rid)) for rid in report.runs]
     return out
@@ -197,7 +197,7 @@ class UndoView(_Clickable):
             if self._started:
                 return False
             self._started = True
-        from ..undo import UndoError
+        from nbagent.undo import UndoError
 
         report = None
         try:
@@ -216,7 +216,7 @@ class UndoView(_Clickable):
 
     def settle(self) -> dict[str, str]:
         """Replace the panel's output by its static record (same display id) and hand the page that bundle."""
-        from .undo_record import undo_bundle
+        from nbagent.ui.undo_record import undo_bundle
 
         bundle = undo_bundle(self.offer, self.result or None)
         self.ended = dict(bundle)

@@ -34,10 +34,10 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ..bus import EventBus
-from ..deciders import Answer, InteractiveDecider, Verdict
-from ..grants import GrantSpec
-from .record_words import next_call_line
+from nbagent.bus import EventBus
+from nbagent.deciders import Answer, InteractiveDecider, Verdict
+from nbagent.grants import GrantSpec
+from nbagent.ui.record_words import next_call_line
 
 # The front end's code, as text. Given as paths, anywidget watches the files for edits (hot reload): every widget
 # it makes connects to the file's `changed` signal and is never let go, so every run view of a kernel's life stayed
