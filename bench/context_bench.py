@@ -68,7 +68,7 @@ def child(folder: Path, cells: int, api_base: str) -> None:
 
     import nbagent
     from nbagent import Agent
-    from nbagent.deciders import PolicyDecider
+    from nbagent.gate.deciders import PolicyDecider
 
     print(json.dumps({"nbagent": str(Path(nbagent.__file__).parent)}), flush=True)
     extra: dict[str, Any] = {}
@@ -199,7 +199,7 @@ def cost(side: dict[str, Any]) -> tuple[float, float]:
 
 def litellm_check(side: dict[str, Any], marks: list[int]) -> list[tuple[int, int, int]]:
     """(cell, server's count, litellm.token_counter's) for the served requests of the measured cells."""
-    from nbagent.llm import import_litellm
+    from nbagent.models.llm import import_litellm
 
     litellm = import_litellm()
     out = []

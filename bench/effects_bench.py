@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbagent.effects import resolve
-from nbagent.scope import Scope, ScopeGuard
+from nbagent.gate.effects import resolve
+from nbagent.scope.rules import Scope, ScopeGuard
 from nbagent.tools.files import FileTools
 
 

@@ -59,7 +59,7 @@ arrives; products interleaved in each round, in an order rotated per round, one 
 
 **The call alone** (`second` only; a reference, not a product): an nbagent kernel whose second cell makes only the
 model call nbagent's agent made in its first `%%agent` cell — the same messages and tool schemas, as the server
-received them, through nbagent's model layer (`nbagent.llm.complete`: litellm, streamed, in the kernel's model
+received them, through nbagent's model layer (`nbagent.models.llm.complete`: litellm, streamed, in the kernel's model
 process) — and shows the answer as Markdown, as jupyter-ai does: no run, no log, no gate, no record. The request is
 written beside the notebook and read by an untimed cell before the timed one. nbagent's second cell less this one
 is what nbagent's own work around the call costs; this one ÷ jupyter-ai is what the call alone costs against
@@ -117,7 +117,7 @@ TIMED = "import time as _t\n_t0 = _t.perf_counter()\n{code}\nprint(round(_t.perf
 CALL_REQUEST = "agent-request.json"
 CALL_SETUP = f"""import json as _json
 from IPython.display import Markdown as _Markdown, display as _display
-from nbagent.llm import ModelSettings as _Settings, complete as _complete
+from nbagent.models.llm import ModelSettings as _Settings, complete as _complete
 with open({CALL_REQUEST!r}, encoding="utf-8") as _f:
     _REQUEST = _json.load(_f)
 async def _call_alone():

@@ -17,7 +17,7 @@ once drawn. The kernels' own stderr goes to a file.
 Load. In each fresh kernel, one cell times `%load_ext nbagent` with `time.perf_counter()` inside the kernel and
 lists the modules it imported; litellm, anywidget and ipywidgets must not be among them. `import nbagent` alone
 is timed the same way in other fresh kernels, which then load the extension and time what the first run adds:
-`import nbagent.ui.widget` (the live view: anywidget, ipywidgets) and litellm (`nbagent.llm.import_litellm()`).
+`import nbagent.ui.widget` (the live view: anywidget, ipywidgets) and litellm (`nbagent.models.llm.import_litellm()`).
 One more kernel runs with PYTHONPROFILEIMPORTTIME=1 (its stderr to a file) to show where the load's time goes,
 by package (self times; the tracing inflates them).
 
@@ -97,9 +97,9 @@ print("NBBENCH " + _bj.dumps({{"s": _b_dt, "new": sorted(set(_bs.modules) - _b_p
 LOAD_CELL = TIMED_CELL.format(code="%load_ext nbagent")
 IMPORT_CELL = TIMED_CELL.format(code="import nbagent")
 # After `import nbagent` and `%load_ext nbagent`, what the first run adds: the live view's widget module
-# (anywidget, ipywidgets) and litellm (imported the way nbagent.llm imports it).
+# (anywidget, ipywidgets) and litellm (imported the way nbagent.models.llm imports it).
 FIRST_RUN_IMPORTS = (("widget", "import nbagent.ui.widget"),
-                     ("litellm", "import nbagent.llm\nnbagent.llm.import_litellm()"))
+                     ("litellm", "import nbagent.models.llm\nnbagent.llm.import_litellm()"))
 
 # Two tiny stdlib modules nothing else imports mark where the load starts and ends in the importtime log.
 IMPORTTIME_CELL = "import colorsys\n%load_ext nbagent\nimport graphlib\n"
@@ -421,10 +421,10 @@ class Plain:
         self.cpu: list[float] = []  # process time of each run
 
     async def _one(self) -> float:
-        from nbagent.deciders import PolicyDecider
-        from nbagent.policy import Budget
+        from nbagent.gate.deciders import PolicyDecider
+        from nbagent.gate.policy import Budget
         from nbagent.runtime import Agent
-        from nbagent.scope import Scope
+        from nbagent.scope.rules import Scope
         from nbagent.tools.files import file_tools
         from nbagent.tools.kernel import kernel_tools
 

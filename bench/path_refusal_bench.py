@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nbagent.runtime import Agent
-from nbagent.scope import Scope, ScopeDenied, ScopeGuard
+from nbagent.scope.rules import Scope, ScopeDenied, ScopeGuard
 
 
 def check_ms(guard: ScopeGuard, path: str, repeat: int) -> tuple[float, str]:

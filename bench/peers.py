@@ -111,8 +111,8 @@ TURNS = Counter()
 
 
 def _nbagent(tmp: Path, *, scripted_answer: bool = False) -> Any:
-    from nbagent.deciders import PolicyDecider
-    from nbagent.policy import Budget
+    from nbagent.gate.deciders import PolicyDecider
+    from nbagent.gate.policy import Budget
     from nbagent.runtime import Agent
     from nbagent.tools.base import tool
 

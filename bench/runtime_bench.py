@@ -11,14 +11,14 @@ Run from the repository root:
 
 Workload: `Agent(script=...)` with a script of N turns, each one call of a no-op tool (`noop(i)`, READ_ONLY,
 autonomy L3, so no plan and no approval), then a final text turn; no step or model-call budget. The scripted
-model is called directly (`nbagent.llm.complete` -> `nbagent.models.provider.local_completion`); with
+model is called directly (`nbagent.models.llm.complete` -> `nbagent.models.provider.local_completion`); with
 `--what-if via-litellm` it goes through litellm as it did before the offline path (`litellm.acompletion` -> our
 custom provider), and the tool, a sync function, runs in a worker thread (`asyncio.to_thread`). A 20-step warm-up run
 comes first (imports, caches, the executor's threads).
 
 What is timed, in one process and one event loop (`perf_counter`; the garbage collector stays on):
 
-- every `nbagent.llm.complete` call (model time), and inside it `litellm.acompletion` and our offline
+- every `nbagent.models.llm.complete` call (model time), and inside it `litellm.acompletion` and our offline
   provider's `acompletion`, so litellm's own per-call time can be shown;
 - every `Agent._call_tool` call (tool time: tenacity's retry wrapper, `asyncio.wait_for`, the worker thread);
 - every slice of every asyncio task whose coroutine is litellm's (a task factory wraps them): litellm logs each
@@ -79,11 +79,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import nbagent.llm
+import nbagent.models.llm
 import nbagent.runtime
-from nbagent.deciders import PolicyDecider
-from nbagent.events import LlmCalled, ToolCallCompleted, ToolCallStarted
-from nbagent.policy import Budget
+from nbagent.events.model import LlmCalled, ToolCallCompleted, ToolCallStarted
+from nbagent.gate.deciders import PolicyDecider
+from nbagent.gate.policy import Budget
 from nbagent.runtime import Agent
 from nbagent.store import Store
 from nbagent.tools.base import tool
@@ -327,12 +327,13 @@ def instrument(what_if: set[str]) -> None:
 
     if "via-litellm" in what_if:
         os.environ["NBAGENT_LOCAL_VIA_LITELLM"] = "1"
-    through_litellm = nbagent.llm.via_litellm()
+    through_litellm = nbagent.models.llm.via_litellm()
     if "no-b64-scan" in what_if:
         os.environ["MAX_BASE64_LENGTH_FOR_LOGGING"] = "0"
     litellm = None
     if through_litellm:
-        litellm = nbagent.llm.import_litellm()  # first: it sets litellm's environment (local cost map) before import
+        # first: it sets litellm's environment (local cost map) before import
+        litellm = nbagent.models.llm.import_litellm()
         provider.ensure_registered()
     if "gc-freeze" in what_if:
         gc.collect()
@@ -393,7 +394,7 @@ class Intervals:
 
 ROWS = {
     "wall": "step wall time",
-    "model": "model: nbagent.llm.complete",
+    "model": "model: nbagent.models.llm.complete",
     "litellm": "  litellm.acompletion, its own part",
     "provider": "  our offline provider (scripted model)",
     "llm_py": "  llm.py around it (kwargs, parse, cost)",

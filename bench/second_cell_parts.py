@@ -13,7 +13,8 @@ order, each after an untimed `pass` cell:
 
 - `%%agent`: `%%agent --new\\nsay hello`, the whole cell;
 - `the call alone`: the request that cell's agent sent (its messages and tool schemas, as the server received them)
-  through nbagent's model layer (`nbagent.llm.complete`: litellm, streamed, in the model process), the answer shown
+  through nbagent's model layer (`nbagent.models.llm.complete`: litellm, streamed, in the model process), the answer
+  shown
   as Markdown: no run, no log, no gate, no record;
 - the same without streaming, without the tools (only the prompt), and without either;
 - `openai SDK in the kernel`: the prompt alone through the openai SDK's `AsyncOpenAI` in the kernel, not streamed,
@@ -46,7 +47,7 @@ REQUEST = "agent-request.json"
 SETUP = f"""import json as _json
 import openai as _openai
 from IPython.display import Markdown as _Markdown, display as _display
-from nbagent.llm import ModelSettings as _Settings, complete as _complete
+from nbagent.models.llm import ModelSettings as _Settings, complete as _complete
 with open({REQUEST!r}, encoding="utf-8") as _f:
     _REQUEST = _json.load(_f)
 async def _call(stream=True, tools=True):

@@ -47,7 +47,7 @@ from typing import Any
 from tinydb import TinyDB
 from tinydb import __version__ as tinydb_version
 
-from nbagent import events as E
+from nbagent.events import model as E
 from nbagent.store import Store
 
 DEFAULT_SIZES = (100, 1_000, 10_000, 100_000)

@@ -22,18 +22,19 @@ from typing import TYPE_CHECKING, Any
 from nbagent._version import __version__
 
 if TYPE_CHECKING:
-    from nbagent.deciders import Answer, InteractiveDecider, PauseDecider, PolicyDecider, RecordedDecider, Verdict
-    from nbagent.levels import Autonomy, Risk
-    from nbagent.policy import AuthPolicy, Budget
+    from nbagent.events.levels import Autonomy, Risk
+    from nbagent.gate.deciders import Answer, InteractiveDecider, PauseDecider, PolicyDecider, RecordedDecider, Verdict
+    from nbagent.gate.policy import AuthPolicy, Budget
     from nbagent.runtime import Agent, RunResult
     from nbagent.store import Store
     from nbagent.tools.base import Tool, tool
 
 _EXPORTS = {
     "Agent": ".runtime", "RunResult": ".runtime", "tool": ".tools.base", "Tool": ".tools.base",
-    "Store": ".store", "Risk": ".levels", "Autonomy": ".levels", "Budget": ".policy", "AuthPolicy": ".policy",
-    "PolicyDecider": ".deciders", "InteractiveDecider": ".deciders", "PauseDecider": ".deciders",
-    "RecordedDecider": ".deciders", "Verdict": ".deciders", "Answer": ".deciders",
+    "Store": ".store", "Risk": ".events.levels", "Autonomy": ".events.levels", "Budget": ".gate.policy",
+    "AuthPolicy": ".gate.policy",
+    "PolicyDecider": ".gate.deciders", "InteractiveDecider": ".gate.deciders", "PauseDecider": ".gate.deciders",
+    "RecordedDecider": ".gate.deciders", "Verdict": ".gate.deciders", "Answer": ".gate.deciders",
 }
 
 __all__ = [

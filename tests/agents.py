@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from nbagent.deciders import Decider, PauseDecider
+from nbagent.gate.deciders import Decider, PauseDecider
 from nbagent.runtime import Agent, RunResult
 from nbagent.tools.base import tool
 

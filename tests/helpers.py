@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbagent import events as E
+from nbagent.events import model as E
 from nbagent.store import Store
 
 

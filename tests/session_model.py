@@ -11,7 +11,7 @@ bench/context_bench.py):
 - the system prompt starts with "You summarise" -> a short summary built from the files the messages name.
 
 Call ids come from the cell number and the turn (`call_NN_read`), never from a counter of the server's: nbagent
-replaces them with its own (`nbagent/ids.py`), and a re-run must see the same replies anyway.
+replaces them with its own (`nbagent/events/ids.py`), and a re-run must see the same replies anyway.
 """
 
 from __future__ import annotations

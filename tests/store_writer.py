@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from nbagent import events as E
+from nbagent.events import model as E
 from nbagent.store import Store
 
 

@@ -1,7 +1,7 @@
 """Cells the agent wrote run under `nbagent run` only when an approval in the log covers exactly that code (issue 23).
 
 `insert_code_cell` makes code that runs later (Run All, the next `nbagent run`), so it is WRITE_HIGH_RISK and each
-cell carries its provenance; `nbagent.runner.agent_cell_clearance` checks a cell against the log. Real kernels
+cell carries its provenance; `nbagent.cli.run.agent_cell_clearance` checks a cell against the log. Real kernels
 through `nbagent run` for the whole path; the pure check directly, over runs made by the runtime (a person's yes,
 `--approve all`, autonomy L3, a replayed decision) and over generated cells (a property test with an oracle written
 here, not nbagent's own code).
@@ -22,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbagent.deciders import PauseDecider, PolicyDecider, RecordedDecider, Verdict
+from nbagent.cli.run import agent_cell_clearance
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PauseDecider, PolicyDecider, RecordedDecider, Verdict
 from nbagent.ipython.cells import insert_cell_tool
-from nbagent.replay import recorded_events
-from nbagent.runner import agent_cell_clearance
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
+from nbagent.runtime.recording import recorded_events
 from nbagent.store import Store, store_path_for
 
 CODE = "from pathlib import Path\nwith Path('ran.txt').open('a') as f:\n    f.write('ran\\n')"

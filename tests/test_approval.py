@@ -21,13 +21,13 @@ from agents import CALLS, agent, call, run, turns
 from pydantic import BaseModel
 from test_runner import nbagent, notebook, script
 
-from nbagent.deciders import PauseDecider, PolicyDecider, Verdict
-from nbagent.levels import Risk
-from nbagent.policy import Budget
-from nbagent.runs_later import runs_later as code_effect
+from nbagent.events.levels import Risk
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PauseDecider, PolicyDecider, Verdict
+from nbagent.gate.policy import Budget
+from nbagent.gate.runs_later import runs_later as code_effect
 from nbagent.runtime import Agent
-from nbagent.scope import Scope
-from nbagent.state import RunStatus
+from nbagent.scope.rules import Scope
 from nbagent.tools.base import tool
 from nbagent.tools.files import file_tools
 from nbagent.ui.record import render_text

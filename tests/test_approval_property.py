@@ -31,9 +31,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbagent.deciders import Answer, ApprovalRequest, Decider, QuestionRequest, Verdict
-from nbagent.grants import GrantSpec
-from nbagent.policy import Budget
+from nbagent.gate.deciders import Answer, ApprovalRequest, Decider, QuestionRequest, Verdict
+from nbagent.gate.grants import GrantSpec
+from nbagent.gate.policy import Budget
 from nbagent.runtime import Agent
 from nbagent.tools.base import tool
 

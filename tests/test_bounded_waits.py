@@ -25,8 +25,9 @@ import nbformat
 import pytest
 from stub_openai import Recorded, Reply, StubOpenAI, Trickle
 
-from nbagent import llm, modelproc
-from nbagent.llm import ModelError, ModelSettings, complete
+from nbagent.models import llm
+from nbagent.models import process as modelproc
+from nbagent.models.llm import ModelError, ModelSettings, complete
 from nbagent.store import Store
 
 MODEL = "openai/stub-model"
@@ -97,7 +98,7 @@ def test_quick_failures_are_still_retried_within_the_deadline(stub: StubOpenAI) 
 def process(stub: StubOpenAI, monkeypatch: pytest.MonkeyPatch) -> Iterator[modelproc.ModelProcess]:
     """A model process this test process's calls go to, as a kernel's do."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-process")
-    p = modelproc.ModelProcess(("nbagent.llm",))
+    p = modelproc.ModelProcess(("nbagent.models.llm",))
     monkeypatch.setattr(modelproc, "_process", p)
     p.loaded.result(120)
     yield p

@@ -83,7 +83,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 def call(name: str, text: str, **arguments: Any) -> dict[str, Any]:
     """A model turn with one tool call. The call is known by nbagent's id, never the model's: the i-th call of the
-    run's k-th model reply is `nb{k}_{i}` (nbagent/approval.py), in the conversation the model gets back too."""
+    run's k-th model reply is `nb{k}_{i}` (nbagent/gate/approval.py), in the conversation the model gets back too."""
     return {"content": text, "tool_calls": [{"name": name, "arguments": arguments}]}
 
 

@@ -170,13 +170,13 @@ def test_the_undo_panel_runs_the_undo_once_and_reports(tmp_path: Path) -> None:
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    from nbagent.blobs import BlobStore
-    from nbagent.deciders import PolicyDecider
+    from nbagent.gate.deciders import PolicyDecider
     from nbagent.runtime import Agent
-    from nbagent.scope import Scope
+    from nbagent.scope.rules import Scope
+    from nbagent.store.blobs import BlobStore
     from nbagent.tools.files import file_tools
     from nbagent.ui.undo_view import UndoView, undo_offer
-    from nbagent.undo import UndoError, undo
+    from nbagent.undo.files import UndoError, undo
 
     (tmp_path / "notes.md").write_text("mine\n")
     store = Store(tmp_path / "nb.nbagent")

@@ -13,7 +13,7 @@ from pathlib import Path
 from kernel_harness import Kernel, answer, script
 
 from nbagent.store import Store, store_path_for
-from nbagent.verify import verify_store
+from nbagent.store.verify import verify_store
 
 SPY = '''
 import time as _time

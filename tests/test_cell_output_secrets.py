@@ -26,7 +26,7 @@ from kernel_harness import RecordingKernel, script
 
 from nbagent.ipython import cell_redaction
 from nbagent.ipython.cell_redaction import CellRedaction
-from nbagent.secrets import REDACTED, Redactor
+from nbagent.secrets.redactor import REDACTED, Redactor
 
 KEY = "s3cr3t-value-0123456789abcdef"  # in the environment under a name that says KEY
 TOKEN = "ghp_" + "A1b2" * 9  # shaped like a GitHub token, computed by the cell (its source never holds it)
@@ -81,7 +81,7 @@ def call(code: str) -> dict[str, Any]:
 
 def shown(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The outputs a front end ends up with for these IOPub messages (clear_output, updates, streams merged)."""
-    from nbagent.runner_cells import outputs_from_messages
+    from nbagent.cli.run_cells import outputs_from_messages
 
     plain = [{"header": {"msg_type": m["msg_type"]}, "msg_type": m["msg_type"], "content": m["content"],
               "parent_header": m["parent_header"]} for m in msgs]

@@ -17,7 +17,7 @@ import pytest
 import test_cell_output_secrets as base
 from kernel_harness import RecordingKernel
 
-from nbagent.secrets import REDACTED
+from nbagent.secrets.redactor import REDACTED
 
 KEY = base.KEY
 

@@ -24,7 +24,7 @@ import pytest
 from kernel_harness import RUN_MIME, Kernel, answer, script
 from stub_openai import Reply, StubOpenAI, Trickle
 
-from nbagent.state import RunStatus
+from nbagent.events.state import RunStatus
 from nbagent.store import Store
 
 FAILING = {"error": {"type": "bad_request", "message": "the scripted server refused the request"}}

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import llm, new_run
 
-from nbagent import events as E
-from nbagent.cli import build_parser, main
+from nbagent.cli.commands import build_parser, main
+from nbagent.events import model as E
 from nbagent.store import Store, StoreReadOnly
 
 COMMANDS = ["runs", "show", "verify", "run", "grants", "revoke"]
@@ -205,7 +205,7 @@ def test_store_on_a_readonly_disk(readonly_disk: Path, capsys) -> None:
 
 
 def test_docs_list_every_event_type_and_command() -> None:
-    from nbagent.events import PAYLOADS
+    from nbagent.events.model import PAYLOADS
 
     docs = Path(__file__).resolve().parents[1] / "docs"
     log_md = (docs / "log.md").read_text()
@@ -271,7 +271,7 @@ def test_help_and_docs_say_the_same_about_which_commands_write(capsys) -> None:
     """--help and docs/cli.md say one thing (cli.WHO_WRITES): runs, show, verify and grants read; run, undo and
     revoke write. Before, --help said the commands "read and check the logs" and cli.md called undo "the one command
     that writes"."""
-    from nbagent.cli import READS, WHO_WRITES, WRITES
+    from nbagent.cli.commands import READS, WHO_WRITES, WRITES
 
     assert set(READS) | set(WRITES) == set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore
     with pytest.raises(SystemExit):
@@ -284,7 +284,7 @@ def test_help_and_docs_say_the_same_about_which_commands_write(capsys) -> None:
 
 
 def test_the_reading_commands_change_nothing(project, capsys) -> None:
-    from nbagent.cli import READS
+    from nbagent.cli.commands import READS
 
     folder, run = project
     before = snapshot(folder)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import llm, new_run
 
-from nbagent import events as E
-from nbagent.cli import main, stores_below
+from nbagent.cli.commands import main, stores_below
+from nbagent.events import model as E
 from nbagent.store import Store
 
 

@@ -140,8 +140,8 @@ class _Event:
 
 
 def test_a_cell_an_earlier_run_wrote_is_named_through_what_the_kernel_ran() -> None:
-    from nbagent.events import PlanProposed, PlanStep
-    from nbagent.levels import Risk
+    from nbagent.events.levels import Risk
+    from nbagent.events.model import PlanProposed, PlanStep
 
     cell_id = "9f" * 16
     step = PlanStep(call_id="nb1_0", tool="replace_cell", arguments={"cell": cell_id, "code": "x = 2"},

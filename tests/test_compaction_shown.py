@@ -19,8 +19,8 @@ from stub_openai import Reply, StubOpenAI
 from test_context_budget import files, http_agent, reader
 
 from nbagent.store import Store
-from nbagent.timeline import describe
 from nbagent.ui.record import bundle, render_markdown
+from nbagent.ui.timeline import describe
 from nbagent.ui.viewstate import MIME, run_view
 
 CANARY = "SUMMARY-CANARY: the researcher asked to delete every file and nothing was read."

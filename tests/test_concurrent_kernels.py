@@ -19,7 +19,7 @@ import pytest
 from agents import agent, call, turns
 from test_runner import notebook, script
 
-from nbagent.deciders import PauseDecider
+from nbagent.gate.deciders import PauseDecider
 from nbagent.runtime import RunStateError
 from nbagent.store import Store
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from stub_openai import HttpError, Reply, Respond, StubOpenAI, tool_call
 
-from nbagent.policy import Budget
+from nbagent.events.state import RunStatus
+from nbagent.gate.policy import Budget
 from nbagent.runtime import Agent
 from nbagent.runtime.caching import cache_marked
 from nbagent.runtime.window import Counter
-from nbagent.state import RunStatus
 from nbagent.store import Store
 
 WINDOW = 4_000
@@ -375,7 +375,7 @@ def test_property_every_request_fits_and_nothing_recorded_is_lost(tmp_path_facto
 
 
 def test_the_live_view_shows_the_next_calls_tokens_and_cost_before_it_is_made() -> None:
-    from nbagent.bus import EventBus
+    from nbagent.events.bus import EventBus
     from nbagent.ui.widget import RunView
 
     bus = EventBus()
@@ -479,7 +479,7 @@ def test_without_a_window_every_request_starts_with_the_system_prompt_and_the_hi
 ])
 def test_a_refusal_for_length_is_told_from_other_errors(error_type: str, message: str, refusal: bool,
                                                         limit: int | None) -> None:
-    from nbagent.llm import ModelError
+    from nbagent.models.llm import ModelError
     from nbagent.runtime.fitting import is_context_refusal, limit_said
 
     assert is_context_refusal(ModelError(message, error_type=error_type)) is refusal

@@ -16,7 +16,7 @@ REFERENCE = ROOT / "docs" / "reference.md"
 
 def helps() -> list[tuple[str, str]]:
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal's width
-    from nbagent.cli import build_parser
+    from nbagent.cli.commands import build_parser
     from nbagent.ipython.options import cell_parser, line_parser
 
     out = [("%%agent --help", cell_parser().format_help()), ("%agent --help", line_parser().format_help())]

@@ -45,7 +45,7 @@ def kernel_offered(folder: Path) -> dict[str, str]:
 def every_tool() -> dict[str, str]:
     """Every tool nbagent's code defines, in a kernel or through the Python API: name -> risk."""
     from nbagent.runtime.results import read_result_tool
-    from nbagent.scope import Scope
+    from nbagent.scope.rules import Scope
     from nbagent.tools.control import CONTROL_TOOLS
     from nbagent.tools.files import file_tools
     from nbagent.tools.kernel import kernel_tools
@@ -105,7 +105,7 @@ def python_blocks(text: str) -> list[str]:
 
 
 def test_every_setting_the_docs_name_exists() -> None:
-    from nbagent.cli import build_parser
+    from nbagent.cli.commands import build_parser
     from nbagent.ipython.options import SETTINGS, NbAgent, cell_parser
     from nbagent.runtime import Agent
 

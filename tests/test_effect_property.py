@@ -39,15 +39,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbagent.deciders import Answer, ApprovalRequest, Decider, QuestionRequest, RecordedDecider, Verdict
-from nbagent.grants import GrantSpec
+from nbagent.cli.run import agent_cell_clearance
+from nbagent.gate.deciders import Answer, ApprovalRequest, Decider, QuestionRequest, RecordedDecider, Verdict
+from nbagent.gate.grants import GrantSpec
+from nbagent.gate.policy import Budget
 from nbagent.ipython.cells import insert_cell_tool, inserted_cells
-from nbagent.policy import Budget
-from nbagent.replay import recorded_events
-from nbagent.runner import agent_cell_clearance
 from nbagent.runtime import Agent
+from nbagent.runtime.recording import recorded_events
+from nbagent.store.verify import verify_store
 from nbagent.tools.files import FileTools
-from nbagent.verify import verify_store
 
 # ------------------------------------------------------------------------------------------------ the world
 

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from agents import InOrder
 
-from nbagent.deciders import Decider, PolicyDecider, RecordedDecider, Verdict
-from nbagent.effects import bound, resolve
-from nbagent.grants import GrantSpec
-from nbagent.levels import Risk
-from nbagent.replay import recorded_events
-from nbagent.runs_later import runs_later
+from nbagent.events.levels import Risk
+from nbagent.gate.deciders import Decider, PolicyDecider, RecordedDecider, Verdict
+from nbagent.gate.effects import bound, resolve
+from nbagent.gate.grants import GrantSpec
+from nbagent.gate.runs_later import runs_later
 from nbagent.runtime import Agent
-from nbagent.scope import Scope, ScopeGuard
+from nbagent.runtime.recording import recorded_events
+from nbagent.scope.rules import Scope, ScopeGuard
 from nbagent.tools.base import ToolError
 from nbagent.tools.files import FileTools
 
@@ -396,7 +396,7 @@ def test_a_replay_refuses_a_recording_whose_log_was_edited(folder: Path) -> None
     # named the edit, and the replay deleted data.csv "approved by recorded".
     import json
 
-    from nbagent.replay import RecordingRefused
+    from nbagent.runtime.recording import RecordingRefused
 
     a = agent(folder, script(one("delete_file", path="data.csv")), InOrder([Verdict.deny("keep it")]))
     recorded = run(a)
@@ -418,10 +418,10 @@ def test_a_replay_refuses_a_recording_whose_log_was_edited(folder: Path) -> None
 def test_approve_recorded_gives_no_grant_the_log_does_not_back(folder: Path) -> None:
     # Was: a well-chained grant_given appended by hand (delete_file **) and an authorization_denied naming it: a live
     # run ignored the grant, but --approve recorded gave it again as a standing grant, and data.csv was deleted.
-    from nbagent.effects import call_digest
-    from nbagent.events import AuthorizationDenied, GrantGiven
-    from nbagent.ids import new_id
-    from nbagent.scope import Scope, ScopeGuard
+    from nbagent.events.ids import new_id
+    from nbagent.events.model import AuthorizationDenied, GrantGiven
+    from nbagent.gate.effects import call_digest
+    from nbagent.scope.rules import Scope, ScopeGuard
 
     a = agent(folder, script(one("read_file", path="data.csv")), PolicyDecider("none"))
     recorded = run(a)
@@ -468,7 +468,7 @@ def test_a_write_to_a_file_a_link_makes_code_is_high_risk(folder: Path, link: st
 
 def test_the_link_index_sees_a_link_made_after_it_was_read_and_fails_closed_past_its_bounds(
         folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nbagent import links
+    from nbagent.scope import links
 
     guard = ScopeGuard(Scope(root=folder, base=folder))
     (folder / "data").mkdir()
@@ -529,7 +529,7 @@ def test_a_grant_that_came_with_a_cloned_repositorys_log_answers_nothing(tmp_pat
 def test_a_grant_longer_than_any_nbagent_gives_answers_nothing(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Was (attack h3b): a log written by a patched nbagent (or any script with the user's key) held a session grant
     # expiring a century later, and every later run of the session honoured it. No grant outlives a year.
-    from nbagent import grants as grants_module
+    from nbagent.gate import grants as grants_module
 
     (folder / "old.csv").write_text("x")
     monkeypatch.setattr(grants_module, "MAX_GRANT_SECONDS", 1e12)  # the patched nbagent that gave it

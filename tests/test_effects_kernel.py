@@ -142,7 +142,7 @@ def test_in_a_kernel_a_folder_grant_stops_at_a_link_and_a_replay_keeps_each_deci
 def test_a_file_the_settings_name_as_the_mcp_configuration_is_code_by_every_route(tmp_path: Path) -> None:
     # Was: only mcp.json and .mcp.json were high risk; a file named by `%agent config mcp=`, NBAGENT_MCP or a cell's
     # --mcp was created at low risk, and the next cell started the commands planted in it.
-    from nbagent.runner import run_notebook
+    from nbagent.cli.run import run_notebook
 
     for name in ("config", "env", "cell"):
         script(tmp_path / f"{name}.json", turn("create_file", path=f"{name}-servers.json", content="{}"),

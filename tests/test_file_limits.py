@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nbagent.scope import Scope
+from nbagent.scope.rules import Scope
 from nbagent.tools import file_search, files
 from nbagent.tools.base import ToolError
 from nbagent.tools.files import FileTools
@@ -43,7 +43,7 @@ def test_catastrophic_regex_through_the_tool_finishes(tmp_path: Path) -> None:
     out = run_child("""
         import json, sys
         from pathlib import Path
-        from nbagent.scope import Scope
+        from nbagent.scope.rules import Scope
         from nbagent.tools.files import FileTools
         root = Path(sys.argv[1])
         ft = FileTools(Scope(root=root, base=root))
@@ -61,7 +61,7 @@ def test_catastrophic_and_unsupported_regexes_through_the_agent_loop(tmp_path: P
         import asyncio, json, sys
         from pathlib import Path
         from nbagent.runtime import Agent
-        from nbagent.scope import Scope
+        from nbagent.scope.rules import Scope
         from nbagent.tools.files import file_tools
         root = Path(sys.argv[1])
         turns = [
@@ -127,7 +127,7 @@ HUGE = """
         raise SystemExit("the memory cap is not in force")
     except MemoryError:
         pass
-    from nbagent.scope import Scope
+    from nbagent.scope.rules import Scope
     from nbagent.tools.files import FileTools
     root = Path(sys.argv[1])
     with open(root / "one_line.txt", "wb") as f:  # 8 KB of text, then a hole: one line of 2 GB

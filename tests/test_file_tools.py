@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nbagent.deciders import PolicyDecider
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
-from nbagent.scope import Scope, ScopeDenied
-from nbagent.state import RunStatus
+from nbagent.scope.rules import Scope, ScopeDenied
 from nbagent.tools.base import ToolError
 from nbagent.tools.files import FileTools
 
@@ -122,13 +122,13 @@ def test_write_replaces_atomically_and_keeps_the_mode(ft: FileTools, tmp_path: P
 
 def test_a_write_file_to_a_missing_file_is_a_create_on_its_card_in_effects_and_for_undo(tmp_path: Path) -> None:
     """Issue 46: the card said "Overwrite notes.md?" for a file that did not exist, and the approved call failed."""
-    from nbagent.blobs import BlobStore
-    from nbagent.deciders import PauseDecider
-    from nbagent.effects import call_digest, resolve
+    from nbagent.gate.deciders import PauseDecider
+    from nbagent.gate.effects import call_digest, resolve
     from nbagent.store import Store
+    from nbagent.store.blobs import BlobStore
     from nbagent.ui.record_words import high_risk_effects
     from nbagent.ui.viewstate import run_view
-    from nbagent.undo import undo
+    from nbagent.undo.files import undo
     from tests.agents import call, turns
 
     store = Store(tmp_path / "nb.ipynb")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from helpers import llm, new_run
 
-from nbagent import events as E
-from nbagent.events import PlanStep
-from nbagent.state import RunState, RunStatus, fold
+from nbagent.events import model as E
+from nbagent.events.model import PlanStep
+from nbagent.events.state import RunState, RunStatus, fold
 from nbagent.store import Store
 
 CALLS = [("c1", "read_file", {"path": "a.csv"}), ("c2", "create_file", {"path": "r.md", "content": "x"})]

@@ -12,15 +12,23 @@ from typing import Any
 
 import pytest
 
-from nbagent import grants
-from nbagent.deciders import Answer, ApprovalRequest, Decider, PolicyDecider, QuestionRequest, RecordedDecider, Verdict
-from nbagent.grants import GrantError, GrantSpec
-from nbagent.policy import Budget
-from nbagent.replay import recorded_events
+from nbagent.gate import grants
+from nbagent.gate.deciders import (
+    Answer,
+    ApprovalRequest,
+    Decider,
+    PolicyDecider,
+    QuestionRequest,
+    RecordedDecider,
+    Verdict,
+)
+from nbagent.gate.grants import GrantError, GrantSpec
+from nbagent.gate.policy import Budget
 from nbagent.runtime import Agent
+from nbagent.runtime.recording import recorded_events
 from nbagent.store import Store
+from nbagent.store.verify import verify_store
 from nbagent.tools.base import tool
-from nbagent.verify import verify_store
 
 EFFECTS: list[tuple[str, dict[str, Any]]] = []
 

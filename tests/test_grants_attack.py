@@ -15,19 +15,27 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from nbagent import grants
-from nbagent.deciders import Answer, ApprovalRequest, Decider, PolicyDecider, QuestionRequest, RecordedDecider, Verdict
-from nbagent.events import GrantGiven
-from nbagent.grants import GrantSpec
-from nbagent.levels import Risk
-from nbagent.policy import Budget
-from nbagent.replay import recorded_events
+from nbagent.events.levels import Risk
+from nbagent.events.model import GrantGiven
+from nbagent.gate import grants
+from nbagent.gate.deciders import (
+    Answer,
+    ApprovalRequest,
+    Decider,
+    PolicyDecider,
+    QuestionRequest,
+    RecordedDecider,
+    Verdict,
+)
+from nbagent.gate.grants import GrantSpec
+from nbagent.gate.policy import Budget
 from nbagent.runtime import Agent
+from nbagent.runtime.recording import recorded_events
 from nbagent.store import Store
+from nbagent.store.verify import verify_store
 from nbagent.tools.base import tool
 from nbagent.tools.files import file_tools
 from nbagent.tools.kernel import KernelTools
-from nbagent.verify import verify_store
 
 RAN: list[tuple[str, Any]] = []
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from stub_openai import Reply, StubOpenAI
 
-from nbagent.llm import accepts_images
+from nbagent.models.llm import accepts_images
 from nbagent.runtime import Agent
 
 PNG = "data:image/png;base64,iVBORw0KGgo="

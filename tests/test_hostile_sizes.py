@@ -1,6 +1,6 @@
 """Huge inputs cost what the limits allow, not what was sent (issue 45).
 
-A path over the 4,096-byte limit is refused on its length before any per-character look (nbagent/scope.py: a
+A path over the 4,096-byte limit is refused on its length before any per-character look (nbagent/scope/rules.py: a
 5,000,000-character path took a second of checks, twice per call); the refusal names the length. A model's answer is
 kept in the log as a tool's result is: whole up to 1,000,000 characters, else its start and a note of how much it
 had, once in the model call's response and once as the answer (a 10 MB answer made a 20 MB log). The numbers are in
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nbagent.runtime import MAX_RESULT_CHARS, Agent
-from nbagent.scope import Scope, ScopeDenied, ScopeGuard
+from nbagent.scope.rules import Scope, ScopeDenied, ScopeGuard
 from nbagent.ui.record_text import render_text
 from nbagent.ui.viewstate import run_view
 

@@ -9,10 +9,10 @@ from typing import Literal
 import pytest
 
 import nbagent
-from nbagent.deciders import PauseDecider
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PauseDecider
 from nbagent.runtime import Agent
-from nbagent.scope import Scope
-from nbagent.state import RunStatus
+from nbagent.scope.rules import Scope
 from nbagent.tools.base import ToolArgumentError
 from nbagent.tools.files import FileTools
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kernel_harness import RUN_MIME, WIDGET_MIME, Kernel, answer, is_run_view, script
 
-from nbagent.state import RunStatus
+from nbagent.events.state import RunStatus
 from nbagent.store import Store
 
 

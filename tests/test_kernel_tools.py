@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from nbagent.deciders import PolicyDecider
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.tools.base import ToolError
 from nbagent.tools.kernel import KernelTools, summarize
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from agents import InOrder, agent, call, turns
 
-from nbagent.deciders import Answer, PauseDecider, Verdict
+from nbagent.gate.deciders import Answer, PauseDecider, Verdict
 from nbagent.runtime import Agent
 from nbagent.tools.files import file_tools
 from nbagent.ui.viewstate import view_state

@@ -25,8 +25,9 @@ def test_runtime_imports_no_ipython_widgets_or_litellm() -> None:
     """The runtime imports no IPython or widget code, and litellm only when a model is called (docs/architecture.md,
     Layers)."""
     code = (
-        "import sys, nbagent, nbagent.store, nbagent.state, nbagent.cli, nbagent.verify, nbagent.runtime, "
-        "nbagent.llm, nbagent.models, nbagent.deciders, nbagent.policy, nbagent.replay; "
+        "import sys, nbagent, nbagent.store, nbagent.events.state, nbagent.cli.commands, nbagent.store.verify, "
+        "nbagent.runtime, "
+        "nbagent.models.llm, nbagent.models, nbagent.gate.deciders, nbagent.gate.policy, nbagent.runtime.recording; "
         "bad = [m for m in ('IPython', 'ipywidgets', 'anywidget', 'litellm', 'ipykernel') if m in sys.modules]; "
         "print(','.join(bad))"
     )
@@ -79,9 +80,9 @@ def test_the_gate_and_the_store_import_in_one_direction() -> None:
             and m != "nbagent"]
     circles = sorted(m for m in core if reaches(m, m))
     assert circles == [], f"modules on an import circle: {circles}"
-    below = ["nbagent.ids", "nbagent.policy", "nbagent.levels", "nbagent.state", "nbagent.grants", "nbagent.effects",
-             "nbagent.events", "nbagent.store"]
-    assert [m for m in below if reaches(m, "nbagent.approval") or reaches(m, "nbagent.runtime")] == []
+    below = ["nbagent.events.ids", "nbagent.gate.policy", "nbagent.events.levels", "nbagent.events.state",
+             "nbagent.gate.grants", "nbagent.gate.effects", "nbagent.events.model", "nbagent.store"]
+    assert [m for m in below if reaches(m, "nbagent.gate.approval") or reaches(m, "nbagent.runtime")] == []
 
 
 def test_mypy_clean(tmp_path: Path) -> None:

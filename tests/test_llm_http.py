@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from stub_openai import Delay, HttpError, Reply, StubOpenAI, tool_call
 
-from nbagent.deciders import PolicyDecider
-from nbagent.llm import ModelError, ModelReply, ModelSettings, complete
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider
+from nbagent.models.llm import ModelError, ModelReply, ModelSettings, complete
 from nbagent.runtime import Agent, RunResult
-from nbagent.state import RunStatus
 from nbagent.tools.base import tool
 
 API_KEY = "sk-test-abcdefghijklmnop1234"
@@ -480,7 +480,7 @@ FRESH_CALL = """
 import asyncio, os, sys
 sys.path.insert(0, {tests!r})
 from stub_openai import Reply, StubOpenAI
-from nbagent.llm import ModelSettings, complete
+from nbagent.models.llm import ModelSettings, complete
 os.environ["MAX_BASE64_LENGTH_FOR_LOGGING"] = "7"  # the person's own value
 before = dict(os.environ)
 tools = [{{"type": "function", "function": {{"name": "f", "description": "d",
@@ -515,7 +515,7 @@ def test_a_first_call_with_tools_loads_no_mcp_gateway_and_leaves_the_environment
 
 def _streamed(stub: StubOpenAI, rest: Any) -> Any:
     """One streamed call through llm._call, as the model process makes it (`rest`: what takes the stream's end)."""
-    from nbagent.llm import _call, _response_dict, import_litellm
+    from nbagent.models.llm import _call, _response_dict, import_litellm
 
     kwargs = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "api_base": stub.base_url, "api_key": API_KEY,
               "stream": True, "stream_options": {"include_usage": True}, "num_retries": 0}
@@ -553,7 +553,7 @@ def test_a_stream_handed_over_before_litellms_end_gives_the_same_answer(stub: St
 
 
 def test_a_stream_cut_before_its_finish_is_never_handed_over_as_whole(stub: StubOpenAI) -> None:
-    from nbagent.llm import IncompleteStream
+    from nbagent.models.llm import IncompleteStream
 
     stub.push(Reply(content="one two three four", cut_after=2, cut="clean"))
     with pytest.raises(IncompleteStream):

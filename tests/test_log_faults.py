@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from helpers import llm, new_run
 
-from nbagent import events as E
-from nbagent.events import canonical_json, compute_hash
-from nbagent.state import RunStatus
+from nbagent.events import model as E
+from nbagent.events.model import canonical_json, compute_hash
+from nbagent.events.state import RunStatus
 from nbagent.store import Store
 
 NB = "analysis.ipynb"

@@ -33,19 +33,19 @@ from typing import Any
 
 import pytest
 
-from nbagent import grants
-from nbagent.blobs import BlobError, BlobStore
-from nbagent.deciders import Answer, ApprovalRequest, Decider, PolicyDecider, QuestionRequest, Verdict
-from nbagent.events import ContextAssembled, GrantGiven, PlanApproved
-from nbagent.grants import GrantError, GrantSpec, GrantTerms, covers_text
-from nbagent.levels import Risk
-from nbagent.policy import Budget
+from nbagent.events.levels import Risk
+from nbagent.events.model import ContextAssembled, GrantGiven, PlanApproved
+from nbagent.gate import grants
+from nbagent.gate.deciders import Answer, ApprovalRequest, Decider, PolicyDecider, QuestionRequest, Verdict
+from nbagent.gate.grants import GrantError, GrantSpec, GrantTerms, covers_text
+from nbagent.gate.policy import Budget
 from nbagent.runtime import Agent
 from nbagent.store import Store, StoreError
+from nbagent.store.blobs import BlobError, BlobStore
+from nbagent.store.verify import verify_store
 from nbagent.tools.base import tool
 from nbagent.tools.files import FileTools
-from nbagent.undo import UndoError, undo
-from nbagent.verify import verify_store
+from nbagent.undo.files import UndoError, undo
 
 ROOT = Path(__file__).resolve().parents[1]
 RAN: list[tuple[str, str]] = []
@@ -423,7 +423,7 @@ def test_a_chain_removed_whole_is_named_by_its_own_store(tmp_path: Path) -> None
 def test_only_session_events_and_run_checkpoints_write_the_anchor(tmp_path: Path) -> None:
     """Appends stay cheap: a run's other events (model turns, tool calls) never touch the anchor; a session's events
     and a run's checkpoints add one line each."""
-    from nbagent.events import Completed, Thinking
+    from nbagent.events.model import Completed, Thinking
 
     store = Store(tmp_path / "nb.ipynb")
     session = store.session()

@@ -25,7 +25,7 @@ import pytest
 import session_model as sm
 from stub_openai import Recorded, Respond, StubOpenAI
 
-from nbagent.scope import Scope
+from nbagent.scope.rules import Scope
 from nbagent.store import Store, store_path_for
 from nbagent.tools.files import FileTools
 

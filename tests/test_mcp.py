@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from nbagent import mcp
-from nbagent.deciders import PauseDecider, PolicyDecider
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PauseDecider, PolicyDecider
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.tools.base import ToolArgumentError, ToolError
 
 BROKEN = str(Path(__file__).parent / "fixtures" / "mcp_broken_server.py")

@@ -19,13 +19,13 @@ import pytest
 from test_mcp import broken, lines, run
 
 from nbagent import mcp
-from nbagent.deciders import PauseDecider, PolicyDecider
+from nbagent.events.levels import Risk
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PauseDecider, PolicyDecider
 from nbagent.ipython.outputs import MAX_TEXT, OutputCapture
 from nbagent.ipython.parameters import Parameters, read_cell
 from nbagent.ipython.references import MAX_SOURCE, BadReference, Notebook, expand_all, notebook_message
-from nbagent.levels import Risk
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 
 ATTACK = str(Path(__file__).parent / "fixtures" / "mcp_attack_server.py")
 SECRET = "Zq81mXvTt0pLw4cK"  # a config "env" value that has no well-known credential shape
@@ -256,7 +256,7 @@ def test_a_replay_asks_again_before_a_destructive_mcp_call(tmp_path: Path) -> No
 
 
 def test_mcp_calls_count_against_the_step_budget(tmp_path: Path) -> None:
-    from nbagent.policy import Budget
+    from nbagent.gate.policy import Budget
 
     found, _ = lines({"mcpServers": {"ok": broken("ok")}})
     turns = [{"tool_calls": [{"name": "mcp__ok__fine", "arguments": {"text": str(i)}}]} for i in range(2)]
@@ -280,9 +280,9 @@ def test_a_risk_override_that_names_no_tool_is_said_also_in_its_long_form() -> N
 
 
 def test_writing_mcp_json_beside_the_notebook_is_high_risk_it_starts_commands(tmp_path: Path) -> None:
-    from nbagent.blobs import BlobStore
-    from nbagent.scope import Scope
+    from nbagent.scope.rules import Scope
     from nbagent.store import store_path_for
+    from nbagent.store.blobs import BlobStore
     from nbagent.tools.files import file_tools
 
     folder = tmp_path / "work"

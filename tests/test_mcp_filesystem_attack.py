@@ -16,7 +16,7 @@ from pathlib import Path
 
 from test_mcp_server_rules import calls, filesystem_server, log_text, run, tools_of  # noqa: F401 (a fixture)
 
-from nbagent.deciders import PolicyDecider
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
 from nbagent.tools.base import Tool
 

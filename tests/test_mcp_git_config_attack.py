@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from nbagent import mcp
-from nbagent.deciders import PolicyDecider
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.mcp import rules_git as gitr
 from nbagent.runtime import Agent
 from nbagent.ui.record_words import high_risk_effects

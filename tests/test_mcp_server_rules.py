@@ -25,12 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbagent import mcp
-from nbagent.deciders import PauseDecider, PolicyDecider
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PauseDecider, PolicyDecider
 from nbagent.mcp import rules_filesystem as fsr
 from nbagent.mcp import rules_git as gitr
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.ui.record_words import high_risk_effects
 
 LIAR = str(Path(__file__).parent / "fixtures" / "mcp_liar_server.py")

@@ -137,7 +137,7 @@ def test_a_trust_that_came_with_the_log_is_not_this_users_and_starts_nothing(tmp
     """A repository can ship its notebook's log (`NAME.nbagent/`) with a well-chained `mcp_server_trusted` for its own
     mcp.json, or anyone can append one: without this user's seal it answers nothing."""
     from nbagent import mcp
-    from nbagent.events import McpServerTrusted
+    from nbagent.events.model import McpServerTrusted
     from nbagent.ipython import trust
 
     config(tmp_path, "v1")
@@ -318,7 +318,7 @@ def test_a_secret_named_value_holding_a_command_is_shown_to_the_person_who_trust
     # Was (attack b12): env {"API_TOKEN": "touch HIDDEN_RAN;"} was remembered as a secret, so the trust line and the
     # recorded trust showed `[REDACTED]` wherever that text appeared, hiding part of the command that then ran.
     from nbagent import mcp
-    from nbagent.secrets import Redactor
+    from nbagent.secrets.redactor import Redactor
 
     cfg = mcp.ServerConfig(command="sh", args=["-c", "echo hi; touch HIDDEN_RAN; exec srv"],
                            env={"API_TOKEN": "touch HIDDEN_RAN;", "DB_PASSWORD": "s3cr3t-Pa55word"})

@@ -1,4 +1,4 @@
-"""A failed model call's line says what to do (issue 45; nbagent/model_errors.py).
+"""A failed model call's line says what to do (issue 45; nbagent/models/errors.py).
 
 - A misspelt provider (`opnai/gpt-4o-mini`) got litellm's "LLM Provider NOT provided": now one line naming the
   provider litellm does not know, the nearest one it knows (its shipped provider list, difflib) and how a model is
@@ -8,7 +8,8 @@
   provider's default), with no password, query or key in it.
 
 Through `Agent.run` and litellm's real HTTP path (a port on 127.0.0.1 that nothing listens on), in this process and
-through a kernel's model process (nbagent/modelproc.py), where the error crosses a process as a class name and text.
+through a kernel's model process (nbagent/models/process.py), where the error crosses a process as a class name and
+text.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from nbagent import llm, model_errors, modelproc
+from nbagent.models import errors as model_errors
+from nbagent.models import llm
+from nbagent.models import process as modelproc
 from nbagent.runtime import Agent
 
 KEY = "sk-test-errors-0123456789abcdefgh"
@@ -102,7 +105,7 @@ def process(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[modelproc.ModelPr
     """A model process that this process's model calls go to, as a kernel's do; OPENAI_API_BASE at a closed port."""
     port = closed_port()
     monkeypatch.setenv("OPENAI_API_BASE", f"http://127.0.0.1:{port}/v1")
-    p = modelproc.ModelProcess(("nbagent.llm",))
+    p = modelproc.ModelProcess(("nbagent.models.llm",))
     monkeypatch.setattr(modelproc, "_process", p)
     p.loaded.result(120)
     yield p, port

@@ -1,7 +1,7 @@
 """Loading the model library in a real kernel (nbagent/ipython/loading.py): behaviour, never timings.
 
 Every kernel here has a real provider's model configured (`NBAGENT_MODEL=openai/gpt-4o-mini`, served by the stub
-OpenAI server on 127.0.0.1), so `%load_ext nbagent` starts the kernel's model process (nbagent/modelproc.py), which
+OpenAI server on 127.0.0.1), so `%load_ext nbagent` starts the kernel's model process (nbagent/models/process.py), which
 imports litellm. To hold that import deterministically, a module `gate` in the notebook's folder (on the kernel's
 PYTHONPATH, which the process inherits) is put first in `loading.MODULES`: once imported, it writes to stdout and
 stderr and warns (as a library's import may), then waits until the test (or a cell) creates the file `release`.
@@ -284,8 +284,8 @@ def test_what_a_waiting_cell_imports_ahead_is_all_a_first_run_needs(tmp_path: Pa
 
 
 # nbagent's modules a run needs and `%load_ext` must not import (the runtime and what it builds on)
-RUN_ONLY = ("nbagent.runtime", "nbagent.store", "nbagent.events", "nbagent.state", "nbagent.deciders",
-            "nbagent.grants", "nbagent.llm", "nbagent.ipython.live", "nbagent.ui.widget")
+RUN_ONLY = ("nbagent.runtime", "nbagent.store", "nbagent.events.model", "nbagent.events.state", "nbagent.gate.deciders",
+            "nbagent.gate.grants", "nbagent.models.llm", "nbagent.ipython.live", "nbagent.ui.widget")
 LEFT = ("import sys\nfrom nbagent.ipython import host\n"
         "print([m for m in host.FIRST_RUN_MODULES if m not in sys.modules])")
 

@@ -1,7 +1,7 @@
 """Attacks on loading the model library in a real kernel (nbagent/ipython/loading.py, issue 26).
 
 Each test asserts the safe behaviour. One that failed when written is marked `# was a HOLE (fixed): ...`. A kernel
-loads litellm in its model process (nbagent/modelproc.py); tests of the thread that does it where no process can be
+loads litellm in its model process (nbagent/models/process.py); tests of the thread that does it where no process can be
 started run with `THREAD` (`NBAGENT_MODEL_PROCESS=0`), and tests whose answer differs run in both (`where`). The two
 `xfail(strict=True)` cases are limits of the thread that loading.py documents (a cell that swaps sys.stdout or the
 warning filters, which are process-wide, catches what the import prints or warns meanwhile); in the process they hold.
@@ -359,7 +359,7 @@ def test_an_interrupt_while_the_main_thread_imports_litellm_leaves_it_loadable(t
     try:
         assert k.run(hold_at("openai"), cell_id="hold").ok  # openai is imported half-way through litellm's import
         assert k.run("%load_ext nbagent\n" + STATE, cell_id="load").stdout == "not started\n"
-        cell = k.submit("from nbagent.llm import import_litellm\nimport_litellm()", cell_id="main-import")
+        cell = k.submit("from nbagent.models.llm import import_litellm\nimport_litellm()", cell_id="main-import")
         wait_file(tmp_path / "at-openai", k)
         k.km.interrupt_kernel()
         k.wait(cell, timeout=60)
@@ -543,7 +543,8 @@ def test_a_graceful_shutdown_during_loading_is_clean(tmp_path: Path, stub: StubO
         (tmp_path / "go").touch()
         wait_file(tmp_path / "printed", k)
         assert k.run(STATE, cell_id="state").stdout == "loading\n"
-        child = k.run("from nbagent import modelproc\np = modelproc.existing()\nprint(p.proc.pid if p else 0)",
+        child = k.run("from nbagent.models import process as modelproc\n"
+                      "p = modelproc.existing()\nprint(p.proc.pid if p else 0)",
                       cell_id="pid").stdout.strip()
         k.kc.stop_channels()
         k.km.shutdown_kernel(now=False)

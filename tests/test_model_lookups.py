@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from nbagent import llm, modelproc
+from nbagent.models import llm
+from nbagent.models import process as modelproc
 
 
 class Process:

@@ -1,4 +1,4 @@
-"""The kernel's model process (nbagent/modelproc.py): litellm in a child process, called over JSON lines.
+"""The kernel's model process (nbagent/models/process.py): litellm in a child process, called over JSON lines.
 
 First through `llm.complete` in this process with a real child (the stub OpenAI server on 127.0.0.1 behind it):
 answers, streamed tokens, errors under their own names (retries and refusals for length depend on them), a
@@ -20,7 +20,8 @@ from kernel_harness import Kernel
 from stub_openai import Delay, HttpError, Reply, StubOpenAI
 from test_model_loading import STATE, WAIT_READY, answered, real_kernel
 
-from nbagent import llm, modelproc
+from nbagent.models import llm
+from nbagent.models import process as modelproc
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def process(stub: StubOpenAI, monkeypatch: pytest.MonkeyPatch) -> Iterator[model
     """A model process that this test process's model calls go to (as a kernel's do), ended after the test."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-process")
     monkeypatch.setenv("OPENAI_API_BASE", stub.base_url)
-    p = modelproc.ModelProcess(("nbagent.llm",))
+    p = modelproc.ModelProcess(("nbagent.models.llm",))
     monkeypatch.setattr(modelproc, "_process", p)
     p.loaded.result(120)
     yield p
@@ -126,7 +127,7 @@ def test_the_process_environment_is_exactly_the_kernel_s(stub: StubOpenAI, tmp_p
     monkeypatch.setenv("OPENAI_API_BASE", stub.base_url)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    p = modelproc.ModelProcess(("sets_variables", "nbagent.llm"))
+    p = modelproc.ModelProcess(("sets_variables", "nbagent.models.llm"))
     monkeypatch.setattr(modelproc, "_process", p)
     try:
         p.loaded.result(120)
@@ -140,7 +141,7 @@ def test_the_process_environment_is_exactly_the_kernel_s(stub: StubOpenAI, tmp_p
 
 
 def test_a_process_that_cannot_load_says_which_package_is_missing(stub: StubOpenAI) -> None:
-    p = modelproc.ModelProcess(("nbagent_provider_pkg_not_installed", "nbagent.llm"))
+    p = modelproc.ModelProcess(("nbagent_provider_pkg_not_installed", "nbagent.models.llm"))
     with pytest.raises(ModuleNotFoundError) as missing:
         p.loaded.result(60)
     assert missing.value.name == "nbagent_provider_pkg_not_installed"
@@ -157,7 +158,7 @@ def test_the_kernel_never_imports_the_library_and_a_key_set_later_is_used(tmp_pa
         assert k.run(WAIT_READY, cell_id="ready", timeout=120).stdout.strip().endswith("ready")
         first = k.run("%%agent --new\nsay hello", cell_id="first", timeout=120)
         assert first.ok and answered(first), first.stderr
-        inside = k.run("import os, sys\nfrom nbagent import modelproc\n"
+        inside = k.run("import os, sys\nfrom nbagent.models import process as modelproc\n"
                        "print(sorted(m for m in ('litellm', 'openai', 'tiktoken', 'aiohttp') if m in sys.modules), "
                        "modelproc.existing().proc.pid != os.getpid(), loading.status()['where'])", cell_id="inside")
         assert inside.stdout == "[] True process\n", inside.stdout + inside.stderr
@@ -175,7 +176,8 @@ def test_a_killed_model_process_is_started_again_and_ends_with_its_kernel(tmp_pa
         assert k.run("%load_ext nbagent", cell_id="load").ok
         first = k.run("%%agent --new\nsay hello", cell_id="first", timeout=120)
         assert first.ok and answered(first), first.stderr
-        pid = int(k.run("from nbagent import modelproc\nprint(modelproc.existing().proc.pid)", cell_id="pid").stdout)
+        pid = int(k.run("from nbagent.models import process as modelproc\nprint(modelproc.existing().proc.pid)",
+                        cell_id="pid").stdout)
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while k.run(STATE, cell_id="state").stdout != "ended\n":
@@ -195,7 +197,8 @@ def test_a_kernel_killed_outright_takes_its_model_process_with_it(tmp_path: Path
     try:
         assert k.run("%load_ext nbagent", cell_id="load").ok
         assert k.run(WAIT_READY, cell_id="ready", timeout=120).stdout.strip().endswith("ready")
-        pid = int(k.run("from nbagent import modelproc\nprint(modelproc.existing().proc.pid)", cell_id="pid").stdout)
+        pid = int(k.run("from nbagent.models import process as modelproc\nprint(modelproc.existing().proc.pid)",
+                        cell_id="pid").stdout)
         os.kill(k.km.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]  # no shutdown, no atexit
         ended(pid)
     finally:

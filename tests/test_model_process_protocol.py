@@ -1,4 +1,4 @@
-"""The model process's errors, as a property (nbagent/modelproc.py; no process started here).
+"""The model process's errors, as a property (nbagent/models/process.py; no process started here).
 
 An error crosses from the model process to the kernel as JSON (`_describe`), and is raised again there (`_rebuild`).
 Whatever the chain (litellm's classes wrapping the SDK's, HTTP statuses, connection errors and timeouts, any text),
@@ -15,7 +15,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbagent import llm, modelproc
+from nbagent.models import llm
+from nbagent.models import process as modelproc
 
 NAMES = ["RateLimitError", "BadRequestError", "ContextWindowExceededError", "APIConnectionError", "Timeout",
          "InternalServerError", "ServiceUnavailableError", "AuthenticationError", "ValueError", "IncompleteStream"]

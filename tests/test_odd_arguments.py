@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from nbagent.deciders import PolicyDecider
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
-from nbagent.scope import Scope
-from nbagent.state import RunStatus
+from nbagent.scope.rules import Scope
 from nbagent.tools.files import file_tools
 
 

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from agents import TOOLS, call, turns
 
-from nbagent.deciders import PolicyDecider
-from nbagent.llm import ModelError, ModelSettings, complete
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.models.function import FunctionModel
+from nbagent.models.llm import ModelError, ModelSettings, complete
 from nbagent.models.provider import register_local
 from nbagent.models.scripted import ScriptedModel
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 
 ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
@@ -201,7 +201,7 @@ def test_once_litellm_is_loaded_an_offline_run_records_the_same(tmp_path: Path,
 
 
 def test_an_offline_run_imports_no_litellm(tmp_path: Path) -> None:
-    code = ("import asyncio, sys\nfrom nbagent.runtime import Agent\nfrom nbagent.deciders import PolicyDecider\n"
+    code = ("import asyncio, sys\nfrom nbagent.runtime import Agent\nfrom nbagent.gate.deciders import PolicyDecider\n"
             "a = Agent(script={'turns': [{'content': 'hi'}]}, store='nb.ipynb', decider=PolicyDecider('all'))\n"
             "r = asyncio.run(a.run('go'))\nprint(r.answer, 'litellm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)

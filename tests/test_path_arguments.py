@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from nbagent import mcp
-from nbagent.deciders import PauseDecider
-from nbagent.policy import Authorizer
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PauseDecider
+from nbagent.gate.policy import Authorizer
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.tools.base import Tool, local_path, named_paths, path_key, path_shaped, tool
 
 # ---------------------------------------------------------------------------------------------- names
@@ -315,7 +315,7 @@ def _docs(tmp_path: Path, **entry: Any) -> tuple[Path, Path, list[Any]]:
 
 
 def _run_docs(root: Path, found: list[Any], calls: list[tuple[str, dict[str, Any]]], approve: str) -> tuple[Agent, Any]:
-    from nbagent.deciders import PolicyDecider
+    from nbagent.gate.deciders import PolicyDecider
 
     script = {"turns": [*({"tool_calls": [{"name": f"mcp__docs__{name}", "arguments": args}]} for name, args in calls),
                         {"content": "done"}]}

@@ -18,9 +18,9 @@ from helpers import new_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbagent import events as E
+from nbagent.events import model as E
 from nbagent.ipython.cells import insert_cell_tool
-from nbagent.scope import Scope, ScopeDenied, ScopeGuard
+from nbagent.scope.rules import Scope, ScopeDenied, ScopeGuard
 from nbagent.store import Store
 from nbagent.store.tables import AtomicJSONStorage
 from nbagent.tools.base import Tool

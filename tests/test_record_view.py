@@ -14,9 +14,9 @@ import pytest
 from agents import InOrder, agent, call, turns
 from helpers import response
 
-from nbagent import events as E
-from nbagent.cli import main
-from nbagent.deciders import Verdict
+from nbagent.cli.commands import main
+from nbagent.events import model as E
+from nbagent.gate.deciders import Verdict
 from nbagent.store import Store
 from nbagent.tools.files import file_tools
 from nbagent.ui.record import render_html, render_markdown, render_text

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbagent.ids import new_id
+from nbagent.events.ids import new_id
 from nbagent.models.replay import first_difference, same_messages
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=80)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from agents import CALLS, TOOLS, agent, call, run, turns, types
 
-from nbagent.deciders import PolicyDecider
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.tools.base import tool
 
 

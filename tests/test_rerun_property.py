@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nbagent.cli.run_cells import same_source
 from nbagent.ipython.rerun import Reruns, Superseded
-from nbagent.runner_cells import same_source
 
 
 class Log:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from nbagent.effects import Effect, call_digest, digest_matches
-from nbagent.events import PlanStep
-from nbagent.grants import GrantError, GrantSpec, GrantTerms, covers, terms_for
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
+from nbagent.events.model import PlanStep
+from nbagent.gate.effects import Effect, call_digest, digest_matches
+from nbagent.gate.grants import GrantError, GrantSpec, GrantTerms, covers, terms_for
 
 
 @pytest.mark.parametrize("tool,arguments,effect", [

@@ -23,10 +23,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from nbagent.deciders import PolicyDecider
-from nbagent.ipython.cells import insert_cell_tool
-from nbagent.levels import Risk
-from nbagent.runner_cells import (
+from nbagent.cli.run_cells import (
     Outputs,
     agent_cell_clearance,
     outputs_from_messages,
@@ -34,6 +31,9 @@ from nbagent.runner_cells import (
     take_out_ran_cells,
     write_agent_cells,
 )
+from nbagent.events.levels import Risk
+from nbagent.gate.deciders import PolicyDecider
+from nbagent.ipython.cells import insert_cell_tool
 from nbagent.runtime import Agent
 from nbagent.store import Store, store_path_for
 from nbagent.tools.base import Tool
@@ -106,7 +106,7 @@ def copy_of(first: dict[str, Any], folder: Path, name: str, edit: bool) -> tuple
     (folder / "s.json").write_text((first["folder"] / "s.json").read_text())
     shutil.copytree(store_path_for(first["path"]), store_path_for(path))
     # the copy stands for the same person's notebook run again: their anchors (store/anchor.py) go with it, or
-    # its recorded yes would be another's, asked again (nbagent/recorded_yes.py)
+    # its recorded yes would be another's, asked again (nbagent/runtime/recorded_yes.py)
     from nbagent.store.anchor import Anchor
 
     mine, theirs = (Anchor(store_path_for(p), "").path for p in (first["path"], path))
@@ -181,7 +181,7 @@ CODES = ["x = 1", "print('two')", "y = [3]", "y = [4]"]
 def stand_ins(where: str) -> list[Tool]:
     """`run_cell` and `replace_cell` with their names, risk and result shapes (the contract), so the log needs no
     kernel; replace_cell's header is not run_cell's, as another tool's may not be."""
-    from nbagent.effects import current_call
+    from nbagent.gate.effects import current_call
 
     written: dict[str, str] = {}  # call id -> cell id
 
@@ -273,7 +273,7 @@ def probe_client(store_path: Path) -> Any:
     first; cooperative inheritance puts `Sent` between it and nbclient)."""
     from nbclient import NotebookClient
 
-    from nbagent.runner import _client_class
+    from nbagent.cli.run import _client_class
 
     class Sent(NotebookClient):
         sent: list[str]

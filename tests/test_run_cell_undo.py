@@ -11,7 +11,7 @@ import pytest
 from kernel_harness import Kernel, script
 
 from nbagent.store import Store
-from nbagent.undo import preview, undo
+from nbagent.undo.files import preview, undo
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 AGENT = "%%agent --script s.json --approve all --autonomy L3"

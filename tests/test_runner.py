@@ -145,7 +145,7 @@ def test_a_run_whose_tools_failed_is_not_reported_as_ok(tmp_path: Path) -> None:
 def test_allow_tool_errors_accepts_them_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from nbagent.runner import main_run
+    from nbagent.cli.run import main_run
 
     path = tool_error_notebook(tmp_path)
     args = argparse.Namespace(notebook=str(path), output=None, approve="all", model=None, timeout=300,
@@ -188,7 +188,7 @@ def test_a_run_continued_in_a_later_cell_has_one_record_everywhere(tmp_path: Pat
 
 def test_latest_records_replaces_older_records_of_a_run() -> None:
     """What the runner does for outputs no display id links (made by an earlier kernel, say)."""
-    from nbagent.runner import latest_records
+    from nbagent.cli.run import latest_records
 
     def out(run_id: str, revision: int, status: str) -> dict:
         return {"output_type": "display_data", "metadata": {},
@@ -257,7 +257,7 @@ def test_a_missing_api_key_fails_the_run_at_once_naming_the_variable(tmp_path: P
 def test_an_error_line_keeps_the_message_and_drops_litellms_wrapper(tmp_path: Path) -> None:
     """`…BadRequestError: litellm.BadRequestError: LLM Provider NOT p…` before: the class twice and litellm's
     prefix, cut before what is wrong. The summary line and the run's recorded error keep the message, which names
-    the provider not recognised (nbagent/model_errors.py)."""
+    the provider not recognised (nbagent/models/errors.py)."""
     path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --model nosuchprovider/model\nWhich region?"])
     result = nbagent("run", str(path), cwd=tmp_path, env=run_env())
     assert result.returncode == 1, result.stdout + result.stderr

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from agents import CALLS, RISKY, TOOLS, agent, call, run, turns, types
 
-from nbagent.deciders import InteractiveDecider, PolicyDecider, Verdict
-from nbagent.levels import Autonomy, Risk
-from nbagent.policy import APPROVAL_TABLE, AuthPolicy, Budget
+from nbagent.events.levels import Autonomy, Risk
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import InteractiveDecider, PolicyDecider, Verdict
+from nbagent.gate.policy import APPROVAL_TABLE, AuthPolicy, Budget
 from nbagent.runtime import Agent, RunStateError
-from nbagent.state import RunStatus
 
 
 @pytest.fixture(autouse=True)

@@ -23,11 +23,11 @@ from agents import CALLS, agent, call, run, turns
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbagent.deciders import PolicyDecider, Verdict
-from nbagent.events import PAYLOADS, parse_event
-from nbagent.policy import Budget, TreeUsage
-from nbagent.secrets import REDACTED, Redactor, secret_key
-from nbagent.state import RunStatus
+from nbagent.events.model import PAYLOADS, parse_event
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider, Verdict
+from nbagent.gate.policy import Budget, TreeUsage
+from nbagent.secrets.redactor import REDACTED, Redactor, secret_key
 from nbagent.store import Store
 from nbagent.store.eventlog import EventLog
 
@@ -164,7 +164,7 @@ def test_chain_len_counts_what_docs_for_chain_returns(tmp_path: Path) -> None:
     session = store.session("default")
     key = f"session:{session.id}"
     assert store.events.chain_len(key) == len(store.events.docs_for_chain(key)) == 1
-    from nbagent.events import SessionResumed
+    from nbagent.events.model import SessionResumed
 
     for pid in range(3):
         store.append(SessionResumed(pid=pid), session_id=session.id)
@@ -196,7 +196,7 @@ def test_the_quick_tests_in_spans_never_skip_a_secret(parts: list[str]) -> None:
     with those tests made to always pass, the spans are the same."""
     import re
 
-    import nbagent.secrets as secrets_mod
+    import nbagent.secrets.redactor as secrets_mod
 
     text = " ".join(parts)
     r = Redactor(["my-known-secret-value"])

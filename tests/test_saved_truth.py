@@ -14,16 +14,16 @@ from typing import Any
 import nbformat
 import pytest
 
-from nbagent.blobs import BlobStore
-from nbagent.deciders import PauseDecider, PolicyDecider, Verdict
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PauseDecider, PolicyDecider, Verdict
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.store import RunNotFound, Store
+from nbagent.store.blobs import BlobStore
 from nbagent.tools.files import FileTools
 from nbagent.ui.record import bundle, render_html, render_markdown, render_text, undo_hint
 from nbagent.ui.undo_view import UndoView, undo_offer
 from nbagent.ui.viewstate import MIME, run_view
-from nbagent.undo import UndoError, undo
+from nbagent.undo.files import UndoError, undo
 from tests.agents import call, turns
 
 
@@ -370,7 +370,7 @@ def made_files(k: Any) -> str:
 
 def test_a_panel_clicked_in_a_kernel_leaves_its_outcome_as_html_and_text(kernel: Any) -> None:
     rid = made_files(kernel)
-    cell = kernel.run("from nbagent.store import Store\nfrom nbagent.undo import undo\n"
+    cell = kernel.run("from nbagent.store import Store\nfrom nbagent.undo.files import undo\n"
                       "from nbagent.ui.undo_view import UndoView, undo_offer\n"
                       "store = Store('test.ipynb')\n"
                       f"panel = UndoView(undo_offer(store, {rid!r}), lambda: undo(store, {rid!r}))\n"

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbagent.policy import Budget
+from nbagent.gate.policy import Budget
 from nbagent.runtime import Agent
-from nbagent.scope import Scope, ScopeDenied, ScopeGuard
+from nbagent.scope.rules import Scope, ScopeDenied, ScopeGuard
 from nbagent.tools.base import ToolError
 from nbagent.tools.files import FileTools
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from nbagent import beneath
-from nbagent.scope import Scope, ScopeDenied
+from nbagent.scope import beneath
+from nbagent.scope.rules import Scope, ScopeDenied
 from nbagent.tools.base import ToolError
 from nbagent.tools.files import FileTools
 
@@ -234,8 +234,8 @@ def test_through_the_agent_loop_nothing_outside_reaches_the_log(tmp_path: Path) 
     times over while the folder is swapped; the log beside the notebook must never hold the outside bytes."""
     import asyncio
 
-    from nbagent.deciders import PolicyDecider
-    from nbagent.policy import Budget
+    from nbagent.gate.deciders import PolicyDecider
+    from nbagent.gate.policy import Budget
     from nbagent.runtime import Agent
     from nbagent.tools.files import file_tools
 

@@ -1,6 +1,6 @@
 """A decision is never lost to a seal (issue 45).
 
-A grant is sealed with this user's key in the data folder (nbagent/seal.py). When that key cannot be used or made
+A grant is sealed with this user's key in the data folder (nbagent/store/seal.py). When that key cannot be used or made
 (`trust.key` a symbolic link as dotfile managers make it, a folder, another user's; the data folder a file, or on a
 read-only tree), the decision is recorded all the same: the calls it approved run, the grant is not given (the next
 call of its kind is asked about again), and the decision's record says in one line why and what to fix, the key's
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from nbagent import seal
-from nbagent.deciders import Answer, ApprovalRequest, Decider, QuestionRequest, Verdict
-from nbagent.grants import GrantSpec
+from nbagent.gate.deciders import Answer, ApprovalRequest, Decider, QuestionRequest, Verdict
+from nbagent.gate.grants import GrantSpec
 from nbagent.runtime import Agent
-from nbagent.secrets import REDACTED, Redactor
+from nbagent.secrets.redactor import REDACTED, Redactor
+from nbagent.store import seal
 from nbagent.tools.base import tool
 from nbagent.ui.record_text import render_text
 from nbagent.ui.viewstate import run_view

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nbagent.runtime import Agent
-from nbagent.scope import Scope, ScopeDenied
-from nbagent.secrets import REDACTED, Redactor, StreamRedactor
+from nbagent.scope.rules import Scope, ScopeDenied
+from nbagent.secrets.redactor import REDACTED, Redactor, StreamRedactor
 from nbagent.tools.files import FileTools
 
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -270,8 +270,8 @@ def test_the_model_gets_no_credential_file_at_l1(creds: Path, tmp_path_factory: 
     def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         return {"tool_calls": calls} if messages[-1]["role"] == "user" else "done"
 
-    from nbagent.deciders import PolicyDecider
-    from nbagent.policy import Budget
+    from nbagent.gate.deciders import PolicyDecider
+    from nbagent.gate.policy import Budget
 
     store = tmp_path_factory.mktemp("log") / "nb.ipynb"
     agent = Agent(function=model, tools=FileTools(Scope(root=creds, base=creds)).tools(), autonomy="L1",
@@ -315,7 +315,7 @@ def _waiting_run(folder: Path, cell: str, script: dict[str, Any]) -> str:
     from agents import agent as make_agent
     from agents import run as run_agent
 
-    from nbagent.deciders import PauseDecider
+    from nbagent.gate.deciders import PauseDecider
 
     a = make_agent(folder, script, decider=PauseDecider())
     result = run_agent(a, cell_id=cell)

@@ -127,6 +127,7 @@ def test_a_folder_of_many_folders_is_checked_without_looking_into_each(folder: P
     for i in range(5_000):
         os.mkdir(folder / f"class_{i}")
     (folder / "notes.md").write_text("")
+    shadowing.wanted("nbagent"), shadowing.wanted(shadowing.ROOT)  # the names, computed once per process: not counted
     looked: list[str] = []
     real = Path.exists
 

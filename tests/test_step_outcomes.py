@@ -16,15 +16,15 @@ from bs4 import BeautifulSoup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbagent.blobs import BlobStore
-from nbagent.deciders import PolicyDecider
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.store import Store
-from nbagent.timeline import describe
+from nbagent.store.blobs import BlobStore
 from nbagent.tools.base import Tool
 from nbagent.tools.files import FileTools
 from nbagent.ui.record import render_html, render_markdown, render_text
+from nbagent.ui.timeline import describe
 from nbagent.ui.viewstate import run_view
 from tests.agents import call, turns
 
@@ -214,8 +214,8 @@ def test_the_fixture_the_lab_extension_draws_is_todays_view_and_python_says_the_
 def test_an_older_log_that_called_a_raised_cell_completed_still_renders_and_says_so(tmp_path: Path) -> None:
     """A log written before this (its run ended `completed` though its cell raised) renders: the step is ✗, the
     error is listed, and the run's own recorded end stays what the log says."""
-    from nbagent import events as E
-    from nbagent.levels import Risk
+    from nbagent.events import model as E
+    from nbagent.events.levels import Risk
 
     store = Store(tmp_path / "nb.ipynb")
     session = store.session("default")

@@ -17,8 +17,8 @@ import pytest
 from bs4 import BeautifulSoup
 from kernel_harness import RUN_MIME, Cell, RecordingKernel, script
 
-from nbagent.outcomes import duration
-from nbagent.state import RunStatus
+from nbagent.events.outcomes import duration
+from nbagent.events.state import RunStatus
 from nbagent.store import Store
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]

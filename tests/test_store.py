@@ -10,8 +10,8 @@ import pytest
 from helpers import llm, new_run
 from tinydb import Query
 
-from nbagent import events as E
-from nbagent.events import compute_hash
+from nbagent.events import model as E
+from nbagent.events.model import compute_hash
 from nbagent.store import AppendOnly, NewerFormat, NotAStore, RunNotFound, Store, StoreReadOnly
 
 

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbagent.events import AnswerReady, Completed, LlmCalled, Thinking, WaitingForApproval
+from nbagent.events.model import AnswerReady, Completed, LlmCalled, Thinking, WaitingForApproval
 from nbagent.store import Store
 from nbagent.store.commits import HELD, Hold
-from nbagent.verify import verify_store
+from nbagent.store.verify import verify_store
 
 
 def log_types(store: Store) -> list[str]:

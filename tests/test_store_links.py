@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from nbagent.blobs import BlobError, BlobStore
-from nbagent.deciders import PolicyDecider
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
 from nbagent.store import Store, StoreError
+from nbagent.store.blobs import BlobError, BlobStore
+from nbagent.store.verify import verify_store
 from nbagent.tools.files import FileTools
-from nbagent.verify import verify_store
 
 ROOT = Path(__file__).resolve().parents[1]
 REFUSED = "nbagent never follows a link inside its store folder"

@@ -12,7 +12,7 @@ from pathlib import Path
 from helpers import new_run
 
 from nbagent.store import Store
-from nbagent.verify import verify_store
+from nbagent.store.verify import verify_store
 
 WRITER = Path(__file__).with_name("store_writer.py")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 import nbagent.store.store as store_module
-from nbagent.events import Completed, LlmCalled, Thinking, ToolCallCompleted, ToolCallStarted
+from nbagent.events.model import Completed, LlmCalled, Thinking, ToolCallCompleted, ToolCallStarted
 from nbagent.store import Store, StoreError
 from nbagent.store.eventlog import EventLog
-from nbagent.verify import verify_store
+from nbagent.store.verify import verify_store
 
 
 def filled(tmp_path: Path, runs: int = 3, per_run: int = 20) -> tuple[Store, list[str]]:

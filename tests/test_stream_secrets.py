@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from agents import agent, call, run, turns
 
-from nbagent.secrets import REDACTED, Redactor
-from nbagent.state import RunStatus
+from nbagent.events.state import RunStatus
+from nbagent.secrets.redactor import REDACTED, Redactor
 
 
 def test_tokens_stream_to_the_bus_and_events_follow(tmp_path: Path) -> None:

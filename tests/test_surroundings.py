@@ -31,7 +31,7 @@ MODEL = "openai/gpt-4o-mini"
 # ANTHROPIC_API_KEY is the probe: the kernel never has it, so litellm's validate_environment in the model process
 # lists it as missing unless a dotfile set it there
 PLANTED = {"PLANTED_BY_DOTENV": "1", "ANTHROPIC_API_KEY": "sk-ant-planted-0123456789abcdef"}
-PROBE = ("from nbagent.llm import library\n"
+PROBE = ("from nbagent.models.llm import library\n"
          "print('missing:', library('validate_environment', model='anthropic/claude-3-5-haiku-20241022')"
          "['missing_keys'])")
 
@@ -106,7 +106,7 @@ def test_a_dotenv_beside_the_notebook_never_steers_litellm_imported_in_the_kerne
 
 def test_dotenv_files_at_every_level_reach_neither_the_kernel_nor_its_model_process(
         tmp_path: Path, servers: tuple[StubOpenAI, StubOpenAI]) -> None:
-    """The kernel's model process (`python -P -m nbagent.modelproc`) finds a `.env` above litellm's install (a
+    """The kernel's model process (`python -P -m nbagent.models.process`) finds a `.env` above litellm's install (a
     project's `.venv/`); the kernel finds one above the notebook. Planted at every level, none is read."""
     person, attacker = servers
     notebook = tmp_path / "project" / "analysis"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kernel_harness import Kernel
 
-PROBE = ("from nbagent.llm import library\n"
+PROBE = ("from nbagent.models.llm import library\n"
          "print('missing:', library('validate_environment', model='anthropic/claude-3-5-haiku-20241022')"
          "['missing_keys'])")
 
@@ -71,7 +71,7 @@ def test_held_plain_python_with_litellm_mode_dev_reads_no_dotenv(tmp_path: Path)
     """Plain Python (a script, `nbagent run`'s own process) imports litellm in-process: a `.env` in the working
     folder, with the person's `LITELLM_MODE=DEV`, fills nothing; the mode is theirs again afterwards."""
     (tmp_path / ".env").write_text("OPENAI_BASE_URL=http://127.0.0.1:9/attacker\nPLANTED_BY_DOTENV=1\n")
-    code = ("import os\nfrom nbagent.llm import import_litellm\nimport_litellm()\n"
+    code = ("import os\nfrom nbagent.models.llm import import_litellm\nimport_litellm()\n"
             "print(os.environ.get('OPENAI_BASE_URL'), os.environ.get('PLANTED_BY_DOTENV'), "
             "os.environ.get('LITELLM_MODE'), os.environ.get('PYTHON_DOTENV_DISABLED'))")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LITELLM_MODE": "DEV"}

@@ -17,9 +17,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbagent.deciders import PolicyDecider
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
-from nbagent.secrets import REDACTED, Redactor
+from nbagent.secrets.redactor import REDACTED, Redactor
 
 PASSWORD = "hunter2-not-in-the-environment"
 

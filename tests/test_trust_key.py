@@ -1,4 +1,4 @@
-"""This user's key (nbagent/seal.py, used by ipython/trust.py) is read without blocking and only when it is a good
+"""This user's key (nbagent/store/seal.py, used by ipython/trust.py) is read without blocking and only when it is a good
 key: a regular file of this user's, not a link, of at least 32 bytes (attack h10).
 
 Was: `trust.key` was read with a plain read_bytes(), so a FIFO there hung the kernel at the first cell that checked an
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from nbagent import seal
 from nbagent.ipython import trust
+from nbagent.store import seal
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_ONE = "nbagent did not use it: remove it and a new one is made"

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from agents import InOrder, agent, call, turns
 
-from nbagent.deciders import (
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import (
     Answer,
     ApprovalRequest,
     InteractiveDecider,
@@ -25,7 +26,6 @@ from nbagent.deciders import (
     Verdict,
 )
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.tools.files import file_tools
 from nbagent.ui.record import MIME, RunRecord, bundle, markdown_html, render_html, render_markdown, render_text
 from nbagent.ui.viewstate import view_state

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from nbagent.blobs import BlobStore
-from nbagent.deciders import PolicyDecider
+from nbagent.events.state import RunStatus
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.runtime import Agent
-from nbagent.state import RunStatus
 from nbagent.store import Store, StoreError
+from nbagent.store.blobs import BlobStore
+from nbagent.store.verify import verify_store
 from nbagent.tools.files import FileTools
 from nbagent.tools.kernel import kernel_tools
-from nbagent.undo import UNDO_MODEL, UndoError, undo
-from nbagent.verify import verify_store
+from nbagent.undo.files import UNDO_MODEL, UndoError, undo
 from tests.agents import call, turns
 
 
@@ -224,7 +224,7 @@ def test_percent_agent_undo_in_the_notebook(folder: Path, monkeypatch: pytest.Mo
 def test_a_restore_that_fails_puts_back_what_the_undo_had_restored(folder: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A read-only file or folder met half-way: the undo rolls back its own restores, so nothing changes."""
-    from nbagent import undo as undo_module
+    from nbagent.undo import files as undo_module
 
     run = agent_run(folder, [call("write_file", path="notes.md", content="agent\n"),
                              call("create_file", path="new.md", content="n\n"),
@@ -287,8 +287,8 @@ from hypothesis import strategies as st  # noqa: E402
 from nbagent.ipython.agent_cells import Registry  # noqa: E402
 from nbagent.tools.base import Tool  # noqa: E402
 from nbagent.ui.viewstate import run_view  # noqa: E402
-from nbagent.undo import undo_history  # noqa: E402
-from nbagent.undo_cells import first_line, payloads  # noqa: E402
+from nbagent.undo.cells import first_line, payloads  # noqa: E402
+from nbagent.undo.files import undo_history  # noqa: E402
 
 
 class Notebook:

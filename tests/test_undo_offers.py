@@ -86,7 +86,8 @@ def test_the_kernel_offers_undo_only_for_runs_this_log_can_undo(tmp_path: Path) 
 def test_a_cell_the_person_deleted_is_said_deleted_by_the_undo_not_restored_nor_removed(tmp_path: Path) -> None:
     """Issue 46: the kernel is told of no deletion, so an undo claimed it restored the code of a cell the person had
     deleted (the page skipped it: nothing came back). The page now says which cells its notebook holds, on the comm
-    nbagent.undo (as labextension/src/undo.ts sends it): the offer, the panel, the log and the record say "deleted"."""
+    nbagent.undo.files (as labextension/src/undo.ts sends it): the offer, the panel, the log and the record say
+    "deleted"."""
     script(tmp_path / "cells.json", {"tool_calls": [{"name": "run_cell", "arguments": {"code": "a = 1"}}]},
            {"tool_calls": [{"name": "run_cell", "arguments": {"code": "b = 2"}}]}, {"content": "set a and b"})
     k = RecordingKernel(tmp_path)

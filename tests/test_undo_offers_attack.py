@@ -15,10 +15,10 @@ import pytest
 from kernel_harness import RecordingKernel
 from test_undo_offers import ask, undo_comm
 
-from nbagent import undo
-from nbagent.deciders import PolicyDecider
+from nbagent.gate.deciders import PolicyDecider
 from nbagent.ipython.undo_offers import offers
 from nbagent.runtime import Agent
+from nbagent.undo import files as undo
 
 
 def write_runs(folder: Path, count: int, content: str = "benign = True\n") -> list[str]:

@@ -1,4 +1,5 @@
-"""Credentials in URLs are redacted wherever they appear (nbagent/secrets.py `URL_CREDENTIALS`), and an MCP server's
+"""Credentials in URLs are redacted wherever they appear (nbagent/secrets/redactor.py `URL_CREDENTIALS`), and an MCP
+server's
 config makes the passwords of the URLs in its arguments, env and headers known secrets (nbagent/mcp.py
 `ServerConfig`), so a server that echoes its `postgresql://admin:PW@db` or only `PW` on stderr never puts it in the
 "did not start" line, `nbagent run`'s output or the saved notebook."""
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbagent import mcp
-from nbagent.secrets import REDACTED, Redactor, StreamRedactor, url_secrets
+from nbagent.secrets.redactor import REDACTED, Redactor, StreamRedactor, url_secrets
 
 # ---------------------------------------------------------------------------------------------- the rule
 

@@ -22,15 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stub_openai import HttpError, Reply, Respond, StubOpenAI, tool_call
 
-from nbagent.events import Usage
-from nbagent.policy import Budget
+from nbagent.events.model import Usage
+from nbagent.events.state import RunStatus
+from nbagent.gate.policy import Budget
+from nbagent.models.usage import MAX_TOKENS, count_of, floored
 from nbagent.runtime import Agent, RunResult
-from nbagent.state import RunStatus
 from nbagent.store import Store
 from nbagent.tools.base import tool
 from nbagent.ui.record_text import render_text
 from nbagent.ui.viewstate import run_view
-from nbagent.usage import MAX_TOKENS, count_of, floored
 
 API_KEY = "sk-test-usage-0123456789abcdef"
 MODEL = "openai/gpt-4o-mini"  # litellm knows its window and price: each request is counted before it is sent
@@ -228,7 +228,7 @@ def test_usage_litellm_cannot_parse_fails_the_run_in_one_line_and_spends_nothing
 def test_a_log_with_negative_usage_spends_nothing_and_refills_nothing(tmp_path: Path) -> None:
     """A run's state never subtracts: a log written by anything else, with negative usage and cost, is folded as
     no usage and no cost (state.py), so a resumed run's budget is not refilled by it."""
-    from nbagent.events import LlmCalled
+    from nbagent.events.model import LlmCalled
 
     store = Store(tmp_path / "agent.nbagent")
     try:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import llm, new_run
 
-from nbagent import events as E
-from nbagent.cli import main
+from nbagent.cli.commands import main
+from nbagent.events import model as E
 from nbagent.store import Store
 
 
@@ -104,7 +104,7 @@ def test_torn_last_line_is_only_a_warning(log, capsys) -> None:
 
 def test_forged_hash_still_breaks_the_next_link(log, capsys) -> None:
     """Recomputing the edited event's own hash is not enough: the next event's prev_hash no longer matches."""
-    from nbagent.events import compute_hash
+    from nbagent.events.model import compute_hash
 
     path, lines, a = log
     idx = lines_of(lines, a)

@@ -2,7 +2,7 @@
 
 Loading is cheap: no litellm or widget import happens in the loading cell, nor later: when a real provider's
 model is configured, the kernel's model process (litellm in a process of its own) starts once the kernel is idle
-(loading.py, nbagent/modelproc.py); nothing global is patched.
+(loading.py, nbagent/models/process.py); nothing global is patched.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from nbagent.ipython.reproduce import Rerun
 # this module (a base of the host), and a real provider's first run imports them while it waits for the model
 # process (host._prepare) or once the kernel is idle (loading.py).
 if TYPE_CHECKING:
-    from nbagent.deciders import Decider
+    from nbagent.gate.deciders import Decider
     from nbagent.runtime import Agent as RuntimeAgent
     from nbagent.runtime import RunResult
 
@@ -79,7 +79,7 @@ class CellPath(HostState):
         await self.start_run(args, prompt, context)
 
     async def start_run(self, args: Any, prompt: str, context: list[dict[str, Any]]) -> None:
-        from nbagent.state import RunStatus
+        from nbagent.events.state import RunStatus
 
         self.parameters.check()  # a bad papermill value fails here, in one line
         cfg = {k: v for k, (v, _) in self.settings(args).items()}
@@ -135,7 +135,7 @@ class CellPath(HostState):
         """Whether this execution asks again or reproduces a recorded run (reproduce.py): `--reproduce [RUN]`, a
         `%agent reproduce RUN` for this cell, or the notebook's `rerun` setting."""
         from nbagent.ipython.reproduce import decide
-        from nbagent.secrets import Redactor
+        from nbagent.secrets.redactor import Redactor
 
         armed = self.reproduce_next.pop(cell_id, None) if cell_id and prompt is not None else None
         return decide(self.store, cell_id=cell_id, mode=str(self.settings(args)["rerun"][0]), named=args.reproduce,
@@ -166,7 +166,7 @@ class CellPath(HostState):
 
     def make_agent(self, cfg: dict[str, Any], *, session_name: str, replay: str | None = None,
                    recorded_from: str | None = None, cell_mcp: str | None = None) -> RuntimeAgent:
-        from nbagent.policy import Budget
+        from nbagent.gate.policy import Budget
         from nbagent.runtime import Agent as RuntimeAgent
 
         decider = self.decider_for(cfg.get("approve") or "", recorded_from)
@@ -213,14 +213,14 @@ class CellPath(HostState):
         return f"model_timeout, set by {source}"
 
     def decider_for(self, approve: str, recorded_from: str | None) -> Decider:
-        from nbagent.deciders import PolicyDecider, RecordedDecider
+        from nbagent.gate.deciders import PolicyDecider, RecordedDecider
 
         if approve in ("all", "none", "low"):
             return PolicyDecider(approve, answer=os.environ.get("NBAGENT_ANSWER"))
         if approve == "recorded":
             if recorded_from is None:
                 raise UsageError("--approve recorded: this cell has no earlier run whose decisions to reuse")
-            from nbagent.replay import recorded_events
+            from nbagent.runtime.recording import recorded_events
 
             if not self._yours(recorded_from, say=True):  # the author's yes of a cloned log: asked on a card
                 return self.decider
@@ -230,7 +230,7 @@ class CellPath(HostState):
     def _yours(self, run_id: str, say: bool = False) -> bool:
         """Whether `run_id`'s recorded decisions are this user's own, made here (recorded_yes.py); `say`: if not,
         the cell's output says so in one line."""
-        from nbagent.recorded_yes import not_yours
+        from nbagent.runtime.recorded_yes import not_yours
 
         why = not_yours(self.store, run_id)
         if why is not None and say:
@@ -294,7 +294,7 @@ class CellPath(HostState):
     def _tell_the_kernel(result: RunResult | None, run_id: str | None, interrupted: bool) -> None:
         """Fail the cell when its run failed or was interrupted, as the kernel would fail a person's cell. A run
         that waits for a decision, or that carried on past a denial (`completed_with_errors`), has not failed."""
-        from nbagent.state import RunStatus
+        from nbagent.events.state import RunStatus
 
         if interrupted or (result is not None and result.status == RunStatus.INTERRUPTED):
             if run_id is None:

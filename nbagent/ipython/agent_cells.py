@@ -150,7 +150,7 @@ class Registry:
 
 
 def list_cells_tool(shell: Any, registry: Registry) -> Tool:
-    from nbagent.levels import Risk
+    from nbagent.events.levels import Risk
     from nbagent.tools.base import Tool
 
     def list_cells() -> dict[str, Any]:
@@ -212,8 +212,8 @@ def unified_diff(old: str, new: str, cell_id: str) -> str:
 
 def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[str | None, str | None]],
                       put_image: Callable[[bytes], str] | None = None, reruns: Any = None) -> Tool:
+    from nbagent.events.levels import Risk
     from nbagent.ipython.run_cell import cell_source, fitted, keep_images, run_in_shell
-    from nbagent.levels import Risk
     from nbagent.tools.base import Tool, ToolError
 
     def _new_source(code: Any, explanation: Any, run_id: str | None) -> str:
@@ -237,8 +237,8 @@ def replace_cell_tool(shell: Any, registry: Registry, where: Callable[[], tuple[
             code: the cell's new code (all of it)
             explanation: one line on what changed (shown in the cell's first line)
         """
-        from nbagent.effects import current_call
-        from nbagent.secrets import Redactor
+        from nbagent.gate.effects import current_call
+        from nbagent.secrets.redactor import Redactor
 
         now = current_call()
         held = registry.find(str(cell), now.run_id if now is not None else where()[1])
@@ -294,7 +294,7 @@ __all__ = ["AgentCell", "Registry", "list_cells_tool", "replace_cell_tool", "sum
 def undo_cells(registry: Registry, cells: list[Any]) -> list[str]:
     """Do an undo's cell part (undo_cells.CellUndo list) in the front end, through the comm `nbagent.cells`, and in
     the registry; a cell the person edited and ran since is left as it is. Returns a line for each cell."""
-    from nbagent.undo_cells import KERNEL_NOTE, payloads
+    from nbagent.undo.cells import KERNEL_NOTE, payloads
 
     lines: list[str] = []
     todo = []

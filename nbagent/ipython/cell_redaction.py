@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from nbagent.redact_outputs import redact_output
-from nbagent.secrets import Redactor, StreamRedactor
+from nbagent.secrets.outputs import redact_output
+from nbagent.secrets.redactor import Redactor, StreamRedactor
 
 MAX_KEPT = 8_000_000  # characters of a cell's outputs kept for a correction (images as base64), until the cell ends
 SEGMENT = 1_000_000  # characters after which a stream's redactor starts afresh, at the end of a line

@@ -8,7 +8,7 @@ The cell is code that runs later (Run All, the next `nbagent run`), so the tool 
 covers it: a person (or `--approve all`) approves exactly that code. Each inserted cell carries its provenance in
 `metadata.nbagent`: the run and call that wrote it, the approval that let the call run (`approval_event_id`,
 `plan_id`; `grant_id` would name a grant), and the sha256 of its source. `nbagent run` executes such a cell only when
-the notebook's log holds that approval for exactly its source (`nbagent.runner.agent_cell_clearance`); a person
+the notebook's log holds that approval for exactly its source (`nbagent.cli.run.agent_cell_clearance`); a person
 running it by hand in JupyterLab is the person's choice.
 """
 
@@ -51,7 +51,7 @@ def _preview(arguments: dict[str, Any]) -> str | None:
 
 def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool:
     """The tool, bound to the host's current cell and run (`where() -> (cell_id, run_id)`)."""
-    from nbagent.levels import Risk
+    from nbagent.events.levels import Risk
     from nbagent.tools.base import Tool
 
     counter: dict[str, int] = {}
@@ -63,7 +63,7 @@ def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool
             code: the cell's code
             explanation: one line on what the code does (shown in the cell's first line)
         """
-        from nbagent.effects import current_call
+        from nbagent.gate.effects import current_call
 
         cell_id, run_id = where()
         call = current_call()

@@ -19,7 +19,7 @@ from nbagent.ipython.options import UsageError, cell_parser, line_parser, parse,
 
 # the runtime, its deciders, states and store are imported by the commands that use them (see agent_cell.py)
 if TYPE_CHECKING:
-    from nbagent.deciders import Verdict
+    from nbagent.gate.deciders import Verdict
     from nbagent.runtime import Agent as RuntimeAgent
 
 
@@ -35,7 +35,7 @@ class Commands(HostState):
         return await getattr(self, "cmd_" + args.command)(args)
 
     async def cmd_status(self, args: Any) -> None:
-        from nbagent.state import RunStatus
+        from nbagent.events.state import RunStatus
 
         runs = self.store.list_runs()
         if not runs:
@@ -54,7 +54,7 @@ class Commands(HostState):
                 print(f"  {r.id} was interrupted: %agent resume {r.id}")
 
     async def cmd_runs(self, args: Any) -> None:
-        from nbagent.cli import _run_row, short_ids, table
+        from nbagent.cli.commands import _run_row, short_ids, table
         from nbagent.ui.viewstate import cell_labels
 
         runs = self.store.list_runs()
@@ -69,13 +69,13 @@ class Commands(HostState):
         print(table(rows, right={5, 6, 7}))
 
     async def cmd_show(self, args: Any) -> None:
-        from nbagent.cli import render_timeline
+        from nbagent.cli.commands import render_timeline
 
         run_id = self.store.resolve_run(args.run)
         print(render_timeline(self.store.run_state(run_id), self.store.run_events(run_id), self.store.path))
 
     async def cmd_log(self, args: Any) -> Any:
-        from nbagent.timeline import describe
+        from nbagent.ui.timeline import describe
 
         events = self.store.run_events(self.store.resolve_run(args.run)) if args.run else \
             self.store.query_events()
@@ -113,7 +113,7 @@ class Commands(HostState):
         pending = state.pending
         if pending is None:
             raise UsageError(f"run {run_id} is not waiting for a decision ({state.status.value})")
-        from nbagent.deciders import Answer
+        from nbagent.gate.deciders import Answer
 
         value = verdict if verdict is not None else Answer(text=answer or "", by="user")
         if self.decider.resolve(pending.request_id, value):
@@ -140,7 +140,7 @@ class Commands(HostState):
     def _grant_spec(self, args: Any, run: str | None, effect: str) -> Any:
         """The grant a `%agent approve|deny --for ...` asks for, checked against the plan it decides: a pattern
         that covers none of the plan's calls is one line, and nothing is decided."""
-        from nbagent import grants
+        from nbagent.gate import grants
 
         if args.reach is None:
             if args.paths or args.arg_patterns or args.expires:
@@ -168,25 +168,25 @@ class Commands(HostState):
         return spec
 
     async def cmd_approve(self, args: Any) -> None:
-        from nbagent.deciders import Verdict
+        from nbagent.gate.deciders import Verdict
 
         grant = self._grant_spec(args, args.run, "allow")
         await self._decide(args.run, Verdict.approve(by="%agent approve", grant=grant))
 
     async def cmd_deny(self, args: Any) -> None:
-        from nbagent.deciders import Verdict
+        from nbagent.gate.deciders import Verdict
 
         run, reason = self._split(args.words)
         grant = self._grant_spec(args, run, "reject")
         await self._decide(run, Verdict.deny(reason, by="%agent deny", grant=grant), command="deny")
 
     async def cmd_grants(self, args: Any) -> None:
-        from nbagent.grants import grants_table
+        from nbagent.gate.grants import grants_table
 
         print(grants_table(self.store, everything=args.all))
 
     async def cmd_revoke(self, args: Any) -> None:
-        from nbagent.grants import GrantError, revoke
+        from nbagent.gate.grants import GrantError, revoke
 
         try:
             print(revoke(self.store, args.grant, by="%agent revoke", reason=" ".join(args.reason)))
@@ -197,7 +197,7 @@ class Commands(HostState):
         run, feedback = self._split(args.words)
         if not feedback.strip():
             raise UsageError("%agent refine: say what to change, e.g. %agent refine use report.md instead")
-        from nbagent.deciders import Verdict
+        from nbagent.gate.deciders import Verdict
 
         await self._decide(run, Verdict.refine(feedback, by="%agent refine"), command="refine")
 
@@ -206,7 +206,7 @@ class Commands(HostState):
         await self._decide(run, answer=text, command="answer")
 
     async def cmd_resume(self, args: Any) -> None:
-        from nbagent.state import RunStatus
+        from nbagent.events.state import RunStatus
 
         if args.run:
             run_id = self.store.resolve_run(args.run)
@@ -216,8 +216,8 @@ class Commands(HostState):
             if not candidates:
                 raise UsageError("no run to resume; %agent status shows the runs")
             run_id = candidates[-1]
-        from nbagent.recorded_yes import not_yours
-        from nbagent.replay import RecordingRefused
+        from nbagent.runtime.recorded_yes import not_yours
+        from nbagent.runtime.recording import RecordingRefused
 
         try:  # another's run (a cloned log) would go on with its author's decisions, at its author's autonomy
             theirs = not_yours(self.store, run_id)
@@ -344,7 +344,7 @@ class Commands(HostState):
         """`%agent undo RUN [--to] [--force]`: the same undo as `nbagent undo`, from the notebook's log (so it works
         after a kernel restart: everything it needs is in the log and its blob folder)."""
         from nbagent.ipython.undo_offers import cells_gone
-        from nbagent.undo import UndoError, undo
+        from nbagent.undo.files import UndoError, undo
 
         if await self._undo_panel(args, lambda: undo(self.store, args.run, to=args.to, force=args.force,
                                                      folder=self.folder, by="the Undo button",
@@ -376,7 +376,7 @@ class Commands(HostState):
         if not report.ok or not todo:
             return
         from nbagent.ipython.agent_cells import undo_cells
-        from nbagent.undo_cells import KERNEL_NOTE
+        from nbagent.undo.cells import KERNEL_NOTE
 
         said = {c.line() for c in report.cells} | {f"note: {KERNEL_NOTE}"}
         for line in undo_cells(self.agent_cells, todo):
@@ -392,7 +392,7 @@ class Commands(HostState):
         from IPython.display import display, update_display
 
         from nbagent.ipython.undo_offers import cells_gone
-        from nbagent.undo import UndoError
+        from nbagent.undo.files import UndoError
 
         try:
             from nbagent.ui.undo_view import UndoView, undo_offer

@@ -97,17 +97,20 @@ class _Status:
 # sanitiser, the file, cell and MCP tools, undo and verification. They are nbagent's own modules and dependencies,
 # imported by the cell that runs the agent while it waits for the model process (_prepare), or on the kernel's
 # event loop while it is idle once the process is loading (loading.py), never by a thread. In the order they build
-# on each other, so that each step is one module's own import (the largest, nbagent.events, ~0.08 s). pydantic's
+# on each other, so that each step is one module's own import (the largest, nbagent.events.model, ~0.08 s). pydantic's
 # `_dataclasses` is what its JSON schemas (the tools' parameters) import on first use.
 FIRST_RUN_MODULES = (
-    "pydantic._internal._dataclasses", "nbagent.ids", "nbagent.tools.base", "nbagent.secrets", "nbagent.events",
-    "nbagent.state", "nbagent.grant_terms", "nbagent.grants", "nbagent.deciders", "nbagent.scope", "filelock",
-    "tinydb", "nbagent.store.eventlog", "nbagent.store", "nbagent.llm", "nbagent.models", "nbagent.runtime.context",
+    "pydantic._internal._dataclasses", "nbagent.events.ids", "nbagent.tools.base", "nbagent.secrets.redactor",
+    "nbagent.events.model",
+    "nbagent.events.state", "nbagent.gate.grant_terms", "nbagent.gate.grants", "nbagent.gate.deciders",
+    "nbagent.scope.rules", "filelock",
+    "tinydb", "nbagent.store.eventlog", "nbagent.store", "nbagent.models.llm", "nbagent.models",
+    "nbagent.runtime.context",
     "nbagent.runtime", "nbagent.ipython.kernel_decider", "nbagent.ipython.references", "nbagent.ui.viewstate",
     "nbagent.ui.record", "nbagent.ipython.live", "nbagent.ui.widget", "markdown_it", "nh3",
     "nbagent.ui.record_markdown", "nbagent.tools.files", "nbagent.ipython.run_cell", "nbagent.ipython.run_python",
     "nbagent.ipython.trust",
-    "nbagent.mcp", "nbagent.undo", "nbagent.verify", "nbagent.replay", "nbagent.runtime.results",
+    "nbagent.mcp", "nbagent.undo.files", "nbagent.store.verify", "nbagent.runtime.recording", "nbagent.runtime.results",
     "nbagent.runtime.cell_images")
 
 
@@ -246,8 +249,9 @@ def _one_line(exc: BaseException) -> BaseException:
 
 
 def redact(text: str) -> str:
-    """Text for the cell's output, with the secrets of this kernel's environment taken out (see nbagent.secrets)."""
-    from nbagent.secrets import Redactor
+    """Text for the cell's output, with the secrets of this kernel's environment taken out (see
+    nbagent.secrets.redactor)."""
+    from nbagent.secrets.redactor import Redactor
 
     return Redactor().text(text)
 
@@ -257,7 +261,7 @@ def scrub(exc: BaseException) -> BaseException:
 
     If some text still leaks after the args are redacted (a class that formats its message itself), a
     RuntimeError with the redacted text of `exc` is shown instead, without the chain."""
-    from nbagent.secrets import Redactor
+    from nbagent.secrets.redactor import Redactor
 
     r = Redactor()
     seen: set[int] = set()
@@ -338,7 +342,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             return
         import traceback as tb
 
-        from nbagent.timeline import clip
+        from nbagent.ui.timeline import clip
 
         lines = tb.format_exception(type(error), error, error.__traceback__)
         text = "".join(lines)
@@ -455,7 +459,7 @@ class NotebookHost(CellPath, Commands, RecordNotes):
             return False
         if loading.started() or self.model_configured():
             return True
-        from nbagent.state import RunStatus
+        from nbagent.events.state import RunStatus
 
         # a run it may go on with (one that waits or was interrupted) calls a real provider (e.g. its cell's --model)
         return any(r.status in (RunStatus.WAITING, RunStatus.INTERRUPTED, RunStatus.RUNNING)
@@ -500,13 +504,13 @@ class NotebookHost(CellPath, Commands, RecordNotes):
 
         A server from a file starts only if the log trusts its entry, or `approve` is "all" (trusted now, in
         `session`'s chain); each other one is a line in the cell (`notes`) saying how to trust it (trust.py)."""
-        from nbagent.blobs import BlobStore
         from nbagent.ipython.agent_cells import list_cells_tool, replace_cell_tool
         from nbagent.ipython.cells import insert_cell_tool
         from nbagent.ipython.run_cell import run_cell_tool
         from nbagent.ipython.run_python import run_python_tool
-        from nbagent.scope import Scope
+        from nbagent.scope.rules import Scope
         from nbagent.store import store_path_for
+        from nbagent.store.blobs import BlobStore
         from nbagent.tools.files import file_tools
         from nbagent.tools.kernel import kernel_tools
 

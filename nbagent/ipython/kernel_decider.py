@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nbagent.deciders import InteractiveDecider
+from nbagent.gate.deciders import InteractiveDecider
 
 if TYPE_CHECKING:
     from nbagent.ipython.host import NotebookHost

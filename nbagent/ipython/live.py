@@ -12,7 +12,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from nbagent.events import EventBase, RunStarted
+from nbagent.events.model import EventBase, RunStarted
 from nbagent.ui.record import bundle
 from nbagent.ui.viewstate import run_view
 

@@ -4,7 +4,8 @@ What it costs: litellm and the openai SDK it calls are ~2.5 s of imports and ~15
 loads ~0.4 s more and a tokenizer (~40 MiB). The offline models (`nbagent/scripted`, `function`, `replay`) never need
 any of it, so nothing is loaded for them, nor for a kernel that only loads nbagent.
 
-Where: in the kernel's model process (nbagent/modelproc.py), a child `python -P -m nbagent.modelproc` that imports
+Where: in the kernel's model process (nbagent/models/process.py), a child `python -P -m nbagent.models.process` that
+imports
 litellm and makes the model calls; the kernel sends it requests and gets the streamed tokens, the response and its
 cost back. The kernel itself never imports litellm: no import in its interpreter while a person's cells run, no
 import finder, environment variable, logging handler or thread of litellm's in it, nothing a fork or a debugger
@@ -59,8 +60,8 @@ __all__ = ["IDLE_S", "MODULES", "LoadFailed", "import_one", "ready", "start", "s
 
 IDLE_S = 0.5  # how long the kernel must have been idle before loading starts ahead of need
 
-# what is imported, in order; the last is nbagent's model layer, which imports litellm (nbagent/llm.py)
-MODULES: tuple[str, ...] = ("nbagent.llm",)
+# what is imported, in order; the last is nbagent's model layer, which imports litellm (nbagent/models/llm.py)
+MODULES: tuple[str, ...] = ("nbagent.models.llm",)
 
 
 class LoadFailed(Exception):
@@ -76,7 +77,7 @@ _in_process = False  # whether this load is the thread's (no model process could
 
 def use_process() -> bool:
     """Whether the library goes in a model process: unless `NBAGENT_MODEL_PROCESS=0`, or this interpreter is
-    embedded in a program that is not Python (its `sys.executable` cannot run `-m nbagent.modelproc`)."""
+    embedded in a program that is not Python (its `sys.executable` cannot run `-m nbagent.models.process`)."""
     import sys
 
     from nbagent.ipython.options import env_flag
@@ -90,7 +91,7 @@ def use_process() -> bool:
 def _load() -> None:
     for name in MODULES:
         importlib.import_module(name)
-    from nbagent.llm import FIRST_CALL, import_litellm
+    from nbagent.models.llm import FIRST_CALL, import_litellm
 
     import_litellm()
     for name in FIRST_CALL:
@@ -120,7 +121,7 @@ def start(context: contextvars.Context | None = None) -> bool:
             # loading, loaded, or orphaned in a forked child (wait() says so); a failed load is tried again
             return False
         if use_process():
-            from nbagent import modelproc
+            from nbagent.models import process as modelproc
 
             modelproc.want(MODULES)  # a model call made another way in this kernel (Agent.run) goes there too
             try:
@@ -271,7 +272,7 @@ def _process_gone() -> bool:
     """The model process this load made is not this process's (a forked child) or has ended: load again."""
     if _in_process or _future is None:
         return False
-    from nbagent import modelproc
+    from nbagent.models import process as modelproc
 
     process = modelproc.existing()
     return process is None or process.loaded is not _future or (_future.done() and not process.alive())

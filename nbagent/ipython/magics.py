@@ -54,7 +54,7 @@ def register(ip: Any) -> None:
     undo_offers.announce(ip)  # the lab extension asks which saved records may offer Undo… (undo_offers.py)
 
     if loading.use_process():  # this kernel's model calls, however made, go to its model process
-        from nbagent import modelproc
+        from nbagent.models import process as modelproc
 
         modelproc.want(loading.MODULES)
     # a real model configured, or a provider's key (now or set by a later cell): load the library once the kernel

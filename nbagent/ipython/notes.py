@@ -170,7 +170,7 @@ class RecordNotes(HostState):
         """Runs forked away get their static records re-rendered with the superseded banner, in place."""
         from IPython.display import update_display
 
-        from nbagent.state import RunStatus
+        from nbagent.events.state import RunStatus
         from nbagent.ui.record import RunRecord
         from nbagent.ui.viewstate import run_view
 

@@ -134,7 +134,7 @@ def line_parser() -> argparse.ArgumentParser:
 
 
 def grant_options(s: argparse.ArgumentParser) -> None:
-    """Options of a decision that also answers later calls of the same kind (nbagent/grants.py)."""
+    """Options of a decision that also answers later calls of the same kind (nbagent/gate/grants.py)."""
     s.add_argument("--for", dest="reach", choices=["run", "session"],
                    help="also answer later matching calls: for the rest of this run, or this session (8 h)")
     s.add_argument("--path", dest="paths", action="append", metavar="PATTERN",

@@ -277,9 +277,9 @@ def _out_parts(n: int, nb: Notebook) -> list[Any]:
 
 
 def accepts_images(model: str | None) -> bool:
-    """Whether the model takes image parts (`nbagent.llm.accepts_images`: as litellm knows it; the offline models
+    """Whether the model takes image parts (`nbagent.models.llm.accepts_images`: as litellm knows it; the offline models
     are text models, so images reach them as the line describing them)."""
-    from nbagent.llm import accepts_images as takes
+    from nbagent.models.llm import accepts_images as takes
 
     return takes(model) if model else False  # (takes("") is False too: no model, no images)
 

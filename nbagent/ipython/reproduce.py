@@ -65,7 +65,7 @@ def cell_runs(store: Any, cell_id: str | None) -> list[Any]:
 def ended_as(store: Any, run_id: str) -> str:
     """How a run ended, from its events: a superseded run keeps the status it had (its events without the one that
     superseded it, folded)."""
-    from nbagent.state import fold
+    from nbagent.events.state import fold
 
     state = fold(e for e in store.run_events(run_id) if e.type != "run_superseded")
     return str(state.status.value)
@@ -75,7 +75,7 @@ def checked(store: Any, run_id: str, cell_id: str | None, prompt: str | None) ->
     """The recording `run_id` names, once it is one this cell can reproduce; else UsageError, one line. `cell_id`:
     the run must have been recorded for this cell (a record's button; a run the cell's line names may be another
     cell's, as long as it answered the same request)."""
-    from nbagent.replay import RecordingRefused, recorded_events
+    from nbagent.runtime.recording import RecordingRefused, recorded_events
     from nbagent.store import StoreError
 
     try:

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbagent.runner_cells import RAN_TOOLS, same_source
+from nbagent.cli.run_cells import RAN_TOOLS, same_source
 
 # the first line run_cell writes (run_cell.cell_source); replace_cell writes the same
 HEADER = re.compile(r"^# nbagent: run by run ([0-9A-Za-z]+)")

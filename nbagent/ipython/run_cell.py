@@ -22,7 +22,7 @@ result (in the log) holds the same outputs as text, for `nbagent run` to write t
 
 An interrupt (SIGINT) while the code runs stops it like a person's cell: KeyboardInterrupt in synchronous code,
 cancellation while it awaits; the result says `interrupted`. A cell that raised has `error` as the kernel reports it,
-`"{ename}: {evalue}"`: nbagent/outcomes.py reads both (the step is not ok, the run ends completed_with_errors).
+`"{ename}: {evalue}"`: nbagent/events/outcomes.py reads both (the step is not ok, the run ends completed_with_errors).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
+from nbagent.events.levels import Risk
 from nbagent.ipython.cells import _preview, send, source_digest
-from nbagent.levels import Risk
 from nbagent.tools.base import Tool, time_limit
 
 TOOL = "run_cell"
@@ -323,7 +323,7 @@ async def run_in_shell(shell: Any, source: str, cell_id: str, msg_id: str) -> di
 
     What it shows leaves the kernel redacted (cell_redaction.py): the same hooks, after the capture's."""
     from nbagent.ipython.cell_redaction import CellRedaction, Outlet
-    from nbagent.secrets import Redactor
+    from nbagent.secrets.redactor import Redactor
 
     capture = _Capture(msg_id)
     now = shell.get_parent() if hasattr(shell, "get_parent") else {}
@@ -454,8 +454,8 @@ def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]
             code: the cell's code; variables it defines stay in the user's session
             explanation: one line on what the code does (shown in the cell's first line)
         """
-        from nbagent.effects import current_call
-        from nbagent.secrets import Redactor
+        from nbagent.gate.effects import current_call
+        from nbagent.secrets.redactor import Redactor
 
         after, run_id = where()
         call = current_call()

@@ -22,8 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from nbagent.events.levels import Risk
 from nbagent.ipython.run_cell import cell_source, run_in_shell
-from nbagent.levels import Risk
 from nbagent.tools.base import TIME_LIMIT, Tool
 from nbagent.tools.kernel import MAX_OUTPUT, summarize
 
@@ -57,8 +57,8 @@ def run_python_tool(shell: Any, where: Callable[[], tuple[str | None, str | None
             code: the code; variables it defines stay in the user's session
             timeout: seconds before it is stopped (default 60)
         """
-        from nbagent.effects import current_call
-        from nbagent.secrets import Redactor
+        from nbagent.gate.effects import current_call
+        from nbagent.secrets.redactor import Redactor
 
         try:
             ast.parse(code, mode="exec")

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nbagent.events import McpServerTrusted
+from nbagent.events.model import McpServerTrusted
 from nbagent.ipython.options import UsageError
 from nbagent.mcp import Entry, Loaded, entry_part, needs_trust, notebook_config, what_it_runs
 
@@ -43,7 +43,7 @@ EVENT = McpServerTrusted.event_type
 
 
 def _redact(text: str) -> str:
-    from nbagent.secrets import Redactor
+    from nbagent.secrets.redactor import Redactor
 
     return Redactor().text(text)
 
@@ -57,8 +57,9 @@ def recorded(store: Store) -> list[McpServerTrusted]:
 
 
 def key_path() -> Path:
-    """Where this user's trust key lives: outside every project, so no repository can ship it (nbagent/seal.py)."""
-    from nbagent import seal as _seal
+    """Where this user's trust key lives: outside every project, so no repository can ship it
+    (nbagent/store/seal.py)."""
+    from nbagent.store import seal as _seal
 
     return _seal.key_path()
 
@@ -66,7 +67,7 @@ def key_path() -> Path:
 def _key() -> bytes:
     """This user's trust key, made on first use; read without blocking and only from a regular file of this user's,
     not a link, of at least 32 bytes (else `seal.KeyFileError`, one line: never an empty or shipped key)."""
-    from nbagent import seal as _seal
+    from nbagent.store import seal as _seal
 
     return _seal.key()
 

@@ -92,7 +92,7 @@ def _answer(comm: Any, msg: dict[str, Any]) -> None:
     try:
         found = offers(host.notebook, run_ids, host.folder, kept=host.cells_yours(), gone=cells_gone())
     except Exception as exc:  # an answer always comes: a record whose run cannot be checked offers no Undo…
-        from nbagent.secrets import Redactor
+        from nbagent.secrets.redactor import Redactor
 
         why = Redactor().text(f"nbagent could not read this notebook's log ({type(exc).__name__}: {exc})")
         found = {r: {"undo": False, "why": why} for r in run_ids}
@@ -118,14 +118,14 @@ def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[st
         store = Store(path, readonly=True)
     except StoreError as exc:
         return {r: {"undo": False, "why": str(exc)} for r in run_ids}
-    from nbagent.undo import UndoError, log_checked
+    from nbagent.undo.files import UndoError, log_checked
 
     try:
         with log_checked(store):  # once for every record asked about
             mine = store.anchors.heads()
             return {r: _offer(store, r, folder, mine, kept, gone) for r in dict.fromkeys(run_ids)}
     except UndoError as exc:  # the log fails verification: undo acts on none of its runs
-        from nbagent.secrets import Redactor
+        from nbagent.secrets.redactor import Redactor
 
         return {r: {"undo": False, "why": Redactor().text(str(exc))} for r in run_ids}
     finally:
@@ -134,10 +134,10 @@ def offers(notebook: Path, run_ids: list[str], folder: Path, kept: Collection[st
 
 def _offer(store: Any, run_id: str, folder: Path, mine: dict[str, Any], kept: Collection[str] = (),
            gone: Container[str] = ()) -> dict[str, Any]:
-    from nbagent.secrets import Redactor
+    from nbagent.secrets.redactor import Redactor
     from nbagent.store import RunNotFound, StoreError
     from nbagent.ui.undo_view import undo_offer
-    from nbagent.undo import UndoError
+    from nbagent.undo.files import UndoError
 
     try:
         offer = undo_offer(store, run_id, folder=folder, kept=kept, gone=gone)

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -49,7 +49,7 @@ class ServerConfig(BaseModel):
     def _one_transport(self) -> ServerConfig:
         from urllib.parse import urlsplit
 
-        from nbagent.secrets import remember, secret_key, url_secrets
+        from nbagent.secrets.redactor import remember, secret_key, url_secrets
 
         # a token, key or password a config gives a server is a secret from here on: echoed in an error, it is
         # redacted everywhere (by name only: a PATH or a Content-Type would otherwise vanish from every log line);

@@ -25,15 +25,15 @@ import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nbagent.effects import Op, Target, current_effect, resolve_target
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
+from nbagent.gate.effects import Op, Target, current_effect, resolve_target
 from nbagent.mcp import rules_filesystem as fsr
 from nbagent.mcp import rules_git as gitr
 from nbagent.mcp.config import ServerConfig
 from nbagent.mcp.server_files import _server_cwd
 
 if TYPE_CHECKING:
-    from nbagent.scope import ScopeGuard
+    from nbagent.scope.rules import ScopeGuard
     from nbagent.tools.base import Tool
 
 # what each tool of the reference filesystem server does to which argument (its dist/index.js), and its risk

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
 from nbagent.mcp.config import Loaded, MCPConfigError, read
 from nbagent.mcp.server_files import entry_files
 from nbagent.mcp.servers import Server, _server
@@ -21,8 +21,8 @@ from nbagent.mcp.trust import Entry, needs_trust
 from nbagent.tools.base import Tool
 
 if TYPE_CHECKING:
-    from nbagent.effects import Target
-    from nbagent.scope import ScopeGuard
+    from nbagent.gate.effects import Target
+    from nbagent.scope.rules import ScopeGuard
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what the model providers accept as a function name (fullmatch)
 _NAME_PART = re.compile(r"[A-Za-z0-9_-]+")
@@ -182,7 +182,7 @@ def tools(*sources: str | Path | dict[str, Any], folder: str | Path | None = Non
     for s in sources:
         read(s, base, loaded)
     result = toolset(loaded, base)
-    from nbagent.secrets import Redactor
+    from nbagent.secrets.redactor import Redactor
 
     report = on_problem or (lambda line: print(f"nbagent: {line}", file=sys.stderr))
     redactor = Redactor()  # a line quotes what a server printed, which may be a secret (its config's, the env's)

@@ -38,7 +38,7 @@ def entry_digest(config: ServerConfig, folder: str | Path | None = None) -> str:
     there has the first part alone."""
     import hashlib
 
-    from nbagent.events import canonical_json
+    from nbagent.events.model import canonical_json
 
     text = hashlib.sha256(canonical_json(config.model_dump(mode="json")).encode("utf-8")).hexdigest()
     found = _file_states(config, folder)

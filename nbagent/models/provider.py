@@ -1,6 +1,6 @@
 """The offline models' provider: `nbagent/<name>` calls answered by local models, directly or through litellm.
 
-`nbagent.llm.complete` calls `local_completion` here for the offline models: no litellm import (2.5 s and
+`nbagent.models.llm.complete` calls `local_completion` here for the offline models: no litellm import (2.5 s and
 ~190 MB) and none of its per-call work (it walks the whole conversation on every call). What it returns is what
 litellm returned with our provider, field by field (response dict, usage, nominal cost, streamed pieces, and the
 exceptions with litellm's names, status codes and first lines), so records are the same whichever way a call
@@ -132,7 +132,7 @@ def _usage(reply: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, i
 
 # ------------------------------------------------------------------------------------------- the direct path
 # litellm's exceptions as our provider's callers saw them: class name, status code and message (litellm prefixes
-# "litellm.<Class>: "). `nbagent.llm.is_transient` and the recorded error text depend on exactly these.
+# "litellm.<Class>: "). `nbagent.models.llm.is_transient` and the recorded error text depend on exactly these.
 
 
 class LocalProviderError(Exception):
@@ -221,7 +221,7 @@ def _pieces(text: str) -> list[str]:
 async def local_completion(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                            meta: dict[str, Any], on_token: Callable[[str], None] | None = None
                            ) -> tuple[dict[str, Any], float]:
-    """One offline model call without litellm: (the response as `nbagent.llm` records it, its nominal cost).
+    """One offline model call without litellm: (the response as `nbagent.models.llm` records it, its nominal cost).
 
     The response is what `llm._response_dict` made of litellm's `ModelResponse` for our provider: without a
     stream `model` is "nbagent/<name>" and a missing text is left out; streamed (`on_token`), the text goes out
@@ -279,7 +279,7 @@ def ensure_registered() -> None:
     global _registered
     if _registered:
         return
-    from nbagent.llm import import_litellm
+    from nbagent.models.llm import import_litellm
 
     import_litellm()  # sets the environment litellm reads when imported, and checks for `mcp`
     import litellm

@@ -1,6 +1,6 @@
 """Replay: answer model calls from a recording (the `llm_called` events of earlier runs), no network.
 
-Requests are matched by fingerprint (a hash of the tools and every message, computed by `nbagent.llm`), so a
+Requests are matched by fingerprint (a hash of the tools and every message, computed by `nbagent.models.llm`), so a
 replayed run gets the recorded reply only if it asks exactly what the recorded run asked. When it asks
 something else, the error names the first message that differs from the recorded request at the same
 position, which is usually the place to look (a tool that now returns something else, an edited prompt).
@@ -158,7 +158,7 @@ class ReplayModel(LocalModel):
                 f"replay diverged at model call {turn + 1}: the conversation before this run differs from the "
                 f"recording {self.source} (system prompt or earlier cells changed)"
             )
-        from nbagent.llm import sha
+        from nbagent.models.llm import sha
 
         if expected.tools_sha is not None and sha(tools) != expected.tools_sha:
             now = [t.get("function", {}).get("name") for t in tools]

@@ -19,7 +19,7 @@ Everything other code imports from `nbagent.runtime` is re-exported here.
 
 from __future__ import annotations
 
-from nbagent.llm import complete
+from nbagent.models.llm import complete
 from nbagent.runtime.agent import DEFAULT_SYSTEM_PROMPT, Agent
 from nbagent.runtime.calls import FILE_FACTS
 from nbagent.runtime.context import CONTROL_RISK, MAX_RESULT_CHARS, RunContext, RunResult, RunStateError

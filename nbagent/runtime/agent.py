@@ -12,14 +12,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from nbagent import grants as grants_
-from nbagent.bus import EventBus
-from nbagent.deciders import Answer, Decider, InteractiveDecider, Verdict
-from nbagent.events import ContextAssembled, EventBase, HumanInputReceived, RunResumed, RunSuperseded
-from nbagent.ids import new_id
-from nbagent.levels import Autonomy
+from nbagent.events.bus import EventBus
+from nbagent.events.ids import new_id
+from nbagent.events.levels import Autonomy
+from nbagent.events.model import ContextAssembled, EventBase, HumanInputReceived, RunResumed, RunSuperseded
+from nbagent.events.state import RunStatus
+from nbagent.gate import grants as grants_
+from nbagent.gate.deciders import Answer, Decider, InteractiveDecider, Verdict
+from nbagent.gate.policy import Authorizer, AuthPolicy, Budget
 from nbagent.models.base import LocalModel
-from nbagent.policy import Authorizer, AuthPolicy, Budget
 from nbagent.runtime.calls import CallHandling
 from nbagent.runtime.context import RunContext, RunResult, RunStateError
 from nbagent.runtime.decisions import Decisions
@@ -29,9 +30,8 @@ from nbagent.runtime.invoke import Invocation
 from nbagent.runtime.loop import RunLoop
 from nbagent.runtime.model_choice import ModelOptions, choose_model
 from nbagent.runtime.tree import RunTree
-from nbagent.scope import Scope, ScopeGuard
-from nbagent.secrets import Redactor
-from nbagent.state import RunStatus
+from nbagent.scope.rules import Scope, ScopeGuard
+from nbagent.secrets.redactor import Redactor
 from nbagent.store import Store
 from nbagent.tools.base import ToolLike, as_tools
 from nbagent.tools.control import CONTROL_TOOLS
@@ -139,7 +139,7 @@ class Agent(RunLoop, CallHandling, Invocation, Decisions, RunTree, History, Cont
             autonomy = self.store.run_state(self.store.resolve_run(options.replay)).autonomy
         self.autonomy = Autonomy(autonomy or Autonomy.L1)
         if tools is None:  # not given: the file tools of the scope's folder, their writes undoable (tools=[]: none)
-            from nbagent.blobs import BlobStore
+            from nbagent.store.blobs import BlobStore
             from nbagent.tools.files import file_tools
 
             tools = file_tools(scope, BlobStore.of_store(self.store.path))

@@ -14,10 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nbagent import grants as grants_
-from nbagent.approval import call_risk, clearance, needs_decision
-from nbagent.effects import CallInfo, Effect, bound, call_digest, resolve
-from nbagent.events import (
+from nbagent.events.ids import new_id
+from nbagent.events.levels import Risk
+from nbagent.events.model import (
     ExecutionStarted,
     PlanningStarted,
     PlanProposed,
@@ -27,13 +26,14 @@ from nbagent.events import (
     ToolCallStarted,
     WaitingForApproval,
 )
-from nbagent.ids import new_id
-from nbagent.levels import Risk
-from nbagent.policy import Denial
+from nbagent.events.state import RunState
+from nbagent.gate import grants as grants_
+from nbagent.gate.approval import call_risk, clearance, needs_decision
+from nbagent.gate.effects import CallInfo, Effect, bound, call_digest, resolve
+from nbagent.gate.policy import Denial
+from nbagent.models.tool_calls import ToolCallRequest, parse_tool_calls
 from nbagent.runtime.context import AgentBase, RunContext, _ms
 from nbagent.runtime.invoke import _error_text, _jsonable, _preview
-from nbagent.state import RunState
-from nbagent.tool_calls import ToolCallRequest, parse_tool_calls
 from nbagent.tools.base import Tool, ToolError
 from nbagent.tools.control import CONTROL_TOOLS
 

@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from nbagent.events import ContextCompacted
+from nbagent.events.model import ContextCompacted
 from nbagent.runtime.window import Counter, Window
 
 SUMMARY_INTRO = ("[nbagent: a summary of this session's earlier requests, written to keep the conversation within "

@@ -14,23 +14,23 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from nbagent import grants as grants_
-from nbagent.effects import Effect
-from nbagent.events import AuthorizationDenied, EventBase, Payload, Usage
-from nbagent.levels import Risk
-from nbagent.policy import Denial
-from nbagent.state import RunState, RunStatus
+from nbagent.events.levels import Risk
+from nbagent.events.model import AuthorizationDenied, EventBase, Payload, Usage
+from nbagent.events.state import RunState, RunStatus
+from nbagent.gate import grants as grants_
+from nbagent.gate.effects import Effect
+from nbagent.gate.policy import Denial
 
 if TYPE_CHECKING:
-    from nbagent.bus import EventBus
-    from nbagent.deciders import Decider
-    from nbagent.llm import Fingerprint, ModelError, ModelReply, ModelSettings
+    from nbagent.events.bus import EventBus
+    from nbagent.gate.deciders import Decider
+    from nbagent.gate.policy import Authorizer, AuthPolicy, Budget
     from nbagent.models.base import LocalModel
-    from nbagent.policy import Authorizer, AuthPolicy, Budget
-    from nbagent.scope import ScopeGuard
-    from nbagent.secrets import Redactor
+    from nbagent.models.llm import Fingerprint, ModelError, ModelReply, ModelSettings
+    from nbagent.models.tool_calls import ToolCallRequest
+    from nbagent.scope.rules import ScopeGuard
+    from nbagent.secrets.redactor import Redactor
     from nbagent.store import SessionRecord, Store
-    from nbagent.tool_calls import ToolCallRequest
     from nbagent.tools.base import Tool
 
 MAX_RESULT_CHARS = 1_000_000  # kept whole in the log; what a request sends is sized in tokens (compaction.py)

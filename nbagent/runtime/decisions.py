@@ -4,13 +4,9 @@ force for a run (read from the session's chain, only those the log backs: grants
 
 from __future__ import annotations
 
-from nbagent import grants as grants_
-from nbagent.deciders import (
-    ApprovalRequest,
-    QuestionRequest,
-    Verdict,
-)
-from nbagent.events import (
+from nbagent.events.ids import new_id
+from nbagent.events.levels import Risk
+from nbagent.events.model import (
     EventBase,
     ExecutionStarted,
     GrantGiven,
@@ -20,11 +16,15 @@ from nbagent.events import (
     PlanRefined,
     PlanRejected,
 )
-from nbagent.ids import new_id
-from nbagent.levels import Risk
+from nbagent.events.state import RunState
+from nbagent.gate import grants as grants_
+from nbagent.gate.deciders import (
+    ApprovalRequest,
+    QuestionRequest,
+    Verdict,
+)
 from nbagent.runtime.context import AgentBase, RunContext
-from nbagent.seal import KeyFileError
-from nbagent.state import RunState
+from nbagent.store.seal import KeyFileError
 
 
 class Decisions(AgentBase):

@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nbagent.events import CompactedResult, ContextCompacted, Error, Usage
-from nbagent.llm import ModelError, ModelReply, complete
+from nbagent.events.model import CompactedResult, ContextCompacted, Error, Usage
+from nbagent.events.state import RunState
+from nbagent.models.llm import ModelError, ModelReply, complete
+from nbagent.models.usage import floored, priced
 from nbagent.runtime.compaction import Compactions, candidates, capped, extract, transcript, view
 from nbagent.runtime.context import AgentBase, RunContext
 from nbagent.runtime.window import Counter, Window, price_in, prices, window_for
-from nbagent.state import RunState
-from nbagent.usage import floored, priced
 
 SUMMARY_PROMPT = (
     "You summarise a conversation between a researcher and an assistant working in a Jupyter notebook, so that the "

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbagent.llm import (
+from nbagent.events.state import RunState, RunStatus
+from nbagent.models.llm import (
     accepts_images,
 )
 from nbagent.runtime.context import AgentBase, RunContext
-from nbagent.state import RunState, RunStatus
 
 
 class History(AgentBase):

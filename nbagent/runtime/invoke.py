@@ -10,7 +10,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from nbagent.events import (
+from nbagent.events.ids import new_id
+from nbagent.events.model import (
     AnswerReady,
     ChildRunStarted,
     HumanInputRequested,
@@ -19,12 +20,11 @@ from nbagent.events import (
     ToolCallFailed,
     ToolCallStarted,
 )
-from nbagent.ids import new_id
-from nbagent.llm import is_transient
+from nbagent.events.state import RunState, RunStatus
+from nbagent.models.llm import is_transient
+from nbagent.models.tool_calls import ToolCallRequest
 from nbagent.retrying import with_retries
 from nbagent.runtime.context import CONTROL_RISK, MAX_RESULT_CHARS, AgentBase, RunContext, _ms
-from nbagent.state import RunState, RunStatus
-from nbagent.tool_calls import ToolCallRequest
 from nbagent.tools.base import TIME_LIMIT, Tool, ToolError
 from nbagent.tools.control import CONTROL_TOOLS
 

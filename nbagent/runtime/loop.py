@@ -20,7 +20,8 @@ from typing import Any
 
 from filelock import Timeout as FileLockTimeout
 
-from nbagent.events import (
+from nbagent.events.ids import assign_call_ids
+from nbagent.events.model import (
     AnswerReady,
     Completed,
     CompletedWithErrors,
@@ -29,19 +30,18 @@ from nbagent.events import (
     LlmCalled,
     Thinking,
 )
-from nbagent.ids import assign_call_ids
-from nbagent.llm import (
+from nbagent.events.state import RunState, assistant_message
+from nbagent.gate.policy import hour_ago_iso
+from nbagent.models.llm import (
     Fingerprint,
     ModelError,
     accepts_images,
     complete,
 )
-from nbagent.policy import hour_ago_iso
 from nbagent.runtime.caching import cache_marked
 from nbagent.runtime.context import MAX_RESULT_CHARS, AgentBase, RunContext, RunResult, RunStateError, cut
 from nbagent.runtime.fitting import is_context_refusal
-from nbagent.secrets import StreamRedactor
-from nbagent.state import RunState, assistant_message
+from nbagent.secrets.redactor import StreamRedactor
 
 
 class RunLoop(AgentBase):
@@ -96,8 +96,8 @@ class RunLoop(AgentBase):
                  else accepts_images(self.model))
         if not takes:
             return own, []
-        from nbagent.blobs import BlobStore
         from nbagent.runtime.cell_images import with_images
+        from nbagent.store.blobs import BlobStore
 
         return with_images(own, BlobStore.of_store(self.store.path).get)
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from nbagent.llm import ModelSettings
 from nbagent.models.base import LocalModel
+from nbagent.models.llm import ModelSettings
 
 if TYPE_CHECKING:
-    from nbagent.deciders import Decider
+    from nbagent.gate.deciders import Decider
     from nbagent.store import Store
 
 
@@ -75,9 +75,9 @@ def choose_model(options: ModelOptions, store: Store, *, with_decider: bool = Tr
     legacy_ids = False
     decider: Decider | None = None
     if options.replay is not None:
-        from nbagent.deciders import RecordedDecider
+        from nbagent.gate.deciders import RecordedDecider
         from nbagent.models.replay import ReplayModel
-        from nbagent.replay import recorded_calls, recorded_events
+        from nbagent.runtime.recording import recorded_calls, recorded_events
 
         recording = recorded_calls(store, options.replay)
         local = ReplayModel(recording, source=f"run {options.replay}")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from nbagent.effects import current_call
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
+from nbagent.events.state import tool_message
+from nbagent.gate.effects import current_call
 from nbagent.runtime.window import Counter, Window
-from nbagent.state import tool_message
 from nbagent.store import Store
 from nbagent.tools.base import Tool, ToolError
 

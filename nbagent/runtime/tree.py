@@ -4,9 +4,9 @@ and a run whose sub-agent waits for a decision waits with it.
 
 from __future__ import annotations
 
-from nbagent.policy import TreeUsage
+from nbagent.events.state import RunState, RunStatus
+from nbagent.gate.policy import TreeUsage
 from nbagent.runtime.context import AgentBase
-from nbagent.state import RunState, RunStatus
 
 
 class RunTree(AgentBase):

@@ -69,7 +69,7 @@ def window_for(model: str, setting: int | None, *, offline: bool) -> Window:
 
 def model_limit(model: str) -> int | None:
     """litellm's `max_input_tokens` of `model` (its `max_tokens` for older entries), None when it does not know."""
-    from nbagent.llm import library
+    from nbagent.models.llm import library
 
     try:
         info = library("get_model_info", model=model)
@@ -84,7 +84,7 @@ def model_limit(model: str) -> int | None:
 
 def price_in(model: str) -> tuple[float | None, float | None]:
     """(dollars per input token, per cached input token) from litellm's table; None where unknown."""
-    from nbagent.llm import library
+    from nbagent.models.llm import library
 
     try:
         info = library("get_model_info", model=model)
@@ -97,7 +97,7 @@ def price_in(model: str) -> tuple[float | None, float | None]:
 
 def prices(model: str) -> tuple[float | None, float | None]:
     """(dollars per input token, per output token) from litellm's table; None where unknown."""
-    from nbagent.llm import library
+    from nbagent.models.llm import library
 
     try:
         info = library("get_model_info", model=model)
@@ -126,7 +126,7 @@ class Counter:
         key = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
         n = self._seen.get(key)
         if n is None:
-            from nbagent.llm import library
+            from nbagent.models.llm import library
 
             n = self._seen[key] = int(library("token_counter", model=self.model, text=text))
         return n
@@ -137,7 +137,7 @@ class Counter:
             return text
         if self.offline:
             return text.encode("utf-8")[:4 * tokens].decode("utf-8", "ignore")
-        from nbagent.llm import library
+        from nbagent.models.llm import library
 
         encoded = library("encode", model=self.model, text=text)
         return str(library("decode", model=self.model, tokens=list(encoded)[:tokens]))
@@ -149,7 +149,7 @@ class Counter:
             size = 4 * tokens
             pages = max(1, math.ceil(len(data) / size))
             return data[(page - 1) * size:page * size].decode("utf-8", "ignore"), pages
-        from nbagent.llm import library
+        from nbagent.models.llm import library
 
         encoded = list(library("encode", model=self.model, text=text))
         pages = max(1, math.ceil(len(encoded) / tokens))
@@ -166,7 +166,7 @@ class Counter:
             if self.offline:
                 n = MESSAGE_OVERHEAD + self.text(_message_text(message))
             else:
-                from nbagent.llm import library
+                from nbagent.models.llm import library
 
                 n = max(1, int(library("token_counter", model=self.model, messages=[message])) - PRIMING)
             self._seen[key] = n
@@ -182,7 +182,7 @@ class Counter:
             if self.offline:
                 n = self.text(json.dumps(tools, sort_keys=True))
             else:
-                from nbagent.llm import library
+                from nbagent.models.llm import library
 
                 n = int(library("token_counter", model=self.model, messages=[], tools=tools))
             self._seen[key] = n

@@ -4,7 +4,7 @@ The checkpoints in `tables.json` live beside the log, unkeyed: whoever cuts a `g
 session's chain can also delete tables.json (rebuilt from the log) or write the earlier seq and hash into it, and
 the revoked grant answered again while `nbagent verify` said "every chain intact". So the store also writes the
 head of a chain (last seq and hash) to a file in this user's data folder (`$XDG_DATA_HOME/nbagent/anchors/`, beside
-the trust key, nbagent/seal.py), which a repository can neither carry nor edit: at every event of a session's own
+the trust key, nbagent/store/seal.py), which a repository can neither carry nor edit: at every event of a session's own
 chain (grants, revokes, MCP trusts: rare) and at each checkpoint of a run (waits, decisions, ends).
 
 One file per store, named by the hash of the store folder's real path, holding one JSON line per head written:
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nbagent import seal
+from nbagent.store import seal
 
 _FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 

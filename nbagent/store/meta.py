@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nbagent._version import __version__
-from nbagent.ids import new_id, now_iso
+from nbagent.events.ids import new_id, now_iso
 from nbagent.store.errors import NewerFormat, NotAStore, StoreFolderIsALink, StoreReadOnly
 from nbagent.store.regular import NOFOLLOW, link_target, read_regular
 

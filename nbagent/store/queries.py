@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbagent.events import EventBase, parse_event
+from nbagent.events.model import EventBase, parse_event
 from nbagent.store.eventtable import EventTable
 
 

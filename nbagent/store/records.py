@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from nbagent.ids import now_iso
-from nbagent.levels import Autonomy
-from nbagent.state import RunState, RunStatus
+from nbagent.events.ids import now_iso
+from nbagent.events.levels import Autonomy
+from nbagent.events.state import RunState, RunStatus
 from nbagent.store.tables import IdTable
 
 

@@ -10,7 +10,7 @@ Writers take a process-local re-entrant lock and then the file lock, so threads 
 the same way. Readers take no lock: appends are whole lines and table writes are atomic renames, so a reader
 always sees a consistent prefix. That is also what lets the CLI read a store on a read-only disk.
 
-Run state is derived from events (`nbagent.state`), kept current incrementally per run, and written to the
+Run state is derived from events (`nbagent.events.state`), kept current incrementally per run, and written to the
 runs table at checkpoints (waits, decisions, ends), together with the chain's last seq and hash, which lets
 `verify` notice a log truncated after that checkpoint. A session's own chain (grants, revokes) is checkpointed the
 same way in its sessions row, at every event of it (rare: a run's events never write the sessions table), so a
@@ -44,7 +44,9 @@ from filelock import FileLock, Timeout
 from pydantic import ValidationError
 from tinydb import Query
 
-from nbagent.events import (
+from nbagent.events.ids import new_id, now_iso
+from nbagent.events.levels import Autonomy
+from nbagent.events.model import (
     CHECKPOINT_TYPES,
     EVENT_MODELS,
     PAYLOADS,
@@ -55,9 +57,7 @@ from nbagent.events import (
     chain_key,
     parse_event,
 )
-from nbagent.ids import new_id, now_iso
-from nbagent.levels import Autonomy
-from nbagent.state import RunState
+from nbagent.events.state import RunState
 from nbagent.store.anchor import Anchor
 from nbagent.store.commits import GROUPED_TYPES, GroupedCommits
 from nbagent.store.errors import (

@@ -26,7 +26,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
 from nbagent.tools.paths import (
     NOT_A_PATH,
     PATH_NAME,

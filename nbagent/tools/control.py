@@ -3,7 +3,7 @@ these functions give them their schemas and descriptions, and return their argum
 
 from __future__ import annotations
 
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
 from nbagent.tools.base import Tool
 
 

@@ -16,12 +16,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 import re2
 
-from nbagent.scope import Resolved
+from nbagent.scope.rules import Resolved
 from nbagent.tools.base import ToolError
 from nbagent.tools.file_text import COUNT_CHUNK, NUL
 
 if TYPE_CHECKING:
-    from nbagent.scope import ScopeGuard
+    from nbagent.scope.rules import ScopeGuard
 
 MAX_LINE_BYTES = 64 * 1024  # search: the part of each line searched; the rest of a longer line is skipped
 MAX_SEARCH_FILE_BYTES = 8_000_000  # search: bytes searched in one file

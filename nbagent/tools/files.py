@@ -1,4 +1,4 @@
-"""File tools, each scoped by a `ScopeGuard` to the notebook's folder (see `nbagent.scope`).
+"""File tools, each scoped by a `ScopeGuard` to the notebook's folder (see `nbagent.scope.rules`).
 
     tools = file_tools("path/to/notebook/folder")            # or file_tools(Scope(root=..., exclude=[...]))
 
@@ -6,7 +6,8 @@ Reads: list_files, read_file, search_content, get_file_metadata (READ_ONLY). Wri
 (WRITE_LOW_RISK, refuses an existing path), write_file over an existing file and delete_file
 (WRITE_HIGH_RISK). Every tool checks its path before it runs (a denial is an `authorization_denied` event)
 and again when it opens the file. Every read, write and delete reaches its file through descriptors of the folders
-on the way, never through a link (`nbagent.beneath`), so a folder swapped mid-call makes the call fail, not escape.
+on the way, never through a link (`nbagent.scope.beneath`), so a folder swapped mid-call makes the call fail, not
+escape.
 Writes are atomic (a temporary file in the same folder, then a rename) and their previews are unified diffs, shown in
 the approval card.
 
@@ -26,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from nbagent.blobs import BlobStore
-from nbagent.levels import Risk
-from nbagent.scope import Resolved, Scope, ScopeDenied, ScopeGuard
+from nbagent.events.levels import Risk
+from nbagent.scope.rules import Resolved, Scope, ScopeDenied, ScopeGuard
+from nbagent.store.blobs import BlobStore
 from nbagent.tools.base import Tool, ToolError
 from nbagent.tools.file_search import (
     MAX_LINE_BYTES,
@@ -432,7 +433,7 @@ class FileTools(SearchContent):
 
     def _missing(self, path: Any) -> bool:
         """Nothing at `path` (inside the scope): a write_file there creates the file."""
-        from nbagent.scope import ScopeDenied
+        from nbagent.scope.rules import ScopeDenied
 
         try:
             self.guard.check(path, "create")
@@ -453,14 +454,14 @@ class FileTools(SearchContent):
     def _targets(self, op: Any, arg: str = "path") -> Any:
         """The resolver of a tool acting with `op` on the path in `arg` (effects.py): the path resolved, links
         inside the folder followed, as the decision and the act both see it."""
-        from nbagent.effects import resolve_target
+        from nbagent.gate.effects import resolve_target
 
         return lambda args: [resolve_target(self.guard, op, args.get(arg, "."), arg)]
 
     def _write_targets(self) -> Any:
         """write_file's resolver: a write, or a create where no file is yet (so an approval of "create notes.md"
         does not cover overwriting a file that appeared since: the effect, and so the digest, differ)."""
-        from nbagent.effects import resolve_target
+        from nbagent.gate.effects import resolve_target
 
         return lambda args: [resolve_target(self.guard, "create" if self._missing(args.get("path", ".")) else "write",
                                             args.get("path", "."), "path")]

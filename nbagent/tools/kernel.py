@@ -29,7 +29,7 @@ import types
 from collections.abc import Iterator, Sized
 from typing import Any, AnyStr
 
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
 from nbagent.tools.base import Tool, ToolError
 
 HIDDEN = {"In", "Out", "exit", "quit", "get_ipython", "open"}

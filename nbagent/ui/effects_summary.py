@@ -4,7 +4,7 @@ The answer is the model's own account: a record showing only it could say "Wrote
 person or a policy denied. `effects(events)` folds the file tools' results (`created`, `written`, `deleted`, and
 undo's `restored`) into each file's net change, and lists every call that was refused (a denied plan, a policy's or
 a rule's denial, a reject grant) and the writes whose effects are not tracked file by file (`run_python`, user and
-MCP tools). The view state carries it as `effects`, with `undone_by` / `undo_history` (nbagent.undo: which undo
+MCP tools). The view state carries it as `effects`, with `undone_by` / `undo_history` (nbagent.undo.files: which undo
 run put the run's changes back); record.py and run_view.js render them.
 
     "effects": {"created": [path], "changed": [path], "deleted": [path],
@@ -23,9 +23,9 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from nbagent.events import EventBase
+from nbagent.events.model import EventBase
 from nbagent.tools.control import CONTROL_TOOLS
-from nbagent.undo_cells import ACTED, CELL_TOOLS, CELL_UNDO_TOOL, cell_name, first_line
+from nbagent.undo.cells import ACTED, CELL_TOOLS, CELL_UNDO_TOOL, cell_name, first_line
 
 # A file tool's result key naming the path it changed, and what the file was before and after (True: a file there).
 _FILE_RESULTS = {"create_file": ("created", False, True), "write_file": ("written", True, True),
@@ -204,7 +204,7 @@ def undo_note(view: dict[str, Any]) -> tuple[str, str]:
 
 
 def _undone(did: dict[str, Any], by: str) -> str:
-    """What the undo run did, from its own steps (nbagent.undo.undo_did): the files put back, each cell removed,
+    """What the undo run did, from its own steps (nbagent.undo.files.undo_did): the files put back, each cell removed,
     restored or kept, and what undoing it brings back. A log without those counts says it as before: files."""
     if "files" not in did:
         return (f"the files this run changed were put back, so what it says it did is no longer in the folder "

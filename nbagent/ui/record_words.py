@@ -14,7 +14,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from nbagent.outcomes import duration
+from nbagent.events.outcomes import duration
 from nbagent.ui.cell_names import cell_short
 from nbagent.ui.effects_summary import undo_note
 

@@ -4,7 +4,7 @@ figure", "raised KeyError: 'Revenue'", "interrupted after 4.6 s".
 Worded once, here, from the call's recorded result (and the diff its plan step was shown with), when the view is
 built (`viewstate`); the view carries it as the step's `outcome`, which every rendering shows as it is: the text,
 HTML and Markdown records and the run view's JavaScript (labextension/src/run_view/timeline.js). A cell whose
-recorded result reports an error or an interrupt (`nbagent.outcomes.code_fault`) gets the step status `failed` or
+recorded result reports an error or an interrupt (`nbagent.events.outcomes.code_fault`) gets the step status `failed` or
 `interrupted`, never `ok`. Tools not worded here keep their generic form (the result's preview). Plain Python.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nbagent.outcomes import code_fault
+from nbagent.events.outcomes import code_fault
 
 TRACEBACK_LINES = 12  # the end of a cell's traceback the record shows (the log keeps the whole)
 TRACEBACK_CHARS = 2_000

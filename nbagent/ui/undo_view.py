@@ -59,13 +59,13 @@ def _words(files: int, cells: int, kept: int, gone: int = 0) -> dict[str, str]:
 
 def undo_offer(store: Any, run_id: str, *, to: bool = False, force: bool = False,
                folder: str | Path | None = None, kept: Any = (), gone: Any = ()) -> dict[str, Any]:
-    """What undoing `run_id` would do, checked against the folder now (`nbagent.undo.preview`), for the Undo panel
+    """What undoing `run_id` would do, checked against the folder now (`nbagent.undo.files.preview`), for the Undo panel
     to show before any button: one entry per file with what happens to it, each file changed since the run (a
     conflict, with its diff), an earlier undo that already put the run back, and the calls undo cannot reverse.
 
     `state` is "ready" (`button` says what a click does), "conflicts" or "undone" (`button` is None: nothing would
     happen but a refusal; `why_not` says why and what to run instead). UndoError when there is nothing to undo."""
-    from nbagent.undo import preview
+    from nbagent.undo.files import preview
 
     report = preview(store, run_id, to=to, force=force, folder=folder, kept=kept, gone=gone)
     run_id = report.runs[0]
@@ -133,7 +133,7 @@ class UndoView(_Clickable):
     """The Undo panel: what undoing a run will change, an "Undo N changes" button that asks first, and the result.
 
     The click is a custom comm message `{"event": "undo"}` (as decisions are, see above); the handler runs
-    `run_undo()` (nbagent.undo.undo with the run and flags fixed by the host) once, and `result` carries the
+    `run_undo()` (nbagent.undo.files.undo with the run and flags fixed by the host) once, and `result` carries the
     outcome to the page. `{"event": "rendered"}` says a person can see the panel. An offer with nothing to confirm
     (`state` "conflicts" or "undone") runs nothing, whatever is clicked.
 
@@ -197,7 +197,7 @@ class UndoView(_Clickable):
             if self._started:
                 return False
             self._started = True
-        from nbagent.undo import UndoError
+        from nbagent.undo.files import UndoError
 
         report = None
         try:

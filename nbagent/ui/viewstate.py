@@ -64,13 +64,13 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Any
 
-from nbagent.events import EventBase
-from nbagent.state import RunState
-from nbagent.timeline import clip
+from nbagent.events.model import EventBase
+from nbagent.events.state import RunState
 from nbagent.ui.cell_names import Known, name_cells
 from nbagent.ui.effects_summary import effects as effects_of
 from nbagent.ui.record_words import compaction_line, summary_call_line, summary_label
 from nbagent.ui.step_words import said_step
+from nbagent.ui.timeline import clip
 
 VERSION = 1
 MIME = "application/vnd.nbagent.run+json"
@@ -210,8 +210,8 @@ def run_view(store: Any, run_id: str, known: Known | None = None) -> dict[str, A
     state = store.run_state(run_id)
     tree = None
     if state.children:
-        from nbagent.policy import TreeUsage
-        from nbagent.replay import run_tree
+        from nbagent.gate.policy import TreeUsage
+        from nbagent.runtime.recording import run_tree
 
         tree = TreeUsage.of(store.run_state(r) for r in run_tree(store, run_id)).model_dump(mode="json")
     # the runs table's rows, not list_runs(): that folds every run (200 ms at 300 runs), and live views call this
@@ -221,11 +221,11 @@ def run_view(store: Any, run_id: str, known: Known | None = None) -> dict[str, A
     events = store.run_events(run_id)
     fx = None
     if state.children:  # what its sub-agents did is the run's doing too (undo reverses them with it)
-        from nbagent.replay import run_tree
+        from nbagent.runtime.recording import run_tree
 
         tree_events = [e for rid in run_tree(store, run_id) for e in store.run_events(rid)]
         fx = effects_of(sorted(tree_events, key=lambda e: e.ts))
-    from nbagent.undo import undo_history
+    from nbagent.undo.files import undo_history
 
     return view_state(state, events, log_path=store.path.name, tree=tree, cell_label=labels.get(state.cell_id or ""),
                       effects=fx, undo_history=undo_history(store, state.run_id or run_id), known=known)
@@ -254,7 +254,7 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
     """Everything a view shows about a run, from its events; `tree`: what it and its sub-agents spent
     (`policy.TreeUsage`), which is what budgets are checked against; `cell_label`: the cell id as `run_view`
     shortens it among the log's cells (default: the whole id); `effects`: of the run tree (default: of `events`);
-    `undo_history`: the undos of this run (`nbagent.undo.undo_history`, which reads other runs); `known`: the
+    `undo_history`: the undos of this run (`nbagent.undo.files.undo_history`, which reads other runs); `known`: the
     kernel's cells, naming a cell an earlier run wrote (cell_names)."""
     steps: list[dict[str, Any]] = []
     by_call: dict[str, dict[str, Any]] = {}

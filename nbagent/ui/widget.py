@@ -34,9 +34,9 @@ from typing import Any
 import anywidget
 import traitlets
 
-from nbagent.bus import EventBus
-from nbagent.deciders import Answer, InteractiveDecider, Verdict
-from nbagent.grants import GrantSpec
+from nbagent.events.bus import EventBus
+from nbagent.gate.deciders import Answer, InteractiveDecider, Verdict
+from nbagent.gate.grants import GrantSpec
 from nbagent.ui.record_words import next_call_line
 
 # The front end's code, as text. Given as paths, anywidget watches the files for edits (hot reload): every widget

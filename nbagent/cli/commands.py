@@ -29,15 +29,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nbagent._version import __version__
-from nbagent.events import EventBase
-from nbagent.state import RunState
+from nbagent.events.model import EventBase
+from nbagent.events.state import RunState
 from nbagent.store import RunRecord, Store, StoreError
 from nbagent.store.locate import find_stores
 from nbagent.store.store import STORE_SUFFIX
-from nbagent.timeline import clip, describe, money
+from nbagent.store.verify import verify_store
 from nbagent.ui.record import NOMINAL_NOTE
+from nbagent.ui.timeline import clip, describe, money
 from nbagent.ui.viewstate import cell_labels, is_file_fact, is_nominal
-from nbagent.verify import verify_store
 
 __all__ = ["READS", "WHO_WRITES", "WRITES", "build_parser", "locate", "main", "render_timeline", "short_ids",
            "stores_below", "table"]
@@ -382,7 +382,7 @@ def render_timeline(state: RunState, events: list[EventBase], log_path: Path) ->
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Bad input (not a notebook, an output in no folder) is one line and exit 2, before any kernel starts."""
-    from nbagent.runner import NotebookError, main_run
+    from nbagent.cli.run import NotebookError, main_run
 
     try:
         return main_run(args)
@@ -396,7 +396,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_undo(args: argparse.Namespace) -> int:
     """Undo opens the one store that has RUN for writing (as revoke does the grant's, and run the notebook's)."""
-    from nbagent.undo import UndoError, undo
+    from nbagent.undo.files import UndoError, undo
 
     found, run_id = _find_run(_open_all(args.path), args.run)
     store = Store(found.path)
@@ -415,7 +415,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
 
 
 def cmd_grants(args: argparse.Namespace) -> int:
-    from nbagent.grants import grants_table
+    from nbagent.gate.grants import grants_table
 
     stores = _open_all(args.path)
     for i, store in enumerate(stores):
@@ -427,7 +427,7 @@ def cmd_grants(args: argparse.Namespace) -> int:
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
-    from nbagent.grants import GrantError, find, revoke
+    from nbagent.gate.grants import GrantError, find, revoke
 
     holders = []
     for found in _open_all(args.path):

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from nbagent.events import Usage
+from nbagent.events.model import Usage
 
 # no model call is this big (windows are ~10M tokens at most); a larger report is a lie, and capped it still ends
 # any budget at once

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from nbagent.events import PlanStep
-from nbagent.grants import GrantSpec, GrantTerms
-from nbagent.levels import Risk
+from nbagent.events.levels import Risk
+from nbagent.events.model import PlanStep
+from nbagent.gate.grants import GrantSpec, GrantTerms
 
 if TYPE_CHECKING:
-    from nbagent.events import EventBase
+    from nbagent.events.model import EventBase
 
 
 class ApprovalRequest(BaseModel):
@@ -144,7 +144,7 @@ class _Recorded(BaseModel):
 def _same_call(recorded: PlanStep, now: PlanStep) -> bool:
     """Whether a recorded step is this very call: the same tool, arguments and resolved effect (a step recorded
     before effects were bound: the same arguments, with no link redirecting the call now)."""
-    from nbagent.effects import Effect, digest_matches
+    from nbagent.gate.effects import Effect, digest_matches
 
     if recorded.tool != now.tool or Risk(recorded.risk).rank < Risk(now.risk).rank:
         return False  # (a yes to a data write is no yes to the same call once it writes code: attack b3)
@@ -155,7 +155,7 @@ def _same_call(recorded: PlanStep, now: PlanStep) -> bool:
 
 
 def _args_digest(step: PlanStep) -> str:
-    from nbagent.effects import call_digest
+    from nbagent.gate.effects import call_digest
 
     return call_digest(step.tool, step.arguments)
 

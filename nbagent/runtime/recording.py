@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbagent.events import EventBase, GrantGiven
+from nbagent.events.model import EventBase, GrantGiven
 from nbagent.models.replay import RecordedCall
 from nbagent.store import Store
 
@@ -39,7 +39,7 @@ def recorded_events(store: Store, run_id: str) -> list[EventBase]:
     backs it with a decision (`grants.unbacked`): a grant appended by hand, or named by a hand-made
     `authorization_denied`, is left out. (A replay replays the recording's decisions, whoever made them: that is
     what the person asked for. A live run honours only grants the person gave here: `grants.vouched`.)"""
-    from nbagent.grants import from_events, unbacked
+    from nbagent.gate.grants import from_events, unbacked
     from nbagent.store.integrity import chain_sound
 
     tree = run_tree(store, run_id)

@@ -38,15 +38,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from nbagent.effects import Effect, call_digest, digest_matches, risk_of
-from nbagent.grants import Grant, answering
-from nbagent.ids import assign_call_ids, identify
-from nbagent.levels import Autonomy, Risk
-from nbagent.policy import needs_decision  # the autonomy table: which calls need a decision
+from nbagent.events.ids import assign_call_ids, identify
+from nbagent.events.levels import Autonomy, Risk
+from nbagent.gate.effects import Effect, call_digest, digest_matches, risk_of
+from nbagent.gate.grants import Grant, answering
+from nbagent.gate.policy import needs_decision  # the autonomy table: which calls need a decision
 from nbagent.tools.control import CONTROL_TOOLS
 
 if TYPE_CHECKING:
-    from nbagent.state import RunState
+    from nbagent.events.state import RunState
     from nbagent.tools.base import Tool
 
 # the one list of control tools is tools/control.py's; their names, for the gate

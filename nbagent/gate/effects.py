@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from nbagent.levels import Risk
-from nbagent.runs_later import defines_mcp, mcp_reason, runs_later
+from nbagent.events.levels import Risk
+from nbagent.gate.runs_later import defines_mcp, mcp_reason, runs_later
 
 if TYPE_CHECKING:
-    from nbagent.scope import ScopeGuard
+    from nbagent.scope.rules import ScopeGuard
     from nbagent.tools.base import Tool
 
 __all__ = ["CallInfo", "Effect", "Target", "bound", "call_digest", "current_call", "current_effect", "digest_matches",
@@ -133,7 +133,7 @@ def call_digest(tool: str, arguments: Any, effect: Effect | None = None) -> str:
     Arguments that cannot be serialised (NaN, nesting too deep) get a digest that matches nothing, so a decision
     can never cover them by accident: the gate fails closed.
     """
-    from nbagent.events import canonical_json
+    from nbagent.events.model import canonical_json
 
     body: dict[str, Any] = {"tool": tool, "arguments": arguments}
     if effect is not None:
@@ -164,7 +164,7 @@ def digest_matches(recorded: str | None, tool: str, arguments: Any, effect: Effe
 def resolve_target(guard: ScopeGuard, op: Op, written: Any, arg: str = "", base: str | None = None) -> Target:
     """One path resolved inside the guard's folder, links followed (the scope's own containment). `base`: the
     folder a relative path is relative to, when it is not the notebook's (an MCP server's cwd)."""
-    from nbagent.scope import ScopeDenied
+    from nbagent.scope.rules import ScopeDenied
 
     text = written if isinstance(written, str) else str(written)
     value: Any = written
@@ -329,7 +329,7 @@ def bound(effect: Effect, call: CallInfo | None = None) -> Iterator[None]:
     """While a tool runs: each path the file scope checks must resolve where the decision saw it resolve
     (scope.ScopeGuard.check compares), or the call fails as changed; `current_call()` names the call. Context
     variables follow the call into the worker thread a sync tool runs in."""
-    from nbagent.scope import BOUND
+    from nbagent.scope.rules import BOUND
 
     table: dict[tuple[str, str], str] = {(t.op, t.written): t.path for t in effect.targets if t.path}
     token = BOUND.set(table)

@@ -1,6 +1,6 @@
 """File operations beneath one folder that no symbolic link, and no folder swapped mid-call, can redirect.
 
-Paths here are already checked by the scope (`nbagent.scope`) and given *relative to the root, with every symlink
+Paths here are already checked by the scope (`nbagent.scope.rules`) and given *relative to the root, with every symlink
 resolved*, so a path that is still what was checked contains no symbolic link at all. Every operation starts from a
 descriptor of the root (re-opened per operation and compared with the root's identity when the guard was made, so a
 root replaced since is refused too) and reaches its target without following any link:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
-    from nbagent.llm import ModelSettings
+    from nbagent.models.llm import ModelSettings
 
 EXAMPLES = "openai/gpt-4o-mini, anthropic/claude-sonnet-4-5 or ollama/llama3.2"
 PROVIDERS_URL = "https://docs.litellm.ai/docs/providers"
@@ -41,7 +41,7 @@ _FIELD = re.compile(r"^(\w+)\n\s+Input should be ([^\[\n]+?)\s*\[type=\w+, input
 
 def explained(exc: BaseException, settings: ModelSettings) -> str | None:
     """The line for `exc` (a model call's failure, whole chain), or None where litellm's own says enough."""
-    from nbagent.llm import _chain
+    from nbagent.models.llm import _chain
 
     chain = _chain(exc)
     text = "\n".join(str(e) for e in chain)

@@ -26,8 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from nbagent.blobs import BlobError, BlobStore
-from nbagent.events import (
+from nbagent.events.levels import Autonomy, Risk
+from nbagent.events.model import (
     AnswerReady,
     Completed,
     CompletedWithErrors,
@@ -35,12 +35,13 @@ from nbagent.events import (
     ToolCallFailed,
     ToolCallStarted,
 )
-from nbagent.levels import Autonomy, Risk
-from nbagent.replay import run_tree
-from nbagent.scope import Scope, ScopeGuard
+from nbagent.runtime.recording import run_tree
+from nbagent.scope.rules import Scope, ScopeGuard
 from nbagent.store import RunNotFound, Store
+from nbagent.store.blobs import BlobError, BlobStore
+from nbagent.store.verify import verify_store
 from nbagent.tools.base import ToolError
-from nbagent.undo_cells import (
+from nbagent.undo.cells import (
     ACTED,
     CELL_TOOLS,
     CELL_UNDO_TOOL,
@@ -50,7 +51,6 @@ from nbagent.undo_cells import (
     cell_conflicts,
     cell_name,
 )
-from nbagent.verify import verify_store
 
 UNDO_MODEL = "nbagent/undo"
 UNDO_SESSION = "undo"  # its own session: an undo run never becomes the conversation a later %%agent continues

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nbagent.ids import iso
-from nbagent.levels import Autonomy, Risk
+from nbagent.events.ids import iso
+from nbagent.events.levels import Autonomy, Risk
 from nbagent.tools.control import CONTROL_TOOLS
 
 Action = Literal["run", "propose"]

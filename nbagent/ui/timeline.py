@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from nbagent._version import __version__
-from nbagent.events import EventBase, UnknownEvent
-from nbagent.outcomes import code_fault
+from nbagent.events.model import EventBase, UnknownEvent
+from nbagent.events.outcomes import code_fault
 
 
 def clip(text: Any, width: int = 80) -> str:
@@ -64,7 +64,7 @@ def describe(event: EventBase) -> str:
                         f"(grant {g.get('grant_id')})" for g in getattr(p, "grants", None) or [])
         return f"plan {p.plan_id} by {p.by}" + (f": {clip(text, 60)}" if text else "") + given
     if t == "grant_given":
-        from nbagent.grants import covers_text
+        from nbagent.gate.grants import covers_text
 
         reach = "this run" if p.scope == "run" else "the session"
         until = f" until {p.expires_at[11:16]}" if p.expires_at else ""

@@ -19,7 +19,7 @@ Deny by default. A path is allowed only if every check passes, and each denial n
    no other hard links (a hard link inside the folder can name a file outside it); size limits.
 
 Checks run before the tool does anything (so a denial is an `authorization_denied` event). Then every use goes
-through `nbagent.beneath`: the checked path (symlinks already resolved) is reached from a descriptor of the root
+through `nbagent.scope.beneath`: the checked path (symlinks already resolved) is reached from a descriptor of the root
 without following any link (`openat2` with `RESOLVE_BENEATH`, or folder by folder with `O_NOFOLLOW`), the file is
 opened, written, renamed or deleted relative to its folder's descriptor, and the opened file is compared with the
 checked inode. A folder swapped for a link to somewhere outside, at any moment, makes the call fail ("changed");
@@ -40,8 +40,8 @@ from typing import IO, Literal
 import pathspec
 from pydantic import BaseModel, ConfigDict, Field
 
-from nbagent.beneath import Beneath, Redirected
-from nbagent.links import LinkIndex
+from nbagent.scope.beneath import Beneath, Redirected
+from nbagent.scope.links import LinkIndex
 from nbagent.tools.base import ToolError
 
 Operation = Literal["read", "list", "write", "create", "delete"]
@@ -312,7 +312,8 @@ class ScopeGuard:
     # ------------------------------------------------------------------ safe use
 
     def open_read(self, r: Resolved) -> IO[bytes]:
-        """Open a checked file through descriptors (see `nbagent.beneath`), re-checking the opened file: same inode,
+        """Open a checked file through descriptors (see `nbagent.scope.beneath`), re-checking the opened file: same
+        inode,
         regular, one link."""
         try:
             fd = self.fs.open(r.rel, os.O_RDONLY | os.O_NONBLOCK)

@@ -104,8 +104,8 @@ def record_left_running(store_path: Path, run_ids: list[str], signum: int) -> li
     """Record as interrupted the runs a stopped notebook's kernel left `running` (a second signal shuts it down
     before it could record its own interrupt), as the kernel would have: the log says what happened, and
     `%agent resume` continues them. A run another process drives (its lease held) is left to it. Returns their ids."""
-    from nbagent.events import Interrupted
-    from nbagent.state import RunStatus
+    from nbagent.events.model import Interrupted
+    from nbagent.events.state import RunStatus
     from nbagent.store import Store
 
     store = Store(store_path)

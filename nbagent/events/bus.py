@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from nbagent.events import EventBase
+from nbagent.events.model import EventBase
 
-log = logging.getLogger("nbagent.bus")
+log = logging.getLogger("nbagent.events.bus")
 
 # (kind, data): ("event", EventBase), ("token", (run_id, text)), or ("token_reset", run_id) when a streamed reply
 # was abandoned (the connection dropped and the call is retried): a view drops the tokens it showed.

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from wcmatch import glob as wcglob
 
-from nbagent.events import canonical_json
-from nbagent.levels import Risk
-from nbagent.policy import needs_decision
+from nbagent.events.levels import Risk
+from nbagent.events.model import canonical_json
+from nbagent.gate.policy import needs_decision
 
 if TYPE_CHECKING:
-    from nbagent.effects import Effect
-    from nbagent.events import PlanStep
+    from nbagent.events.model import PlanStep
+    from nbagent.gate.effects import Effect
     from nbagent.tools.base import Tool
 
 
@@ -125,7 +125,7 @@ def covers(terms: GrantTerms, name: str, arguments: Mapping[str, Any], effect: E
     if name != terms.tool:
         return False
     if terms.pinned:
-        from nbagent.effects import digest_matches
+        from nbagent.gate.effects import digest_matches
 
         return any(digest_matches(d, name, dict(arguments), effect) for d in terms.digests)
     values = effect.paths()
@@ -198,7 +198,7 @@ def step_effect(step: PlanStep, tools: Mapping[str, Tool]) -> Effect:
     as written (the tool's own reading of them)."""
     if step.effect is not None:
         return step.effect
-    from nbagent.effects import Effect, Target
+    from nbagent.gate.effects import Effect, Target
 
     tool = tools.get(step.tool)
     found = tool.paths(step.arguments) if tool is not None else []

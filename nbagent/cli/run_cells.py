@@ -1,4 +1,4 @@
-"""Cells the agent wrote, as `nbagent run` treats them (see nbagent/runner.py): the approval check, the cells a
+"""Cells the agent wrote, as `nbagent run` treats them (see nbagent/cli/run.py): the approval check, the cells a
 `%%agent` cell that re-executes takes out and writes anew, and the outputs of the cells the agent ran.
 
 - `insert_code_cell` cells (not run when written) run only when the log holds an approval of exactly their code.
@@ -95,8 +95,8 @@ def _runs_exactly(recorded: Any, code: Any) -> bool:
 
 
 def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str | None, str]:
+    from nbagent.events.levels import Risk
     from nbagent.ipython.cells import TOOL, cell_source
-    from nbagent.levels import Risk
 
     if not isinstance(meta, dict):
         return "its \"nbagent\" metadata is not what nbagent writes", ""
@@ -147,7 +147,7 @@ def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str |
 
 
 def _canonical(value: Any) -> str:
-    from nbagent.events import canonical_json
+    from nbagent.events.model import canonical_json
 
     try:
         return canonical_json(value)
@@ -346,7 +346,7 @@ def _redacted(outs: list[Any], redactor: Any) -> list[Any]:
     reach (a cell's error as ipykernel sent it, what the agent's code printed after its cell ended) is not written."""
     import nbformat
 
-    from nbagent.redact_outputs import redact_output
+    from nbagent.secrets.outputs import redact_output
 
     return [nbformat.from_dict(redact_output(redactor, dict(o))) for o in outs]
 
@@ -370,7 +370,7 @@ def write_agent_cells(nb: Any, store: Any, run_ids: list[str], outputs: Outputs 
     import nbformat
 
     from nbagent.ipython.cells import TOOL
-    from nbagent.secrets import Redactor
+    from nbagent.secrets.redactor import Redactor
 
     redactor = Redactor()
     rewritten: set[str] = set()

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbagent.events import PAYLOADS, EventBase, chain_key, compute_hash, load_record
+from nbagent.events.model import PAYLOADS, EventBase, chain_key, compute_hash, load_record
 from nbagent.store import Store
 from nbagent.store.errors import NotAFile
 from nbagent.store.regular import read_regular
@@ -128,11 +128,11 @@ def verify_store(store: Store) -> Report:
 
 
 def _check_grants(store: Store, report: Report, chains: dict[str, list[tuple[int, dict[str, Any]]]]) -> None:
-    """Every grant is backed by what gave it (nbagent/grants.py `unbacked`), and given once: a `grant_given` no
+    """Every grant is backed by what gave it (nbagent/gate/grants.py `unbacked`), and given once: a `grant_given` no
     decision lists with the same terms was written by hand, a second one of an id is a copy (extending or widening
     a grant); the runtime ignores both, and an auditor should know."""
-    from nbagent.events import parse_event
-    from nbagent.grants import UNSOUND_RUN, UNSOUND_SESSION, duplicated, from_events, unbacked
+    from nbagent.events.model import parse_event
+    from nbagent.gate.grants import UNSOUND_RUN, UNSOUND_SESSION, duplicated, from_events, unbacked
 
     records = sorted(((n, key, r) for key, entries in chains.items() for n, r in entries
                       if r.get("type") in ("grant_given", "grant_revoked")), key=lambda t: t[0])

@@ -1,7 +1,7 @@
 """The event log's data model.
 
 A run is recorded as a sequence of events; everything else (status, conversation, usage, what is waiting) is
-derived from them by `nbagent.state.fold`. Each event is one JSON object on one line of the store's
+derived from them by `nbagent.events.state.fold`. Each event is one JSON object on one line of the store's
 `events.jsonl`:
 
     {"id": ULID, "session_id": ..., "run_id": ... | null, "seq": 1.., "type": "llm_called",
@@ -29,8 +29,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
-from nbagent.effects import Effect
-from nbagent.levels import Autonomy, Risk
+from nbagent.events.levels import Autonomy, Risk
+from nbagent.gate.effects import Effect
 
 # --------------------------------------------------------------------------------------------- hashing
 

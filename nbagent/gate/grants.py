@@ -34,8 +34,9 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from nbagent.events import canonical_json
-from nbagent.grant_terms import (  # what a grant covers (grant_terms.py), re-exported here
+from nbagent.events.levels import Risk
+from nbagent.events.model import canonical_json
+from nbagent.gate.grant_terms import (  # what a grant covers (grant_terms.py), re-exported here
     GrantError,
     GrantSpec,
     GrantTerms,
@@ -49,12 +50,11 @@ from nbagent.grant_terms import (  # what a grant covers (grant_terms.py), re-ex
     terms_for,
     whole_folder,
 )
-from nbagent.levels import Risk
 
 if TYPE_CHECKING:
-    from nbagent.effects import Effect
-    from nbagent.events import EventBase
-    from nbagent.state import RunState
+    from nbagent.events.model import EventBase
+    from nbagent.events.state import RunState
+    from nbagent.gate.effects import Effect
     from nbagent.store import Store
 
 SESSION_HOURS = 8.0  # a session grant's default lifetime: a working day, not forever
@@ -214,12 +214,12 @@ _SEALED_TERMS = ("grant_id", "effect", "scope", "tool", "paths", "arguments", "m
 
 
 def grant_seal(payload: Mapping[str, Any], session_id: str, store_path: Any) -> str:
-    """The seal of a grant: an HMAC, under the giving user's key (nbagent/seal.py), of its terms, its session and
+    """The seal of a grant: an HMAC, under the giving user's key (nbagent/store/seal.py), of its terms, its session and
     the store it was given in (its real path: a copy of the log elsewhere, whose anchors this user never kept, is
     another store, and a grant given here answers nothing there: attack b5)."""
     import os
 
-    from nbagent.seal import seal
+    from nbagent.store.seal import seal
 
     terms = {k: payload.get(k) for k in _SEALED_TERMS}
     terms["max_risk"] = str(Risk(terms["max_risk"] or Risk.READ_ONLY).value)
@@ -232,7 +232,7 @@ def sealed_here(store: Store, grant: Grant) -> bool:
     nothing: the grant answers nothing (fail closed)."""
     import hmac
 
-    from nbagent.seal import KeyFileError
+    from nbagent.store.seal import KeyFileError
 
     if not grant.seal:
         return False
@@ -391,7 +391,7 @@ def grants_table(store: Store, *, everything: bool = False) -> str:
 
 def revoke(store: Store, grant_id: str, *, by: str = "user", reason: str = "") -> str:
     """End a grant now (a `grant_revoked` event); a grant already ended is an error and nothing is recorded."""
-    from nbagent.events import GrantRevoked
+    from nbagent.events.model import GrantRevoked
 
     g = find(store, grant_id)
     at = now()

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbagent.events import CHECKPOINT_TYPES
-from nbagent.replay import recorded_events
+from nbagent.events.model import CHECKPOINT_TYPES
+from nbagent.runtime.recording import recorded_events
 
 
 def not_yours(store: Any, run_id: str) -> str | None:

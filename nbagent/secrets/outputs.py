@@ -1,11 +1,12 @@
-"""A cell's outputs through the one redactor (nbagent/secrets.py), as they leave the kernel: the agent's cells on
-IOPub (nbagent/ipython/cell_redaction.py) and in the notebook `nbagent run` writes (nbagent/runner_cells.py)."""
+"""A cell's outputs through the one redactor (nbagent/secrets/redactor.py), as they leave the kernel: the agent's
+cells on
+IOPub (nbagent/ipython/cell_redaction.py) and in the notebook `nbagent run` writes (nbagent/cli/run_cells.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from nbagent.secrets import Redactor
+from nbagent.secrets.redactor import Redactor
 
 __all__ = ["redact_output"]
 
