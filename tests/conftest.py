@@ -1,17 +1,22 @@
-"""Shared fixtures, and the test tiers.
+"""Shared fixtures, the test tiers and the hypothesis profiles.
 
-Tiers (markers registered in pyproject.toml), given here from what a test uses, so that a new test is in its tier
-without anyone marking it:
+Tiers (markers registered in pyproject.toml) are written on the tests (`@pytest.mark.kernel` on a test, or a module's
+`pytestmark`):
 
-- `browser`: a test in tests/test_browser*.py (JupyterLab driven in Chromium).
-- `kernel`: a test that starts a Jupyter kernel: it uses the `kernel` fixture, or it refers (itself or through
-  the functions and fixtures of its module it uses) to what starts one: tests/kernel_harness.py's `Kernel`,
-  jupyter_client, nbclient, papermill, or a subprocess given `run` (`nbagent run`); see `_starts_kernels`.
-- `install`: a test that installs nbagent (marked by hand: tests/test_firststeps_clone.py).
-- `slow`: every browser, kernel and install test, and the tests in SLOW (measured at several seconds each).
+- `browser`: drives JupyterLab in Chromium (every test in tests/test_browser*.py);
+- `kernel`: starts a Jupyter kernel (the `kernel` fixture, tests/kernel_harness.py's `Kernel`, jupyter_client,
+  nbclient, papermill, or `nbagent run` in a subprocess);
+- `install`: installs nbagent from a fresh clone or its sdist;
+- `slow`: everything above, and the tests marked `slow` themselves (seconds each without a kernel: the property
+  tests over whole runs, the model-process tests, `mypy` over the package, ...).
 
-The fast tier is `pytest -m "not slow"` (under 3 minutes on 2 cores); CI runs everything. A test in the fast
-tier that takes longer than FAST_LIMIT_S is named at the end of the run, to be made faster or added to SLOW.
+A test that starts a kernel without its marker is refused at collection, with the line to add (`_starts_kernels` reads
+what the test, its fixtures and the test folder's functions it calls refer to), so the fast tier never starts one.
+
+The fast tier is `pytest -m "not slow" --hypothesis-profile quick` (a tenth of each property's examples:
+tests/examples.py); CI runs everything with the full counts (the `ci` profile, the default). A fast-tier test that
+takes longer than FAST_LIMIT_S is named at the end of the run, to be made faster or marked `slow`; the end of every
+run also says how many tests each tier ran and how long they took together.
 """
 
 from __future__ import annotations
@@ -24,25 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from nbagent.store import Store
 
 # Names that start Jupyter kernels when a test (or a function or fixture of its module it uses) refers to them.
 KERNEL_NAMES = {"Kernel", "KernelManager", "AsyncKernelManager", "NotebookClient", "execute_notebook", "main_run",
                 "run_notebook", "nbclient", "papermill"}
-# Modules or single tests (node ids) that take long without a kernel or a browser (measured on 2 cores: the
-# property tests a minute or more each, the writer killed at random moments most of one, the fresh clones).
-SLOW = {
-    "test_approval_property", "test_effect_property", "test_firststeps_clone",
-    "test_model_process",  # each test starts a model process that imports litellm (~3 s)
-    "tests/test_store_processes.py::test_writer_sigkilled_at_random_moments",
-    "tests/test_lint.py::test_mypy_clean",  # ~30 s of CPU for the whole package, cold
-    # a fresh interpreter importing litellm (~3 s) and making its first call
-    "tests/test_llm_http.py::test_a_first_call_with_tools_loads_no_mcp_gateway_and_leaves_the_environment_as_it_was",
-    # a model process (litellm imported, ~3 s); `jupyter execute` starting a kernel in a subprocess
-    "tests/test_bounded_waits.py::test_through_the_model_process_the_deadline_cancels_the_call_there",
-    "tests/test_cell_truth.py::test_jupyter_execute_stops_at_a_failed_run_and_shows_its_line",
-}
 FAST_LIMIT_S = 5.0
 TESTS = Path(__file__).resolve().parent
 
@@ -85,41 +78,57 @@ def _starts_kernels(item: pytest.Item) -> bool:
     return bool(names & KERNEL_NAMES) or ("run" in strings and "subprocess" in names)
 
 
-def tiers(item: pytest.Item) -> set[str]:
-    """The tier markers a collected test gets (besides those it carries itself)."""
-    path = Path(str(item.path))
+TIERS = ("browser", "kernel", "install")
+# `ci` is hypothesis's defaults with each test's own count (written on it); `quick` scales the counts down
+# (tests/examples.py). Registered on import, before the hypothesis plugin loads the one `--hypothesis-profile` names.
+settings.register_profile("ci", settings.get_profile("default"))
+settings.register_profile("quick", settings.get_profile("default"))
+
+
+def missing_tier(item: pytest.Item) -> str | None:
+    """The tier marker a collected test lacks, if any: `browser` for tests/test_browser*.py, `kernel` for a test
+    that starts a kernel."""
     own = {m.name for m in item.iter_markers()}
-    found: set[str] = set()
-    if path.name.startswith("test_browser"):
-        found.add("browser")
-    elif "kernel" in getattr(item, "fixturenames", ()) or _starts_kernels(item):
-        found.add("kernel")
-    if found or "install" in own or path.stem in SLOW or item.nodeid in SLOW:
-        found.add("slow")
-    return found - own
+    if Path(str(item.path)).name.startswith("test_browser"):
+        return None if "browser" in own else "browser"
+    if own & {"kernel", "install"}:
+        return None
+    if "kernel" in getattr(item, "fixturenames", ()) or _starts_kernels(item):
+        return "kernel"
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = [(item.nodeid, tier) for item in items if (tier := missing_tier(item))]
+    if unmarked:
+        shown = "\n".join(f"  {nodeid}: add @pytest.mark.{tier}" for nodeid, tier in unmarked[:20])
+        raise pytest.UsageError(f"tests without their tier marker (tests/conftest.py):\n{shown}")
     for item in items:
-        for name in sorted(tiers(item)):
-            item.add_marker(name)
+        if {m.name for m in item.iter_markers()} & set(TIERS):
+            item.add_marker("slow")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
-    """Name the fast-tier tests that were not fast (a test's own time: setup, call and teardown)."""
+    """Each tier's count and time (a test's own: setup, call and teardown, summed over the workers), and the
+    fast-tier tests that were not fast."""
     took: dict[str, float] = {}
-    slow: set[str] = set()
+    tier: dict[str, str] = {}
     for reports in terminalreporter.stats.values():
         for r in reports:
             if isinstance(r, pytest.TestReport):
                 took[r.nodeid] = took.get(r.nodeid, 0.0) + r.duration
-                if "slow" in r.keywords:
-                    slow.add(r.nodeid)
-    over = sorted(((t, n) for n, t in took.items() if n not in slow and t > FAST_LIMIT_S), reverse=True)
+                tier[r.nodeid] = next((t for t in TIERS if t in r.keywords), "slow" if "slow" in r.keywords else "fast")
+    if not took:
+        return
+    terminalreporter.section("tiers: tests and their time summed (all workers)")
+    for name in ("fast", "slow", *TIERS):
+        ids = [n for n, t in tier.items() if t == name]
+        if ids:
+            terminalreporter.write_line(f"{name:>8}: {len(ids):5d} tests  {sum(took[n] for n in ids):8.1f} s")
+    over = sorted(((t, n) for n, t in took.items() if tier[n] == "fast" and t > FAST_LIMIT_S), reverse=True)
     if over:
-        terminalreporter.section(f"fast tier: tests over {FAST_LIMIT_S:.0f} s (make them faster, or add them to "
-                                 "SLOW in tests/conftest.py)")
+        terminalreporter.section(f"fast tier: tests over {FAST_LIMIT_S:.0f} s (make them faster, or mark them slow)")
         for t, n in over:
             terminalreporter.write_line(f"{t:6.1f} s  {n}")
 

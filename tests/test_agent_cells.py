@@ -19,6 +19,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,6 +53,7 @@ def nbagent_run(path: Path, approve: str) -> subprocess.CompletedProcess[str]:
 # ---------------------------------------------------------------------------------------------- through nbagent run
 
 
+@pytest.mark.kernel
 def test_nbagent_run_runs_an_agent_cell_only_with_an_approval_of_exactly_its_code(tmp_path: Path) -> None:
     """Was: `--approve low` inserted the cell (WRITE_LOW_RISK, "runs nothing"), and the next `nbagent run --approve
     none` executed it: code no person approved ran."""
@@ -205,7 +207,7 @@ def _edits(text: str) -> st.SearchStrategy[str]:
     )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_no_cell_runs_unless_a_person_or_approve_all_approved_exactly_its_code(runs: dict[str, Any],
                                                                                data: st.DataObject) -> None:

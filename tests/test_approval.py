@@ -74,6 +74,7 @@ def test_duplicate_and_missing_ids_in_one_reply_are_separate_calls(tmp_path: Pat
     assert result.status == RunStatus.COMPLETED
 
 
+@pytest.mark.kernel
 def test_reused_id_through_nbagent_run_at_l0_with_approve_none(tmp_path: Path) -> None:
     (tmp_path / "data.txt").write_text("precious\n")
     script(tmp_path, "attack.json",
@@ -134,6 +135,7 @@ def test_create_python_module_is_proposed_as_high_risk_and_refused_by_approve_lo
     assert run(a2).status == RunStatus.COMPLETED and (tmp_path / "notes.md").read_text() == "hi"
 
 
+@pytest.mark.kernel
 def test_create_module_through_nbagent_run_with_approve_low(tmp_path: Path) -> None:
     script(tmp_path, "plant.json",
            {"tool_calls": [{"name": "create_file", "arguments": {"path": "pandas.py", "content": "print('pwned')"}}]},
@@ -349,6 +351,7 @@ def test_a_waiting_sub_agent_leaves_its_parent_waiting_and_both_resume(tmp_path:
     assert CALLS == [("delete_file", {"path": "x.txt"})]
 
 
+@pytest.mark.kernel
 def test_user_tool_paths_credentials_and_tree_budgets_through_nbagent_run(tmp_path: Path) -> None:
     folder = tmp_path / "nb"
     folder.mkdir()

@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +38,8 @@ from nbagent.gate.grants import GrantSpec
 from nbagent.gate.policy import Budget
 from nbagent.runtime import Agent
 from nbagent.tools.base import tool
+
+pytestmark = pytest.mark.slow
 
 EFFECTS: list[tuple[str, dict[str, Any]]] = []
 
@@ -251,7 +255,8 @@ def one_run(autonomy: str, script: list[dict[str, Any]], decisions: list[tuple[s
             agent.store.close()
 
 
-@settings(max_examples=520, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(520), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(**RUNS)
 def test_no_call_above_autonomy_runs_without_its_own_approval(autonomy: str, script: list[dict[str, Any]],
                                                               decisions: list[tuple[str, str]],
@@ -284,7 +289,8 @@ GRANTING = st.tuples(st.sampled_from(["approve", "approve", "approve", "deny", "
                      st.sampled_from([None, None, ["*"], ["*.txt"], ["*.py"], ["pkg/*"], ["**"]]))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(300), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(autonomy=st.sampled_from(["L0", "L1", "L2"]), script=st.lists(NARROW_TURN, min_size=2, max_size=8),
        decisions=st.lists(GRANTING, max_size=5), resume_with=st.lists(GRANTING, max_size=2))
 def test_grants_never_cover_more_than_the_person_approved(autonomy: str, script: list[dict[str, Any]],

@@ -17,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="building the lab extension needs npm")
+pytestmark = [pytest.mark.kernel,
+              pytest.mark.skipif(shutil.which("npm") is None, reason="building the lab extension needs npm")]
 
 
 def test_binder_steps_then_the_quickstart(tmp_path: Path) -> None:

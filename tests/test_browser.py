@@ -50,7 +50,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 RECORD = ".jp-OutputArea-output.jp-nbagent-RunRecord .nbagent-live.nbv-static"  # drawn by labextension/ only
 ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")]
 
 
 # ------------------------------------------------------------------------------------------------ the server

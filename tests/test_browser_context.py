@@ -39,7 +39,7 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CELLS = 4
 LINE = "x" * 60
 

@@ -36,6 +36,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
+pytestmark = pytest.mark.browser
+
 
 def overwrite(path: str, content: str) -> dict[str, Any]:
     return {"content": f"Updating {path}.",

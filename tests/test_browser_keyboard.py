@@ -37,6 +37,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page, expect
 
+pytestmark = pytest.mark.browser
+
 CELLS = f"{ACTIVE} .jp-Notebook .jp-Cell"
 WAITING = f"{LIVE} .nbv-plan.nbv-plan-waiting"
 NOTICE = f"{ACTIVE} > .jp-nbagent-WaitingNotice"

@@ -50,6 +50,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
+pytestmark = pytest.mark.browser
+
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 LIVE_VIEW = ".nbagent-live:not(.nbv-static)"
 CELLS = f"{ACTIVE} .jp-Notebook .jp-Cell"

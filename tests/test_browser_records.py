@@ -46,6 +46,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
+pytestmark = pytest.mark.browser
+
 
 def records_in(notebook: Path) -> list[dict[str, Any]]:
     nb = wait_until(lambda: _parsed(notebook), 20, f"{notebook.name} readable (not half written by a save)")

@@ -41,6 +41,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
+pytestmark = pytest.mark.browser
+
 CODE = "x = 40 + 2\nprint('x is', x)"
 LIVE = f"{ACTIVE} .nbagent-live:not(.nbv-static)"
 

@@ -42,6 +42,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
+pytestmark = pytest.mark.browser
+
 CELLS = f"{ACTIVE} .jp-Notebook .jp-Cell"
 WRONG = "rows = {'North': 160, 'South': 60}\nopen('ran.txt', 'a').write('wrong\\n')\nrows['Revenue']"
 FIXED = "rows = {'North': 160, 'South': 60}\nopen('ran.txt', 'a').write('fixed\\n')\nprint('North', rows['North'])"

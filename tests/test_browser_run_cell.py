@@ -48,6 +48,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
+pytestmark = pytest.mark.browser
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / "nbagent" / "labextension"
 CELLS = f"{ACTIVE} .jp-Notebook .jp-Cell"

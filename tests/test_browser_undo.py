@@ -44,6 +44,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
+pytestmark = pytest.mark.browser
+
 PANEL = f"{ACTIVE} .nbagent-live.nbv-undo"
 # what the panel's output becomes once it is final (nbagent/ui/undo_record.py): HTML and text, no widget
 OUTCOME = f"{ACTIVE} .jp-OutputArea-output .nbr-undo-record"

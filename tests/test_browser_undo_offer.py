@@ -43,6 +43,8 @@ pytest.importorskip("playwright.sync_api")
 
 from playwright.sync_api import Page
 
+pytestmark = pytest.mark.browser
+
 PANEL = f"{ACTIVE} .nbagent-live.nbv-undo"
 OUTCOME = f"{ACTIVE} .jp-OutputArea-output .nbr-undo-record"
 

@@ -10,10 +10,13 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from kernel_harness import Kernel, answer, script
 
 from nbagent.store import Store, store_path_for
 from nbagent.store.verify import verify_store
+
+pytestmark = pytest.mark.kernel
 
 SPY = '''
 import time as _time

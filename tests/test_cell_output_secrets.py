@@ -20,6 +20,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_harness import RecordingKernel, script
@@ -132,6 +133,7 @@ def ran(kernel: RecordingKernel) -> tuple[RecordingKernel, list[str], Any]:
     return kernel, ids, request
 
 
+@pytest.mark.kernel
 def test_what_the_agents_cell_prints_and_displays_leaves_the_kernel_redacted(
         ran: tuple[RecordingKernel, list[str], Any]) -> None:
     k, (printed, _, _), request = ran
@@ -152,6 +154,7 @@ def test_what_the_agents_cell_prints_and_displays_leaves_the_kernel_redacted(
     assert f"from a subprocess {REDACTED}" in request.stdout and KEY not in request.stdout, request.stdout
 
 
+@pytest.mark.kernel
 def test_the_value_the_agents_cell_returns_leaves_the_kernel_redacted(
         ran: tuple[RecordingKernel, list[str], Any]) -> None:
     k, (_, returned, _), _ = ran
@@ -162,6 +165,7 @@ def test_the_value_the_agents_cell_returns_leaves_the_kernel_redacted(
     assert isinstance(result["content"]["execution_count"], int)
 
 
+@pytest.mark.kernel
 def test_the_error_the_agents_cell_raises_is_redacted_in_the_cell(ran: tuple[RecordingKernel, list[str], Any]) -> None:
     """ipykernel sends a cell's error itself, through no hook (zmqshell's `_showtraceback`): that one message goes
     out as raised, and the kernel then clears the cell and shows its outputs again, the error redacted, so what a
@@ -178,6 +182,7 @@ def test_the_error_the_agents_cell_raises_is_redacted_in_the_cell(ran: tuple[Rec
     assert msgs[-1]["msg_type"] == "error" and KEY not in json.dumps(msgs[-1]["content"])  # the last word: redacted
 
 
+@pytest.mark.kernel
 def test_the_model_and_the_persons_next_cell_are_as_before(ran: tuple[RecordingKernel, list[str], Any]) -> None:
     k, _, _ = ran
     after = k.run("import os\nprint('again', os.environ['MY_SERVICE_API_KEY'])", cell_id="mine2")
@@ -228,6 +233,7 @@ def attacked(kernel: RecordingKernel) -> tuple[RecordingKernel, list[str], Any]:
     return kernel, ids, request
 
 
+@pytest.mark.kernel
 def test_an_attack_round_on_the_agents_cells(attacked: tuple[RecordingKernel, list[str], Any]) -> None:
     k, (by_char, many, threaded, display_raise, bad_repr), request = attacked
     for msg_id in (by_char, many, threaded):  # no message of these cells carried it, as sent
@@ -256,6 +262,7 @@ def test_an_attack_round_on_the_agents_cells(attacked: tuple[RecordingKernel, li
 # ------------------------------------------------------------------------------------------ nbagent run
 
 
+@pytest.mark.kernel
 def test_nbagent_run_saves_and_converts_no_secret_of_the_agents_cells(tmp_path: Path) -> None:
     script(tmp_path / "s.json", call(PRINTS), call(RETURNS), call(RAISES), call(LATE), {"content": "done"})
     nb = nbformat.v4.new_notebook()
@@ -306,7 +313,7 @@ _pieces = st.one_of(st.sampled_from([KEY, TOKEN, "password = hunter2hunter2", " 
                     st.text(alphabet="ab -_:=\n\t./@", max_size=12))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(writes=st.lists(st.tuples(_pieces, st.booleans()), max_size=25), cuts=st.lists(st.integers(0, 40), max_size=6))
 def test_a_stream_split_anywhere_reaches_the_front_end_as_the_whole_text_redacts(
         writes: list[tuple[str, bool]], cuts: list[int]) -> None:

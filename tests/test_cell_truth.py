@@ -53,6 +53,7 @@ def one_line_failure(k: Kernel, cell: object, ename: str) -> str:
     return str(reply["evalue"])
 
 
+@pytest.mark.kernel
 def test_a_failed_run_fails_its_cell_and_the_queued_cells_do_not_run(kernel: Kernel) -> None:
     script(kernel.folder / "fail.json", FAILING)
     failed = kernel.submit("%%agent --script fail.json\nsummarise the data", cell_id="c1")
@@ -68,6 +69,7 @@ def test_a_failed_run_fails_its_cell_and_the_queued_cells_do_not_run(kernel: Ker
     assert queued.reply["content"]["status"] == "aborted" and "ran after" not in queued.stdout  # type: ignore[index]
 
 
+@pytest.mark.kernel
 def test_waiting_for_a_decision_and_carrying_on_past_a_denial_are_not_failures(kernel: Kernel) -> None:
     script(kernel.folder / "ask.json", {"tool_calls": [{"name": "ask_human", "arguments": {"question": "Which?"}}]})
     waiting = kernel.run("%%agent --script ask.json --approve all\nask me", cell_id="w")  # no fixed answer: waits
@@ -90,6 +92,7 @@ def stub() -> Iterator[StubOpenAI]:
         yield server
 
 
+@pytest.mark.kernel
 def test_stop_during_a_model_call_fails_the_cell_and_the_queue_behind_it(tmp_path: Path, stub: StubOpenAI) -> None:
     k = Kernel(tmp_path, env={"OPENAI_API_KEY": "sk-test-truth", "OPENAI_API_BASE": stub.base_url,
                               "NBAGENT_MODEL": "openai/gpt-4o-mini"})
@@ -133,6 +136,7 @@ def failing_notebook(folder: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_jupyter_execute_stops_at_a_failed_run_and_shows_its_line(tmp_path: Path) -> None:
     path = failing_notebook(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NBAGENT_")}
@@ -146,6 +150,7 @@ def test_jupyter_execute_stops_at_a_failed_run_and_shows_its_line(tmp_path: Path
     assert "nbagent/ipython" not in done.stderr and not (tmp_path / "after.txt").exists()
 
 
+@pytest.mark.kernel
 def test_papermill_stops_at_a_failed_run(tmp_path: Path) -> None:
     papermill = pytest.importorskip("papermill")
     path = failing_notebook(tmp_path)

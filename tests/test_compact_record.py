@@ -18,6 +18,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,6 +56,7 @@ def record_of(nb: Any, cell_id: str = "ask") -> dict[str, Any]:
     raise AssertionError(f"no record in cell {cell_id}")
 
 
+@pytest.mark.kernel
 @pytest.mark.kernel
 def test_a_saved_notebook_folds_each_finished_record_and_names_the_cell_by_what_the_page_shows(
         tmp_path: Path) -> None:
@@ -163,7 +165,7 @@ _TEXT = st.lists(st.sampled_from([*"ab <>&\"'`*#\n\t-_[]()/", "<script>", "</det
                  max_size=30).map("".join)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(status=st.sampled_from(["completed", "completed_with_errors", "failed", "waiting", "interrupted", "running",
                                "superseded", "weird"]),
        prompt=st.one_of(st.none(), _TEXT), answer=st.one_of(st.none(), _TEXT),

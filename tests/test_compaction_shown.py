@@ -101,6 +101,7 @@ def test_a_summary_that_was_not_asked_of_a_model_is_shown_and_is_no_model_call(t
         assert v["totals"]["model_calls"] == sum(1 for x in v["steps"] if x["kind"] == "model")
 
 
+@pytest.mark.kernel
 def test_the_saved_notebook_and_its_html_show_the_summary_a_kernel_run_worked_from(stub: StubOpenAI,
                                                                                    tmp_path: Path) -> None:
     """Through a real kernel (`nbagent run`: nbclient, the model process, litellm over HTTP): the saved .ipynb's

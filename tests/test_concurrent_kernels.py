@@ -26,6 +26,7 @@ from nbagent.store import Store
 ROUNDS = 20
 
 
+@pytest.mark.kernel
 def test_two_nbagent_runs_of_one_notebook_at_once(tmp_path: Path) -> None:
     (tmp_path / "data.txt").write_text("north,10\n")
     script(tmp_path, "read.json", {"tool_calls": [{"name": "read_file", "arguments": {"path": "data.txt"}}]},

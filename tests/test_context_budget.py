@@ -340,11 +340,12 @@ def test_a_replay_of_a_compacted_run_sends_the_recorded_summary_and_references(s
 
 # ------------------------------------------------------------------------------------------ the property
 
+from examples import examples  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(window=st.integers(3_000, 9_000), sizes=st.lists(st.integers(0, 3_000), min_size=1, max_size=9),
        reread=st.booleans())
 def test_property_every_request_fits_and_nothing_recorded_is_lost(tmp_path_factory: pytest.TempPathFactory,

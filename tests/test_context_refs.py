@@ -65,6 +65,7 @@ def notebook(k: Kernel) -> None:
 # ------------------------------------------------------------------------------------------- in a real kernel
 
 
+@pytest.mark.kernel
 def test_in_out_err_and_an_image_reach_the_recorded_request_as_text_for_a_text_model(kernel: Kernel) -> None:
     notebook(kernel)
     script(kernel.folder / "s.json", {"content": "Seen."})
@@ -106,6 +107,7 @@ def openai_kernel(tmp_path: Path, stub: StubOpenAI) -> Iterator[Kernel]:
     k.close()
 
 
+@pytest.mark.kernel
 def test_an_image_output_is_an_image_part_for_a_vision_model(openai_kernel: Kernel, stub: StubOpenAI) -> None:
     k = openai_kernel
     notebook(k)
@@ -131,6 +133,7 @@ def test_an_image_output_is_an_image_part_for_a_vision_model(openai_kernel: Kern
     assert events(k, "llm_called")[0].request["messages"][0] == first
 
 
+@pytest.mark.kernel
 def test_an_image_output_is_a_summary_for_a_model_without_vision(openai_kernel: Kernel, stub: StubOpenAI) -> None:
     k = openai_kernel
     notebook(k)
@@ -145,6 +148,7 @@ def test_an_image_output_is_a_summary_for_a_model_without_vision(openai_kernel: 
     assert events(k, "llm_called")[0].request["messages"][0]["content"] == first
 
 
+@pytest.mark.kernel
 def test_a_matplotlib_figure_reaches_a_vision_model(openai_kernel: Kernel, stub: StubOpenAI) -> None:
     k = openai_kernel
     probe = k.run("import matplotlib", cell_id="m0")
@@ -166,6 +170,7 @@ def test_a_matplotlib_figure_reaches_a_vision_model(openai_kernel: Kernel, stub:
 # ------------------------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.kernel
 def test_out_of_a_cell_without_output_is_one_line_naming_the_cells_that_have_one(kernel: Kernel) -> None:
     notebook(kernel)
     script(kernel.folder / "s.json", {"content": "never"})
@@ -179,6 +184,7 @@ def test_out_of_a_cell_without_output_is_one_line_naming_the_cells_that_have_one
     assert kernel.run("z = 2", cell_id="c8").ok  # the kernel carries on
 
 
+@pytest.mark.kernel
 def test_in_zero_and_err_before_any_error_are_one_line_each(kernel: Kernel) -> None:
     script(kernel.folder / "s.json", {"content": "never"})
     line = error_line(kernel.run("%%agent --script s.json\nLook at {In[0]}", cell_id="c1"))
@@ -191,6 +197,7 @@ def test_in_zero_and_err_before_any_error_are_one_line_each(kernel: Kernel) -> N
     assert no_runs(kernel)
 
 
+@pytest.mark.kernel
 def test_an_image_of_50_mb_is_described_in_one_line_never_sent(openai_kernel: Kernel, stub: StubOpenAI) -> None:
     k = openai_kernel
     big = k.run(PNG_SOURCE + "from IPython.display import Image, display\n"

@@ -61,6 +61,7 @@ def own_tools(nb_path: Path) -> set[str]:
     return set(re.findall(r"@(?:nbagent\.)?tool\b[^\n]*\n(?:@[^\n]*\n)*(?:async )?def (\w+)", code))
 
 
+@pytest.mark.kernel
 def test_notebooks_and_docs_name_only_tools_the_agent_has(tmp_path: Path) -> None:
     offered = kernel_offered(tmp_path)
     defined = every_tool() | offered
@@ -153,6 +154,7 @@ def base_url_ways() -> tuple[list[str], list[str]]:
         re.findall(r"`Agent\((\w+)=", sentence)
 
 
+@pytest.mark.kernel
 def test_the_docs_say_how_a_base_url_is_set_and_it_is_so(tmp_path: Path) -> None:
     """Each way docs/jupyter.md gives, done as it says in a real kernel: the variable set in a cell after loading
     sends the agent's request to that server (an OpenAI-compatible one on 127.0.0.1; without it, the request

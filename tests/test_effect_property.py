@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +50,8 @@ from nbagent.runtime import Agent
 from nbagent.runtime.recording import recorded_events
 from nbagent.store.verify import verify_store
 from nbagent.tools.files import FileTools
+
+pytestmark = pytest.mark.slow
 
 # ------------------------------------------------------------------------------------------------ the world
 
@@ -372,7 +376,8 @@ RUNS = {"links": LINK_SETS, "autonomy": st.sampled_from(["L0", "L1", "L2", "L3"]
         "edit": st.integers(0, 50)}
 
 
-@settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(700), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(**RUNS)
 def test_no_file_changes_without_a_yes_that_covers_the_resolved_change(**kw: Any) -> None:
     one_session(**kw)
@@ -394,7 +399,8 @@ def linked_call(draw: Any) -> dict[str, Any]:
     return {"name": tool, "arguments": args}
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(400), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(links=st.just(sorted(LINKS)), autonomy=st.sampled_from(["L0", "L1", "L2"]),
        script=st.lists(st.lists(linked_call(), min_size=1, max_size=2).map(lambda c: {"tool_calls": c}),
                        min_size=2, max_size=6),

@@ -15,9 +15,12 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 from kernel_harness import Kernel, script
 
 from nbagent.store import Store
+
+pytestmark = pytest.mark.kernel
 
 
 def notebook(folder: Path, cells: list[str], name: str = "a.ipynb") -> Path:

@@ -85,6 +85,7 @@ def test_an_agent_without_tools_gets_its_folders_file_tools_and_tools_empty_gets
 # ------------------------------------------------------------------------------------------- the notebook
 
 
+@pytest.mark.kernel
 def test_the_no_model_advice_works_and_the_old_name_is_noted_once(tmp_path: Path) -> None:
     """`%config Agent.model = ...` set before `%load_ext`: the rename note was once printed on the warm-up's thread
     (into a log, not the cell) and never again; and "no model" and `%agent models` advised `%config Agent.model =

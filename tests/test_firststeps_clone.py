@@ -34,6 +34,7 @@ def git(clone: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=clone, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.slow
 def test_readme_first_command_twice_in_a_fresh_clone(tmp_path: Path) -> None:
     clone = tmp_path / "nbagent"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=120)
@@ -85,6 +86,7 @@ def clean_env() -> dict[str, str]:
 
 
 @pytest.mark.install
+@pytest.mark.install
 @pytest.mark.skipif(shutil.which("npm") is None, reason="README's install builds the lab extension with npm")
 def test_readme_first_command_as_written_with_its_install_leaves_the_checkout_clean(tmp_path: Path) -> None:
     """The whole line, install included: the build installs the lab extension's packages from the tracked
@@ -101,6 +103,7 @@ def test_readme_first_command_as_written_with_its_install_leaves_the_checkout_cl
     assert (clone / "nbagent" / "labextension" / "static" / "style.js").is_file()  # it was built, from the lock
 
 
+@pytest.mark.install
 @pytest.mark.install
 @pytest.mark.skipif(shutil.which("npm") is None, reason="building the sdist builds the lab extension with npm")
 def test_a_wheel_built_from_the_sdist_needs_no_npm(tmp_path: Path) -> None:

@@ -7,10 +7,13 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from kernel_harness import RUN_MIME, WIDGET_MIME, Kernel, answer, is_run_view, script
 
 from nbagent.events.state import RunStatus
 from nbagent.store import Store
+
+pytestmark = pytest.mark.kernel
 
 
 def create(path: str, content: str = "hello\n", text: str = "I'll write it.") -> dict:

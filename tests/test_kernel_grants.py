@@ -5,9 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from kernel_harness import Kernel, script
 
 from nbagent.store import Store
+
+pytestmark = pytest.mark.kernel
 
 
 def write(path: str, content: str) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from kernel_harness import Kernel, script
 
 from nbagent.tools.base import Tool
@@ -18,6 +19,7 @@ from nbagent.tools.files import FileTools
 CELL = "%%agent --script s.json --approve all --autonomy L3 --new\nread the notes"
 
 
+@pytest.mark.kernel
 def test_a_run_leaves_no_view_and_little_cyclic_garbage_in_the_kernel(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("some notes\n")
     calls = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]} for _ in range(10)]

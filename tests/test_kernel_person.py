@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from kernel_harness import RUN_MIME, Kernel, is_run_view, script
 
 from nbagent.store import Store
+
+pytestmark = pytest.mark.kernel
 
 
 def create(path: str, content: str = "hello\n") -> dict:

@@ -85,6 +85,7 @@ def test_the_gate_and_the_store_import_in_one_direction() -> None:
     assert [m for m in below if reaches(m, "nbagent.gate.approval") or reaches(m, "nbagent.runtime")] == []
 
 
+@pytest.mark.slow
 def test_mypy_clean(tmp_path: Path) -> None:
     """The type checker (mypy, strict: pyproject.toml [tool.mypy]) finds nothing in nbagent/: CI runs this."""
     pytest.importorskip("mypy", reason="mypy is not installed (pip install -e '.[test]')")

@@ -355,6 +355,7 @@ def cut_revoke(tmp: Path, how: str) -> grants.Grant:
     return g
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("tables", ["damaged", "edited"])
 def test_a_cut_revoke_is_caught_with_the_tables_damaged_or_edited_too(tmp_path: Path, tables: str) -> None:
     # Was (attack h4): the checkpoints lived only in tables.json, beside the log and unkeyed; with the revoke cut and

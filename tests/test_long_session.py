@@ -178,6 +178,7 @@ def test_the_session_model_reads_answers_pages_and_summarises(tmp_path: Path) ->
 
 
 @pytest.mark.kernel
+@pytest.mark.kernel
 @pytest.mark.slow
 def test_sixty_cells_of_200_kb_files_fit_a_16k_window_and_rerun_byte_identical(tmp_path: Path) -> None:
     path = session_notebook(tmp_path)

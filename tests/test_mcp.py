@@ -191,6 +191,7 @@ def test_risk_from_annotations_read_only_runs_at_l1_a_destructive_call_is_propos
     assert not plan.auto_executing and any(e.type == "waiting_for_approval" for e in events)
 
 
+@pytest.mark.kernel
 def test_risk_override_in_the_config(repo: Path) -> None:
     needs("mcp_server_git")
     config = {"mcpServers": {"git": {"command": "python", "args": ["-m", "mcp_server_git"],

@@ -170,6 +170,7 @@ def test_a_url_with_a_password_in_a_start_failure_line_is_not_printed() -> None:
     assert SECRET not in redact(f"nbagent: {line}")
 
 
+@pytest.mark.kernel
 def test_inline_mcp_config_with_headers_is_not_shown_by_agent_config(tmp_path: Path) -> None:
     from kernel_harness import Kernel
 

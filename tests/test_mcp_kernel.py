@@ -14,6 +14,8 @@ import pytest
 
 from nbagent.store import Store, store_path_for
 
+pytestmark = pytest.mark.kernel
+
 RUN_MIME = "application/vnd.nbagent.run+json"
 BROKEN = str(Path(__file__).parent / "fixtures" / "mcp_broken_server.py")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -190,7 +191,7 @@ _PARTS = ["a", "f.txt", "in", "out", "dangling", "caf\u00e9", "cafe\u0301", ".."
           "'q'"]
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.sampled_from(["", "/ROOT/", "~/", "/"]), st.lists(st.sampled_from(_PARTS), min_size=1,
                                                                                 max_size=5), st.integers(0, 2)),
                 min_size=120, max_size=120))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import pytest
 from kernel_harness import Kernel
 
 from nbagent.store import Store, store_path_for
@@ -82,6 +83,7 @@ def tool_results(path: Path) -> list[Any]:
             if e.type == "tool_call_completed" and e.payload.tool == "mcp__marker__fine"]
 
 
+@pytest.mark.kernel
 def test_approve_none_and_low_never_start_a_server_from_mcp_json(tmp_path: Path) -> None:
     """Was: the first %%agent cell started every command of an mcp.json beside the notebook (a cloned repository's),
     at any autonomy and under any policy."""
@@ -100,6 +102,7 @@ def test_approve_none_and_low_never_start_a_server_from_mcp_json(tmp_path: Path)
     assert trusts(path) == [] and tool_results(path) == []
 
 
+@pytest.mark.kernel
 def test_approve_all_trusts_it_and_only_that_entry_stays_trusted(tmp_path: Path) -> None:
     """`--approve all` trusts (recorded by policy:all); later runs start it under any policy; an edited entry is not
     started again (`none`, `recorded`) until trusted again."""
@@ -133,6 +136,7 @@ def test_approve_all_trusts_it_and_only_that_entry_stays_trusted(tmp_path: Path)
     assert trusts(path)[0].digest != trusts(path)[1].digest
 
 
+@pytest.mark.kernel
 def test_a_trust_that_came_with_the_log_is_not_this_users_and_starts_nothing(tmp_path: Path) -> None:
     """A repository can ship its notebook's log (`NAME.nbagent/`) with a well-chained `mcp_server_trusted` for its own
     mcp.json, or anyone can append one: without this user's seal it answers nothing."""
@@ -159,6 +163,7 @@ def test_a_trust_that_came_with_the_log_is_not_this_users_and_starts_nothing(tmp
     assert "no one has trusted this entry" in line
 
 
+@pytest.mark.kernel
 def test_agent_trust_in_a_kernel_then_the_cell_starts_it_and_inline_json_needs_no_trust(tmp_path: Path) -> None:
     """As in JupyterLab: the untrusted server is one line shown as a display (not stderr) and the run goes on
     without it; `%agent trust NAME` records the trust and says so; the next %%agent cell starts it. An inline
@@ -221,6 +226,7 @@ def sh_config(folder: Path) -> None:
                                                                            "timeout": 20}}}))
 
 
+@pytest.mark.kernel
 def test_a_trust_covers_the_script_the_entry_runs(tmp_path: Path) -> None:
     """Attack h7: the trust covered `sh tools/serve.sh` but not tools/serve.sh, so a rewritten script (the agent's
     low-risk write, a collaborator's pull) started at the next run with the old trust. Now its content is part of
@@ -247,6 +253,7 @@ def test_a_trust_covers_the_script_the_entry_runs(tmp_path: Path) -> None:
     assert [t.digest.split("+")[0] for t in trusts(path)] == [first.digest.split("+")[0]] * 2  # the same entry
 
 
+@pytest.mark.kernel
 def test_writing_a_file_an_entry_runs_is_high_risk(tmp_path: Path) -> None:
     """The other half of h7: the agent's `create_file tools/serve.sh` was WRITE_LOW_RISK (no rule knows the name),
     so `--approve low` wrote the script the next start runs. The host names the files its servers' commands run

@@ -95,6 +95,7 @@ def answers_and_leaves_the_globals(k: Kernel) -> None:
     assert k.run("print(_globals() == _before)", cell_id="end").stdout == "True\n"
 
 
+@pytest.mark.kernel
 def test_cells_run_after_load_ext_and_while_loading_get_their_own_output_only(tmp_path: Path,
                                                                                 stub: StubOpenAI) -> None:
     k = held_kernel(tmp_path, stub)
@@ -128,6 +129,7 @@ def test_cells_run_after_load_ext_and_while_loading_get_their_own_output_only(tm
         k.close()
 
 
+@pytest.mark.kernel
 def test_an_agent_cell_waits_for_loading_and_an_interrupt_ends_it(tmp_path: Path, stub: StubOpenAI) -> None:
     k = held_kernel(tmp_path, stub)
     try:
@@ -150,6 +152,7 @@ def test_an_agent_cell_waits_for_loading_and_an_interrupt_ends_it(tmp_path: Path
         k.close()
 
 
+@pytest.mark.kernel
 def test_a_fork_during_loading_works(tmp_path: Path, stub: StubOpenAI) -> None:
     k = held_kernel(tmp_path, stub)
     try:
@@ -175,6 +178,7 @@ def test_a_fork_during_loading_works(tmp_path: Path, stub: StubOpenAI) -> None:
         k.close()
 
 
+@pytest.mark.kernel
 def test_a_missing_package_is_one_line_naming_what_to_install(tmp_path: Path, stub: StubOpenAI) -> None:
     k = real_kernel(tmp_path, stub)
     try:
@@ -203,6 +207,7 @@ CHILDREN = ("import os\nprint(sum(len(open(f'/proc/self/task/{t}/children').read
 NO_KEYS = {"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": "", "GEMINI_API_KEY": "", "GOOGLE_API_KEY": ""}
 
 
+@pytest.mark.kernel
 def test_a_provider_key_starts_the_model_process_once_idle_for_the_model_named_in_the_cell(tmp_path: Path,
                                                                                           stub: StubOpenAI) -> None:
     """README's flow: `%load_ext nbagent`, a key in the environment, the model named only in the `%%agent` cell. The
@@ -228,6 +233,7 @@ def test_a_provider_key_starts_the_model_process_once_idle_for_the_model_named_i
         k.close()
 
 
+@pytest.mark.kernel
 def test_a_kernel_that_loads_nbagent_without_a_key_starts_no_process(tmp_path: Path, stub: StubOpenAI) -> None:
     """No provider key, no model configured: nothing starts after `%load_ext`, however long the kernel is idle,
     nor for an offline run. A cell that sets a provider's key shows the agent will be used: the process starts at
@@ -254,6 +260,7 @@ def test_a_kernel_that_loads_nbagent_without_a_key_starts_no_process(tmp_path: P
         k.close()
 
 
+@pytest.mark.kernel
 def test_what_a_waiting_cell_imports_ahead_is_all_a_first_run_needs(tmp_path: Path, stub: StubOpenAI) -> None:
     """A `%%agent` cell that waits for the model process imports the run's own modules meanwhile (host._prepare,
     host.FIRST_RUN_MODULES; the idle kernel imports the same list); the list must stay whole, or the first answer
@@ -290,6 +297,7 @@ LEFT = ("import sys\nfrom nbagent.ipython import host\n"
         "print([m for m in host.FIRST_RUN_MODULES if m not in sys.modules])")
 
 
+@pytest.mark.kernel
 def test_load_ext_is_light_and_the_idle_kernel_imports_the_first_run_ahead(tmp_path: Path, stub: StubOpenAI) -> None:
     """`%load_ext` imports none of the runtime (its events, store, deciders and model layer: ~0.4 s). Once the model
     process is loading, the idle kernel imports them (host.FIRST_RUN_MODULES), a module per turn of its loop and only
@@ -318,6 +326,7 @@ def test_load_ext_is_light_and_the_idle_kernel_imports_the_first_run_ahead(tmp_p
         k.close()
 
 
+@pytest.mark.kernel
 def test_the_idle_kernel_imports_nothing_ahead_from_the_working_folder(tmp_path: Path, stub: StubOpenAI) -> None:
     """A module in the notebook's folder that would stand in for one of nbagent's dependencies (an `nh3.py` from a
     cloned repository) is never run by the imports the idle kernel makes ahead: nobody chose to run it. They wait

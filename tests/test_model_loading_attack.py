@@ -26,6 +26,8 @@ from kernel_harness import Kernel
 from stub_openai import Delay, Reply, StubOpenAI
 from test_model_loading import GATE, HOLD, STATE, WAIT_READY, answered, entered, held_kernel, real_kernel, release
 
+pytestmark = pytest.mark.kernel
+
 HOLD_AT = '''
 import os, sys, time, importlib.machinery
 class _HoldAt:

@@ -26,6 +26,8 @@ from kernel_harness import Kernel
 from stub_openai import Reply, Respond, StubOpenAI
 from test_model_loading import answered, real_kernel
 
+pytestmark = pytest.mark.kernel
+
 # what JupyterLab's debugger sends first (@jupyterlab/debugger's session `start`)
 INITIALIZE = {"clientID": "jupyterlab", "clientName": "JupyterLab", "adapterID": "python", "pathFormat": "path",
               "linesStartAt1": True, "columnsStartAt1": True, "supportsVariableType": True,

@@ -56,6 +56,7 @@ SETTINGS = llm.ModelSettings(model="openai/gpt-4o-mini", max_retries=2, retry_ba
 ASK = [{"role": "user", "content": "say hello"}]
 
 
+@pytest.mark.slow
 def test_a_streamed_answer_its_cost_and_the_library_calls(process: modelproc.ModelProcess) -> None:
     tokens: list[str] = []
     reply = asyncio.run(llm.complete(SETTINGS, ASK, [], on_token=tokens.append))
@@ -68,6 +69,7 @@ def test_a_streamed_answer_its_cost_and_the_library_calls(process: modelproc.Mod
     assert process.alive()
 
 
+@pytest.mark.slow
 def test_errors_keep_their_names_so_retries_and_refusals_read_the_same(process: modelproc.ModelProcess,
                                                                        stub: StubOpenAI) -> None:
     stub.push(HttpError(400, message="This model's maximum context length is 16000 tokens (context_length_exceeded)"))
@@ -83,6 +85,7 @@ def test_errors_keep_their_names_so_retries_and_refusals_read_the_same(process: 
         asyncio.run(llm.complete(SETTINGS, ASK, []))
 
 
+@pytest.mark.slow
 def test_a_cancelled_call_is_cancelled_in_the_process_and_the_next_one_answers(process: modelproc.ModelProcess,
                                                                                 stub: StubOpenAI) -> None:
     stub.push(Delay(3.0, then=Reply(content="too late")))
@@ -101,6 +104,7 @@ def test_a_cancelled_call_is_cancelled_in_the_process_and_the_next_one_answers(p
     assert not process._pending  # nothing left waiting
 
 
+@pytest.mark.slow
 def test_each_call_takes_the_environment_as_it_is_then(process: modelproc.ModelProcess, stub: StubOpenAI,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     asyncio.run(llm.complete(SETTINGS, ASK, []))
@@ -114,6 +118,7 @@ def test_each_call_takes_the_environment_as_it_is_then(process: modelproc.ModelP
     assert "OPENAI_API_KEY" in found["missing_keys"]
 
 
+@pytest.mark.slow
 def test_the_process_environment_is_exactly_the_kernel_s(stub: StubOpenAI, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever sets a variable in the model process that the kernel never had (a dotfile a library reads at
@@ -140,6 +145,7 @@ def test_the_process_environment_is_exactly_the_kernel_s(stub: StubOpenAI, tmp_p
         p.proc.wait(30)
 
 
+@pytest.mark.slow
 def test_a_process_that_cannot_load_says_which_package_is_missing(stub: StubOpenAI) -> None:
     p = modelproc.ModelProcess(("nbagent_provider_pkg_not_installed", "nbagent.models.llm"))
     with pytest.raises(ModuleNotFoundError) as missing:
@@ -151,6 +157,7 @@ def test_a_process_that_cannot_load_says_which_package_is_missing(stub: StubOpen
 # ------------------------------------------------------------------------------------------ in a kernel
 
 
+@pytest.mark.kernel
 def test_the_kernel_never_imports_the_library_and_a_key_set_later_is_used(tmp_path: Path, stub: StubOpenAI) -> None:
     k = real_kernel(tmp_path, stub)
     try:
@@ -170,6 +177,7 @@ def test_the_kernel_never_imports_the_library_and_a_key_set_later_is_used(tmp_pa
         k.close()
 
 
+@pytest.mark.kernel
 def test_a_killed_model_process_is_started_again_and_ends_with_its_kernel(tmp_path: Path, stub: StubOpenAI) -> None:
     k = real_kernel(tmp_path, stub)
     try:
@@ -191,6 +199,7 @@ def test_a_killed_model_process_is_started_again_and_ends_with_its_kernel(tmp_pa
     ended(pid)
 
 
+@pytest.mark.kernel
 def test_a_kernel_killed_outright_takes_its_model_process_with_it(tmp_path: Path, stub: StubOpenAI) -> None:
     k = Kernel(tmp_path, env={"OPENAI_API_KEY": "sk-test", "OPENAI_API_BASE": stub.base_url,
                               "NBAGENT_MODEL": "openai/gpt-4o-mini"})
@@ -205,6 +214,7 @@ def test_a_kernel_killed_outright_takes_its_model_process_with_it(tmp_path: Path
         k.close()
 
 
+@pytest.mark.kernel
 def test_an_interpreter_embedded_in_another_program_loads_in_a_thread(tmp_path: Path, stub: StubOpenAI) -> None:
     """Where `sys.executable` is not a Python (a program embedding the interpreter), no model process can be
     started: the kernel imports litellm in a thread instead, and the agent answers."""

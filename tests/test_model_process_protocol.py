@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 
+from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,7 @@ link = st.tuples(st.sampled_from(NAMES), st.none() | st.sampled_from([400, 401, 
                  st.text(max_size=300), st.booleans(), st.booleans())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(link, min_size=1, max_size=4), st.sampled_from(["cause", "original_exception", "context"]))
 def test_an_error_chain_decides_the_same_in_the_kernel(chain: list[tuple], how: str) -> None:
     made = [_make(*item) for item in chain]

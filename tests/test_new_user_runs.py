@@ -15,6 +15,8 @@ from typing import Any
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.kernel
+
 RUN_MIME = "application/vnd.nbagent.run+json"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from kernel_harness import Kernel, script
 
 from nbagent.models.detect import candidates, detect
@@ -17,6 +18,7 @@ def first_request(k: Kernel) -> dict:
     return next(e for e in store.run_events(run.id) if e.type == "llm_called").payload.request
 
 
+@pytest.mark.kernel
 def test_variables_in_the_request_reach_the_model_summarised(kernel: Kernel) -> None:
     setup = kernel.run(
         "import pandas as pd\n"
@@ -39,6 +41,7 @@ def test_variables_in_the_request_reach_the_model_summarised(kernel: Kernel) -> 
     assert "…" in params["items"]["'notes'"]  # the long string is cut, and says so
 
 
+@pytest.mark.kernel
 def test_unknown_variable_is_an_error_before_any_model_call(kernel: Kernel) -> None:
     script(kernel.folder / "s.json", {"content": "never"})
     cell = kernel.run("%%agent --script s.json\nSummarise {nonexistent}", cell_id="c1")
@@ -50,6 +53,7 @@ def test_unknown_variable_is_an_error_before_any_model_call(kernel: Kernel) -> N
     assert not (kernel.folder / "test.nbagent").exists() or not Store(kernel.folder / "test.nbagent").run_ids()
 
 
+@pytest.mark.kernel
 def test_agent_fix_after_a_zero_division_error(kernel: Kernel) -> None:
     failing = kernel.run("total = 10\ncount = 0\nmean = total / count", cell_id="c1")
     assert not failing.ok
@@ -63,6 +67,7 @@ def test_agent_fix_after_a_zero_division_error(kernel: Kernel) -> None:
     assert "mean = total / count" in context and "ZeroDivisionError" in context and "Traceback" in context
 
 
+@pytest.mark.kernel
 def test_agent_fix_without_an_error_says_so(kernel: Kernel) -> None:
     cell = kernel.run("%agent fix", cell_id="c1")
     assert not cell.ok and "no cell has failed" in cell.reply["content"]["evalue"]  # type: ignore[index]
@@ -76,6 +81,7 @@ def test_model_detection_order() -> None:
     assert detect({}, probe_ollama=False) is None
 
 
+@pytest.mark.kernel
 def test_models_magic_and_the_no_model_error(kernel: Kernel) -> None:
     out = kernel.run("%agent models", cell_id="c1")
     assert "no model: pass --model" in out.stdout and "--script turns.json" in out.stdout
@@ -88,6 +94,7 @@ def test_models_magic_and_the_no_model_error(kernel: Kernel) -> None:
     assert "detected: anthropic/claude-3-5-haiku-latest (ANTHROPIC_API_KEY is set)" in out
 
 
+@pytest.mark.kernel
 def test_inserted_cell_appears_in_the_executed_notebook(tmp_path: Path) -> None:
     import subprocess
     import sys

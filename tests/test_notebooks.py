@@ -63,6 +63,7 @@ def test_every_notebook_but_real_models_is_tested() -> None:
                      "grants-and-undo.ipynb", "analysis-loop.ipynb"}
 
 
+@pytest.mark.kernel
 def test_quickstart(folder: Path) -> None:
     result, nb = execute(folder, "quickstart.ipynb", "low")
     assert "North** sold the most" in result.stdout and result.stdout.strip().endswith(
@@ -89,6 +90,7 @@ def test_autonomy_levels_side_by_side(folder: Path) -> None:
     assert [r["autonomy"] for r in records(nb)] == ["L0", "L1", "L2", "L3"]
 
 
+@pytest.mark.kernel
 def test_file_scope_denials(folder: Path) -> None:
     # the notebook shows refused calls: its run ends completed_with_errors, which `nbagent run` does not call ok
     result, nb = execute(folder, "file-scope.ipynb", "low", status=1)
@@ -117,6 +119,7 @@ def test_kernel_tools_change_the_dataframe(folder: Path) -> None:
     assert "share" in last and "0.338" in last
 
 
+@pytest.mark.kernel
 def test_your_own_tools(folder: Path) -> None:
     _, nb = execute(folder, "your-own-tools.ipynb", "low")
     (record,) = records(nb)
@@ -126,6 +129,7 @@ def test_your_own_tools(folder: Path) -> None:
     assert "growth" in streams(nb) and "READ_ONLY" in streams(nb)
 
 
+@pytest.mark.kernel
 def test_replay_offline_and_verify(folder: Path) -> None:
     _, nb = execute(folder, "replay.ipynb", "low")
     original, replayed = records(nb)
@@ -134,6 +138,7 @@ def test_replay_offline_and_verify(folder: Path) -> None:
     assert "every chain intact" in streams(nb) and "exit status 0" in streams(nb)
 
 
+@pytest.mark.kernel
 def test_mcp_server_offline(folder: Path) -> None:
     import importlib.util
 
@@ -151,6 +156,7 @@ def test_mcp_server_offline(folder: Path) -> None:
     assert "tool_call_started mcp__clock__get_current_time WRITE_HIGH_RISK" in out
 
 
+@pytest.mark.kernel
 def test_grants_and_undo(folder: Path) -> None:
     """A decision "for this run" answers the next write of the same file; then undo removes what the run made."""
     result, nb = execute(folder, "grants-and-undo.ipynb", "none")
@@ -164,6 +170,7 @@ def test_grants_and_undo(folder: Path) -> None:
     assert undone and "completed" in undone[0]
 
 
+@pytest.mark.kernel
 def test_analysis_loop(folder: Path) -> None:
     """run_cell fails on a wrong column, replace_cell fixes that cell and plots; the agent's variables stay."""
     _, nb = execute(folder, "analysis-loop.ipynb", "all", 0, "--allow-tool-errors")

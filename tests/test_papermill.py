@@ -9,6 +9,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.kernel
+
 papermill = pytest.importorskip("papermill", reason="papermill is a test dependency (pip install -e '.[test]')")
 
 RUN_MIME = "application/vnd.nbagent.run+json"

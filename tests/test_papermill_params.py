@@ -61,6 +61,7 @@ def printed(nb: Any, source: str) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
 
 
+@pytest.mark.kernel
 def test_p_approve_all_is_honoured_and_outranks_agent_config(tmp_path: Path) -> None:
     path = notebook(tmp_path, "%agent config approve=none", "%agent config", "%%agent --script s.json\nwrite out.md")
     out = execute(path, approve="all", rows=3)
@@ -71,6 +72,7 @@ def test_p_approve_all_is_honoured_and_outranks_agent_config(tmp_path: Path) -> 
     assert "approve    = 'all'" in shown and "(papermill parameter (cell [2]))" in shown
 
 
+@pytest.mark.kernel
 def test_the_cells_own_option_outranks_the_parameter(tmp_path: Path) -> None:
     path = notebook(tmp_path, "%%agent --script s.json --approve none\nwrite out.md")
     out = execute(path, approve="all")
@@ -78,6 +80,7 @@ def test_the_cells_own_option_outranks_the_parameter(tmp_path: Path) -> None:
     assert record(out)["decisions"][0]["by"] == "policy:none"
 
 
+@pytest.mark.kernel
 def test_p_model_and_p_max_steps_are_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with StubOpenAI() as stub:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-papermill")
@@ -99,6 +102,7 @@ def test_p_model_and_p_max_steps_are_honoured(tmp_path: Path, monkeypatch: pytes
     assert denied and "step budget exhausted: 1 of 1" in denied[0].reason
 
 
+@pytest.mark.kernel
 def test_a_bad_parameter_value_fails_the_agent_cell_in_one_line(tmp_path: Path) -> None:
     path = notebook(tmp_path, "%%agent --script s.json\nwrite out.md")
     with pytest.raises(papermill.PapermillExecutionError) as exc:
@@ -119,6 +123,7 @@ def kernel(tmp_path: Path) -> Iterator[Kernel]:
     k.close()
 
 
+@pytest.mark.kernel
 def test_an_ordinary_cell_named_like_a_parameter_is_not_read_when_cells_have_ids(kernel: Kernel) -> None:
     # JupyterLab sends a cell id with every execution: a cell that looks like papermill's is still just a cell
     assert kernel.run("# Parameters\nmodel = 'resnet50'\napprove = 'all'", cell_id="c1").ok

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples import examples
 from helpers import new_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -186,7 +187,7 @@ OPS = st.lists(st.one_of(
 ), max_size=14)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_reads_through_the_kept_parse_are_what_the_file_says(tmp_path_factory: pytest.TempPathFactory,
                                                              ops: list[tuple[str, int, str]]) -> None:
@@ -229,7 +230,7 @@ RUN_OPS = st.lists(st.tuples(
 ), max_size=16)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=RUN_OPS)
 def test_states_read_once_for_many_runs_are_the_runs_and_their_records(
         tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str, int, int, str, str | None]]) -> None:

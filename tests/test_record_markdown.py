@@ -6,6 +6,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -132,7 +133,7 @@ PIECES = st.sampled_from(["<", ">", "&", "#", ";", ":", "(", ")", "[", "]", "!",
                           "mailto:a@b.example", "svg", "style", "```", "    ", "1.", "> ", "\t", "\x00", "\u2028"])
 
 
-@settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(PIECES, max_size=40).map("".join))
 def test_any_mix_of_hostile_pieces_is_inert(text: str) -> None:
     assert_inert(markdown_html(text))

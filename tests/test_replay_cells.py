@@ -8,6 +8,7 @@ import json
 import uuid
 from typing import Any
 
+from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,7 +35,7 @@ def turn(stdout: str, error: str | None, *, cell: str, run: str, count: int, too
             {"role": "tool", "tool_call_id": "nb1_0", "content": json.dumps(result, sort_keys=True)}]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(a=TEXT, b=TEXT, err_a=st.none() | TEXT, err_b=st.none() | TEXT, counts=st.tuples(st.integers(1, 999),
                                                                                           st.integers(1, 999)))
 def test_a_cell_result_matches_exactly_when_the_cell_did_the_same(a: str, b: str, err_a: str | None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,7 @@ def edited(source: str, how: str) -> str:
             "emptied": "", "person": "print('mine')"}[how]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(code, edit, st.booleans(), st.booleans()), min_size=1, max_size=6))
 def test_refused_exactly_when_superseded_and_unchanged(cells: list[tuple[str, str, bool, bool]]) -> None:
     reruns = Reruns(agent_ran=True)
@@ -55,7 +56,7 @@ def test_refused_exactly_when_superseded_and_unchanged(cells: list[tuple[str, st
             assert "\n" not in line and line.startswith("nbagent: not run:") and "run R1" in line and "(run R2)" in line
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(code, st.booleans(), st.booleans())
 def test_a_cell_naming_a_run_the_log_lacks(body: str, agent_ran: bool, known: bool) -> None:
     """Refused (one line) only after an `%%agent` cell ran in this kernel, and only when the log lacks the run."""

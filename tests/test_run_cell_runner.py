@@ -20,6 +20,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -72,6 +73,7 @@ def first(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"folder": folder, "path": path, "saved": nbformat.read(path, as_version=4)}
 
 
+@pytest.mark.kernel
 def test_the_cell_the_agent_ran_is_in_the_executed_notebook_with_its_outputs(first: dict[str, Any]) -> None:
     nb, path = first["saved"], first["path"]
     assert (first["folder"] / "side.txt").read_text() == "ran\n"
@@ -114,6 +116,7 @@ def copy_of(first: dict[str, Any], folder: Path, name: str, edit: bool) -> tuple
     return path, source
 
 
+@pytest.mark.kernel
 def test_a_second_run_with_recorded_approvals_writes_the_cell_anew(first: dict[str, Any],
                                                                    tmp_path: Path) -> None:
     path, _ = copy_of(first, tmp_path, "again.ipynb", edit=False)
@@ -132,6 +135,7 @@ def test_a_second_run_with_recorded_approvals_writes_the_cell_anew(first: dict[s
     assert [o.text for o in cell.outputs if o.output_type == "stream"] == ["hello from the agent\n"]
 
 
+@pytest.mark.kernel
 def test_a_cell_a_person_edited_fails_in_one_line_unsent_and_is_kept(first: dict[str, Any], tmp_path: Path) -> None:
     path, edited = copy_of(first, tmp_path, "edited.ipynb", edit=True)
     result = nbagent_run(path, "none")
@@ -147,6 +151,7 @@ def test_a_cell_a_person_edited_fails_in_one_line_unsent_and_is_kept(first: dict
     assert f"a cell failed: AgentCellNotApproved: {error.evalue}" in result.stderr.splitlines()
 
 
+@pytest.mark.kernel
 def test_a_re_run_that_writes_no_cells_puts_the_old_ones_back_unrun(first: dict[str, Any], tmp_path: Path) -> None:
     """`--approve none` (the default, in place): the re-run's run_cell is denied, so the agent's cell stays as it
     was saved (its outputs too), and its code is not run by the runner either."""
@@ -160,6 +165,7 @@ def test_a_re_run_that_writes_no_cells_puts_the_old_ones_back_unrun(first: dict[
     assert nb.cells[3].outputs[0].text == "a person wrote this\n"  # the cells after it ran
 
 
+@pytest.mark.kernel
 def test_an_edited_cell_stays_beside_the_one_the_re_run_writes(first: dict[str, Any], tmp_path: Path) -> None:
     path, source = copy_of(first, tmp_path, "both.ipynb", edit=True)
     result = nbagent_run(path, "recorded")
@@ -309,7 +315,8 @@ def execute_all(client: Any) -> None:
     asyncio.run(go())
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.kernel
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_no_unapproved_agent_code_is_sent_and_no_edit_is_dropped(logs: dict[str, Any], data: st.DataObject) -> None:
     store, pool = logs["store"], logs["cells"]

@@ -34,6 +34,7 @@ def nbagent(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproc
                           env=env)
 
 
+@pytest.mark.kernel
 def test_run_writes_static_records_and_summaries(tmp_path: Path) -> None:
     (tmp_path / "sales.csv").write_text("region,revenue\nNorth,10\nSouth,7\n")
     script(tmp_path, "read.json", {"tool_calls": [{"name": "read_file", "arguments": {"path": "sales.csv"}}]},
@@ -65,6 +66,7 @@ def test_run_writes_static_records_and_summaries(tmp_path: Path) -> None:
     assert not [o for c in executed.cells for o in c.outputs if WIDGET_MIME in o.get("data", {})]
 
 
+@pytest.mark.kernel
 def test_run_fails_when_a_run_fails_or_a_cell_errors(tmp_path: Path) -> None:
     script(tmp_path, "short.json", {"tool_calls": [{"name": "read_file", "arguments": {"path": "x"}}]})
     path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script short.json\nkeep going"])
@@ -75,6 +77,7 @@ def test_run_fails_when_a_run_fails_or_a_cell_errors(tmp_path: Path) -> None:
     assert result.returncode == 1 and "ZeroDivisionError" in result.stderr
 
 
+@pytest.mark.kernel
 def test_denied_by_default_headless_policy(tmp_path: Path) -> None:
     script(tmp_path, "write.json", {"tool_calls": [{"name": "create_file",
                                                     "arguments": {"path": "r.md", "content": "x"}}]},
@@ -90,12 +93,14 @@ def test_denied_by_default_headless_policy(tmp_path: Path) -> None:
     assert result.stdout.strip().splitlines()[-1].startswith("FAILED: 1 run(s), 1 completed_with_errors")
 
 
+@pytest.mark.kernel
 def test_missing_notebook_is_a_clear_error(tmp_path: Path) -> None:
     result = nbagent("run", "nope.ipynb", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == "nbagent: error: nope.ipynb: no such file; pass the path of a notebook (.ipynb)\n"
 
 
+@pytest.mark.kernel
 def test_a_text_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     """`nbagent run notes.txt` printed nbformat's 40-line traceback and exited 1."""
     (tmp_path / "notes.txt").write_text("hello\n")
@@ -106,6 +111,7 @@ def test_a_text_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
         assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"nbagent: error: {name}: not a notebook")
 
 
+@pytest.mark.kernel
 def test_unknown_variable_fails_the_cell_and_the_run(tmp_path: Path) -> None:
     script(tmp_path, "s.json", {"content": "never asked"})
     path = notebook(tmp_path, ["%load_ext nbagent", "%%agent --script s.json\nSummarise {nosuchvar}",
@@ -130,6 +136,7 @@ def tool_error_notebook(folder: Path) -> Path:
                              "%%agent --script write.json\nwrite report.md"])
 
 
+@pytest.mark.kernel
 def test_a_run_whose_tools_failed_is_not_reported_as_ok(tmp_path: Path) -> None:
     path = tool_error_notebook(tmp_path)
     result = nbagent("run", str(path), "--approve", "all", cwd=tmp_path)
@@ -142,6 +149,7 @@ def test_a_run_whose_tools_failed_is_not_reported_as_ok(tmp_path: Path) -> None:
     assert (tmp_path / "report.md").read_text() == "an older report\n"
 
 
+@pytest.mark.kernel
 def test_allow_tool_errors_accepts_them_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
@@ -160,6 +168,7 @@ def test_allow_tool_errors_accepts_them_and_says_so(tmp_path: Path, capsys: pyte
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAILED: 1 run(s)")
 
 
+@pytest.mark.kernel
 def test_a_run_continued_in_a_later_cell_has_one_record_everywhere(tmp_path: Path) -> None:
     """The run waits in cell 2 (nobody can answer headless: the cell fails, tagged raises-exception), `%agent
     approve` continues it in cell 3: the executed notebook shows the final record in both cells."""
@@ -213,6 +222,7 @@ def test_latest_records_replaces_older_records_of_a_run() -> None:
 SILENT = "class Silent(Exception):\n    def _render_traceback_(self):\n        return []"
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("cells,line", [
     (["%load_ext nbagent", "%%agent --bogus\nWhich region sold most?"],
      "a cell failed: UsageError: %%agent: unrecognized arguments: --bogus"),
@@ -236,6 +246,7 @@ def run_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in keys and not k.startswith("NBAGENT_")}
 
 
+@pytest.mark.kernel
 def test_a_missing_api_key_fails_the_run_at_once_naming_the_variable(tmp_path: Path) -> None:
     """`--model openai/gpt-4o-mini` without OPENAI_API_KEY: "failed after 4 retries: InternalServerError" (12.8 s)
     before; now an authentication error, not retried, saying which variable to set. No network is needed: the
@@ -254,6 +265,7 @@ def test_a_missing_api_key_fails_the_run_at_once_naming_the_variable(tmp_path: P
     assert (error.error_type, error.retry_count) == ("AuthenticationError", 0)
 
 
+@pytest.mark.kernel
 def test_an_error_line_keeps_the_message_and_drops_litellms_wrapper(tmp_path: Path) -> None:
     """`…BadRequestError: litellm.BadRequestError: LLM Provider NOT p…` before: the class twice and litellm's
     prefix, cut before what is wrong. The summary line and the run's recorded error keep the message, which names

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import CALLS, agent, call, run, turns
+from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -107,7 +108,7 @@ TREES = st.recursive(LEAVES, lambda inner: st.lists(inner, max_size=4) | st.dict
                      | st.tuples(inner, inner), max_leaves=25)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(tree=TREES)
 def test_redact_walks_as_the_plain_recursion_did(tree: Any) -> None:
     r = Redactor(["my-known-secret-value"])
@@ -189,7 +190,7 @@ SECRETISH = st.sampled_from([
 ])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(parts=st.lists(SECRETISH | st.text(max_size=20), max_size=6))
 def test_the_quick_tests_in_spans_never_skip_a_secret(parts: list[str]) -> None:
     """`spans` skips the per-anchor and per-trigger loops when one regular expression finds no anchor or trigger:
@@ -211,7 +212,7 @@ def test_the_quick_tests_in_spans_never_skip_a_secret(parts: list[str]) -> None:
     assert quick == slow
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=st.text() | st.sampled_from(["a" * 8333, "\x01" * 8333, "\x01" * 8334, "é" * 49_000, "x" * 50_001]))
 def test_a_plain_string_result_is_what_the_json_round_trip_gave(text: str) -> None:
     from nbagent.runtime import MAX_RESULT_CHARS, _jsonable

@@ -290,6 +290,7 @@ def nbagent_run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           cwd=path.parent, timeout=300, check=False)
 
 
+@pytest.mark.kernel
 def test_nbagent_run_of_a_denied_write_fails_and_its_saved_record_says_not_done(tmp_path: Path) -> None:
     script(tmp_path, "write.json", [call("create_file", path="report.md", content="# Top\n")],
            "Wrote **report.md** with the top three regions.")
@@ -305,6 +306,7 @@ def test_nbagent_run_of_a_denied_write_fails_and_its_saved_record_says_not_done(
     assert nbagent_run(path, "--allow-tool-errors").returncode == 0
 
 
+@pytest.mark.kernel
 def test_a_saved_notebook_converted_to_html_shows_a_denial_an_undo_and_a_conflict(tmp_path: Path) -> None:
     script(tmp_path, "two.json", [call("create_file", path="a.txt", content="a\n"),
                                   call("create_file", path="c.txt", content="c\n")], "Created a.txt and c.txt")
@@ -341,6 +343,7 @@ def test_a_saved_notebook_converted_to_html_shows_a_denial_an_undo_and_a_conflic
     assert str(tmp_path) not in page
 
 
+@pytest.mark.kernel
 def test_the_saved_record_of_an_undone_run_says_undone_by(tmp_path: Path) -> None:
     script(tmp_path, "two.json", [call("create_file", path="a.txt", content="a\n")], "Created a.txt")
     path = notebook(tmp_path, [
@@ -368,6 +371,7 @@ def made_files(k: Any) -> str:
     return str(cell.records[0]["run_id"])
 
 
+@pytest.mark.kernel
 def test_a_panel_clicked_in_a_kernel_leaves_its_outcome_as_html_and_text(kernel: Any) -> None:
     rid = made_files(kernel)
     cell = kernel.run("from nbagent.store import Store\nfrom nbagent.undo.files import undo\n"
@@ -394,6 +398,7 @@ def test_a_panel_clicked_in_a_kernel_leaves_its_outcome_as_html_and_text(kernel:
     assert not (kernel.folder / "a.txt").exists()
 
 
+@pytest.mark.kernel
 def test_percent_agent_undo_leaves_the_panels_outcome_in_its_cell_and_marks_the_undone_record(kernel: Any) -> None:
     import time
 

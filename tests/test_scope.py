@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -256,7 +257,7 @@ def oracle(root: Path, path: str) -> bool:
     return inside and lexical_inside and not excluded
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=7))
 def test_guard_allows_a_path_iff_its_realpath_is_inside_and_not_excluded(maze: Path, segments: list[str]) -> None:
     path = "/".join(segments)
@@ -271,7 +272,7 @@ def test_guard_allows_a_path_iff_its_realpath_is_inside_and_not_excluded(maze: P
     assert allowed == oracle(Path(os.path.realpath(maze)), path), path
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(alphabet=string.ascii_letters + "._-/ " + "\u2024\uff0e\u200b\x00~\\", min_size=1, max_size=30))
 def test_guard_never_lets_arbitrary_text_out(maze: Path, text: str) -> None:
     guard = ScopeGuard(Scope(root=maze))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -129,7 +130,7 @@ def _assert_never_shown(events: list[str | None], secret: str) -> None:
         assert secret[:8] not in shown, (secret, shown)  # nor the secret, nor any prefix of 8 or more
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), before=FILLER, after=FILLER, b1=BOUNDARY, b2=BOUNDARY,
        cuts=st.lists(st.integers(0, 400), max_size=40))
 def test_stream_never_shows_a_secret_shape(data: Any, before: str, after: str, b1: str, b2: str,
@@ -142,7 +143,7 @@ def test_stream_never_shows_a_secret_shape(data: Any, before: str, after: str, b
     assert shown == r.text(text) and secret not in shown
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), before=FILLER, after=FILLER, cuts=st.lists(st.integers(0, 600), max_size=60))
 def test_stream_never_shows_a_secret_in_a_credential_file(data: Any, before: str, after: str,
                                                           cuts: list[int]) -> None:
@@ -155,7 +156,7 @@ def test_stream_never_shows_a_secret_in_a_credential_file(data: Any, before: str
     assert shown == r.text(text) and secret not in shown
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(secret=st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n", min_size=8, max_size=30).filter(
     # (a secret that starts like the marker itself, "REDACTED", is "shown" by every redaction: not a leak)
     lambda s: s.strip() == s and not s.isspace() and s[:8] not in REDACTED), before=FILLER, after=FILLER,

@@ -66,6 +66,7 @@ def test_seconds_and_flags(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
                     "the default)"]  # once
 
 
+@pytest.mark.kernel
 def test_a_cell_says_which_variable_is_wrong_and_the_kernel_goes_on(tmp_path: Path) -> None:
     turns = script(tmp_path / "s.json", answer("All done."))
     kernel = Kernel(tmp_path, env={"NBAGENT_MAX_STEPS": "abc", "NBAGENT_MODEL_PROCESS": "flase"})

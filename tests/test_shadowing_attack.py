@@ -97,6 +97,7 @@ def test_held_links_and_case(folder: Path, tmp_path_factory: pytest.TempPathFact
         shadowing.check("nbagent")
 
 
+@pytest.mark.kernel
 def test_held_the_standard_library_s_names_are_not_taken_from_the_folder_in_a_kernel(tmp_path: Path) -> None:
     """A kernel has '' after the standard library: a cloned repository's `secrets.py` or `difflib.py` (which a
     first run imports) is not what nbagent's import takes, so it never runs and the run works; a module

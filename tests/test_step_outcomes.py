@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bs4 import BeautifulSoup
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -147,7 +148,7 @@ results = st.fixed_dictionaries({"ran": st.just(True), "stdout": hostile}, optio
                                               optional={"text": hostile}), max_size=2)})
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(results, min_size=1, max_size=3))
 def test_a_step_is_ok_only_if_its_recorded_result_had_no_error(tmp_path_factory: Any,
                                                                 generated: list[dict[str, Any]]) -> None:

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -227,7 +228,7 @@ def test_a_commit_that_fails_is_kept_and_raised_by_the_group(tmp_path: Path, mon
 STEP = st.sampled_from(["llm", "thinking", "wait", "answer", "end", "turn", "new"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEP, min_size=1, max_size=25))
 def test_after_a_group_the_store_is_as_committing_each_checkpoint_at_once_leaves_it(
         tmp_path_factory: pytest.TempPathFactory, steps: list[str]) -> None:

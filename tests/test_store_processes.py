@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from helpers import new_run
 
 from nbagent.store import Store
@@ -53,6 +54,7 @@ def test_two_processes_append_5000_each(tmp_path: Path) -> None:
     assert report.events == 10_000 + 3 + 1  # + three run_started + session_created
 
 
+@pytest.mark.slow
 def test_writer_sigkilled_at_random_moments(tmp_path: Path) -> None:
     rng = random.Random(20261122)  # deterministic kill schedule
     store = Store(tmp_path / "nb.ipynb")

@@ -88,6 +88,7 @@ def test_streamed_tokens_never_carry_a_secret(tmp_path: Path, monkeypatch: pytes
     assert shown[0] == f"Your key is {REDACTED} and your token {REDACTED}, keep them safe."
 
 
+@pytest.mark.kernel
 def test_nbagent_run_keeps_env_secrets_out_of_the_notebook_the_log_and_the_output(tmp_path: Path) -> None:
     """The model streams the API key back and reads a file holding the HF token: neither value is saved."""
     import os

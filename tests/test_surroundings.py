@@ -83,6 +83,7 @@ def assert_only_the_person_was_asked(person: StubOpenAI, attacker: StubOpenAI) -
     assert asked and all(r.headers.get("authorization") == f"Bearer {KEY}" for r in asked)
 
 
+@pytest.mark.kernel
 def test_a_dotenv_beside_the_notebook_never_steers_litellm_imported_in_the_kernel(
         tmp_path: Path, servers: tuple[StubOpenAI, StubOpenAI]) -> None:
     """Where no model process can be started, litellm is imported in the kernel: its `load_dotenv()` would read
@@ -104,6 +105,7 @@ def test_a_dotenv_beside_the_notebook_never_steers_litellm_imported_in_the_kerne
         k.close()
 
 
+@pytest.mark.kernel
 def test_dotenv_files_at_every_level_reach_neither_the_kernel_nor_its_model_process(
         tmp_path: Path, servers: tuple[StubOpenAI, StubOpenAI]) -> None:
     """The kernel's model process (`python -P -m nbagent.models.process`) finds a `.env` above litellm's install (a
@@ -128,6 +130,7 @@ def test_dotenv_files_at_every_level_reach_neither_the_kernel_nor_its_model_proc
             k.close()
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("extra", [{}, {"NBAGENT_MODEL_PROCESS": "0"}], ids=["process", "thread"])
 def test_startup_files_a_venv_and_pyproject_settings_in_the_folder_run_and_set_nothing(
         tmp_path: Path, servers: tuple[StubOpenAI, StubOpenAI], extra: dict[str, str]) -> None:
@@ -165,6 +168,7 @@ def test_startup_files_a_venv_and_pyproject_settings_in_the_folder_run_and_set_n
         k.close()
 
 
+@pytest.mark.kernel
 def test_a_module_standing_in_for_a_dependency_of_nbagent_stops_the_cell_in_one_line(tmp_path: Path) -> None:
     """A kernel imports nbagent's runtime (pydantic, tinydb, nh3, wcmatch, markdown-it...) at its first `%%agent`
     cell: a module of that name in the folder would run there. It never runs; one line names it; once moved away,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from kernel_harness import Kernel
 
 PROBE = ("from nbagent.models.llm import library\n"
@@ -17,6 +18,7 @@ PROBE = ("from nbagent.models.llm import library\n"
          "['missing_keys'])")
 
 
+@pytest.mark.kernel
 def test_the_person_s_own_load_dotenv_while_litellm_is_imported_in_the_kernel_loads_their_file(tmp_path: Path
                                                                                               ) -> None:
     """Where litellm is imported in a thread of the kernel (no model process), the guard against litellm's own
@@ -46,6 +48,7 @@ def test_the_person_s_own_load_dotenv_while_litellm_is_imported_in_the_kernel_lo
         k.close()
 
 
+@pytest.mark.kernel
 def test_held_a_variable_set_or_removed_in_a_cell_reaches_the_model_process_at_the_next_call(tmp_path: Path
                                                                                              ) -> None:
     """The kernel's environment, with the person's `LITELLM_MODE=DEV` (litellm's mode that reads `.env`) and a

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +50,7 @@ _ALPHABET = st.sampled_from(['"', "\\", "'", " ", ":", "=", "\n", "{", "}", "[",
                              "password", "token", "api_key", PASSWORD, "sk-test0123456789abcdefABCDEF"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.sampled_from(["code", "content", "password", "path", "nested"]),
                        st.one_of(st.lists(_ALPHABET, max_size=12).map("".join),
                                  st.lists(st.lists(_ALPHABET, max_size=6).map("".join), max_size=3)),

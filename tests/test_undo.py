@@ -281,6 +281,7 @@ def test_a_file_now_a_symlink_or_a_damaged_copy_is_refused_and_nothing_changes(f
 # tell a notebook as cells.ts applies the comm), a person edits and deletes cells between runs, and every claim the
 # undo and the undone record make about a cell is checked against the notebook after the undo.
 
+from examples import examples  # noqa: E402
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -350,7 +351,8 @@ ops = st.lists(st.tuples(st.sampled_from(["add", "add", "replace", "replace", "e
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(plan=ops, which=st.integers(0, 9))
 @example(plan=[("add", 0), ("run", 0), ("replace", 0), ("add", 1)], which=0)  # restored, and removed
 @example(plan=[("add", 0), ("add", 1), ("run", 0), ("replace", 0), ("edit", 1)], which=1)  # removed, and kept

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -76,7 +78,7 @@ USER = st.text("abcdefghijklmnopqrstuvwxyz", max_size=10)
 FILLER = st.text("abcdefghijklmnopqrstuvwxyz .,;!?()\n", max_size=60)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(password=PASSWORD, user=USER, before=FILLER, after=FILLER, scheme=st.sampled_from(["postgresql", "https"]),
        tail=st.sampled_from(["", "/prod", ":5432/db?x=1"]), cuts=st.lists(st.integers(0, 200), max_size=40))
 def test_a_stream_shows_no_url_password_and_ends_as_the_whole_text(password: str, user: str, before: str,
@@ -144,6 +146,7 @@ def test_the_python_api_gives_on_problem_redacted_lines(tmp_path: Path) -> None:
     assert problems and _leaks(" ".join(problems)) == []
 
 
+@pytest.mark.kernel
 def test_nbagent_run_shows_and_saves_no_password_of_a_server_that_did_not_start(tmp_path: Path) -> None:
     (tmp_path / "mcp.json").write_text(json.dumps(_config(tmp_path)))
     (tmp_path / "s.json").write_text(json.dumps({"turns": [{"content": "Nothing to do."}]}))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stub_openai import HttpError, Reply, Respond, StubOpenAI, tool_call
@@ -205,7 +206,7 @@ SERVED = st.fixed_dictionaries({}, optional={k: PARSED for k in ("prompt_tokens"
                                                                  "total_tokens")})
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(SERVED)
 def test_property_no_usage_a_server_sends_refills_the_budget(stub: StubOpenAI, usage: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as folder:
