@@ -199,7 +199,7 @@ def cost(side: dict[str, Any]) -> tuple[float, float]:
 
 def litellm_check(side: dict[str, Any], marks: list[int]) -> list[tuple[int, int, int]]:
     """(cell, server's count, litellm.token_counter's) for the served requests of the measured cells."""
-    from nbagent.models.llm import import_litellm
+    from nbagent.models.library import import_litellm
 
     litellm = import_litellm()
     out = []

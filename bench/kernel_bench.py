@@ -99,7 +99,7 @@ IMPORT_CELL = TIMED_CELL.format(code="import nbagent")
 # After `import nbagent` and `%load_ext nbagent`, what the first run adds: the live view's widget module
 # (anywidget, ipywidgets) and litellm (imported the way nbagent.models.llm imports it).
 FIRST_RUN_IMPORTS = (("widget", "import nbagent.ui.widget"),
-                     ("litellm", "import nbagent.models.llm\nnbagent.llm.import_litellm()"))
+                     ("litellm", "import nbagent.models.llm\nnbagent.models.llm.import_litellm()"))
 
 # Two tiny stdlib modules nothing else imports mark where the load starts and ends in the importtime log.
 IMPORTTIME_CELL = "import colorsys\n%load_ext nbagent\nimport graphlib\n"

@@ -27,7 +27,8 @@ from stub_openai import Recorded, Reply, StubOpenAI, Trickle
 
 from nbagent.models import llm
 from nbagent.models import process as modelproc
-from nbagent.models.llm import ModelError, ModelSettings, complete
+from nbagent.models.llm import complete
+from nbagent.models.reply import ModelError, ModelSettings
 from nbagent.store import Store
 
 MODEL = "openai/stub-model"

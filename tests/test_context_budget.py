@@ -480,7 +480,7 @@ def test_without_a_window_every_request_starts_with_the_system_prompt_and_the_hi
 ])
 def test_a_refusal_for_length_is_told_from_other_errors(error_type: str, message: str, refusal: bool,
                                                         limit: int | None) -> None:
-    from nbagent.models.llm import ModelError
+    from nbagent.models.reply import ModelError
     from nbagent.runtime.fitting import is_context_refusal, limit_said
 
     assert is_context_refusal(ModelError(message, error_type=error_type)) is refusal

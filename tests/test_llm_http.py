@@ -19,7 +19,8 @@ from stub_openai import Delay, HttpError, Reply, StubOpenAI, tool_call
 
 from nbagent.events.state import RunStatus
 from nbagent.gate.deciders import PolicyDecider
-from nbagent.models.llm import ModelError, ModelReply, ModelSettings, complete
+from nbagent.models.llm import complete
+from nbagent.models.reply import ModelError, ModelReply, ModelSettings
 from nbagent.runtime import Agent, RunResult
 from nbagent.tools.base import tool
 
@@ -516,8 +517,10 @@ def test_a_first_call_with_tools_loads_no_mcp_gateway_and_leaves_the_environment
 
 
 def _streamed(stub: StubOpenAI, rest: Any) -> Any:
-    """One streamed call through llm._call, as the model process makes it (`rest`: what takes the stream's end)."""
-    from nbagent.models.llm import _call, _response_dict, import_litellm
+    """One streamed call through `stream.call`, as the model process makes it (`rest`: what takes the stream's
+    end)."""
+    from nbagent.models.library import import_litellm
+    from nbagent.models.stream import call, response_dict
 
     kwargs = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "api_base": stub.base_url, "api_key": API_KEY,
               "stream": True, "stream_options": {"include_usage": True}, "num_retries": 0}
@@ -526,12 +529,12 @@ def _streamed(stub: StubOpenAI, rest: Any) -> Any:
         tails: list[Any] = []
         tokens: list[str] = []
         try:
-            reply = await _call(import_litellm(), dict(kwargs), MESSAGES, tokens.append,
-                                rest=tails.append if rest else None)
+            reply = await call(import_litellm(), dict(kwargs), MESSAGES, tokens.append,
+                               rest=tails.append if rest else None)
         finally:
             for tail in tails:  # litellm's end of the stream, after the answer: no text of the reply is left in it
                 assert not [c for c in [_ async for _ in tail] if c.choices and c.choices[0].delta.content]
-        return _response_dict(reply), tokens, len(tails)
+        return response_dict(reply), tokens, len(tails)
 
     return asyncio.run(go())
 
@@ -555,7 +558,7 @@ def test_a_stream_handed_over_before_litellms_end_gives_the_same_answer(stub: St
 
 
 def test_a_stream_cut_before_its_finish_is_never_handed_over_as_whole(stub: StubOpenAI) -> None:
-    from nbagent.models.llm import IncompleteStream
+    from nbagent.models.stream import IncompleteStream
 
     stub.push(Reply(content="one two three four", cut_after=2, cut="clean"))
     with pytest.raises(IncompleteStream):

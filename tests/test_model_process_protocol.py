@@ -16,7 +16,7 @@ from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbagent.models import llm
+from nbagent.models import llm, reply
 from nbagent.models import process as modelproc
 
 NAMES = ["RateLimitError", "BadRequestError", "ContextWindowExceededError", "APIConnectionError", "Timeout",
@@ -53,7 +53,7 @@ def test_an_error_chain_decides_the_same_in_the_kernel(chain: list[tuple], how: 
     assert type(again).__name__ == type(made[0]).__name__
     assert llm.is_transient(again) == llm.is_transient(made[0])
     assert llm.error_message(again) == llm.error_message(made[0])
-    assert [type(e).__name__ for e in llm._chain(again)] == [type(e).__name__ for e in llm._chain(made[0])]
+    assert [type(e).__name__ for e in reply.causes(again)] == [type(e).__name__ for e in reply.causes(made[0])]
 
 
 def test_a_missing_package_stays_a_module_not_found_error_naming_it() -> None:

@@ -22,8 +22,9 @@ from agents import TOOLS, call, turns
 from nbagent.events.state import RunStatus
 from nbagent.gate.deciders import PolicyDecider
 from nbagent.models.function import FunctionModel
-from nbagent.models.llm import ModelError, ModelSettings, complete
+from nbagent.models.llm import complete
 from nbagent.models.provider import register_local
+from nbagent.models.reply import ModelError, ModelSettings
 from nbagent.models.scripted import ScriptedModel
 from nbagent.runtime import Agent
 

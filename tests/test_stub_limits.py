@@ -23,7 +23,8 @@ from stub_openai import (
     encoding_name,
 )
 
-from nbagent.models.llm import ModelError, ModelSettings, complete
+from nbagent.models.llm import complete
+from nbagent.models.reply import ModelError, ModelSettings
 
 # OpenAI cookbook, "How to count tokens with tiktoken": these messages are 124 prompt tokens for gpt-4o-mini and 129
 # for gpt-4 as counted by the API; with the weather tool, 101 (gpt-4o-mini) and 105 (gpt-4)

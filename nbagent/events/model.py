@@ -29,8 +29,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
+from nbagent.events.effect import Effect
 from nbagent.events.levels import Autonomy, Risk
-from nbagent.gate.effects import Effect
 
 # --------------------------------------------------------------------------------------------- hashing
 

@@ -9,35 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbagent.ipython.kernel_version import MIN_IPYKERNEL, ipykernel_problem
+
 __all__ = ["MIN_IPYKERNEL", "ipykernel_problem", "load_ipython_extension", "unload_ipython_extension"]
-
-MIN_IPYKERNEL = (7, 4)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-def ipykernel_problem() -> str | None:
-    """Why approvals cannot work in this kernel, or None."""
-    import sys
-
-    if "ipykernel" not in sys.modules:
-        return None  # plain IPython (a terminal): headless policies still work
-    import ipykernel
-
-    if _version(ipykernel.__version__) < MIN_IPYKERNEL:
-        return (
-            f"nbagent needs ipykernel >= 7.4 for inline approvals (this kernel has {ipykernel.__version__}): older "
-            "kernels cannot handle a button click while a cell is waiting, so an approval would hang. Install it "
-            "with `pip install -U 'ipykernel>=7.4'` and restart the kernel. Meanwhile --approve all|none|low works."
-        )
-    return None
-
 
 def load_ipython_extension(ip: Any) -> None:
     from nbagent.ipython.magics import register

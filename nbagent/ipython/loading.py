@@ -91,7 +91,7 @@ def use_process() -> bool:
 def _load() -> None:
     for name in MODULES:
         importlib.import_module(name)
-    from nbagent.models.llm import FIRST_CALL, import_litellm
+    from nbagent.models.library import FIRST_CALL, import_litellm
 
     import_litellm()
     for name in FIRST_CALL:

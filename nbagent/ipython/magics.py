@@ -7,7 +7,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from nbagent.ipython import ipykernel_problem
+from nbagent.ipython.kernel_version import ipykernel_problem
 from nbagent.ipython.transform import transform
 
 

@@ -25,8 +25,9 @@ import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nbagent.events.effect import Op, Target
 from nbagent.events.levels import Risk
-from nbagent.gate.effects import Op, Target, current_effect, resolve_target
+from nbagent.gate.effects import current_effect, resolve_target
 from nbagent.mcp import rules_filesystem as fsr
 from nbagent.mcp import rules_git as gitr
 from nbagent.mcp.config import ServerConfig

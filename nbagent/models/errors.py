@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
-    from nbagent.models.llm import ModelSettings
+    from nbagent.models.reply import ModelSettings
 
 EXAMPLES = "openai/gpt-4o-mini, anthropic/claude-sonnet-4-5 or ollama/llama3.2"
 PROVIDERS_URL = "https://docs.litellm.ai/docs/providers"
@@ -41,9 +41,9 @@ _FIELD = re.compile(r"^(\w+)\n\s+Input should be ([^\[\n]+?)\s*\[type=\w+, input
 
 def explained(exc: BaseException, settings: ModelSettings) -> str | None:
     """The line for `exc` (a model call's failure, whole chain), or None where litellm's own says enough."""
-    from nbagent.models.llm import _chain
+    from nbagent.models.reply import causes
 
-    chain = _chain(exc)
+    chain = causes(exc)
     text = "\n".join(str(e) for e in chain)
     if "LLM Provider NOT provided" in text:
         return unknown_provider(settings.model)

@@ -20,64 +20,26 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Callable
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
-
-from nbagent.events.model import Usage, canonical_json
-from nbagent.models.tool_calls import ToolCallRequest, parse_tool_calls
+from nbagent.events.model import Usage
+from nbagent.models.library import import_litellm
+from nbagent.models.reply import (
+    ModelError,
+    ModelReply,
+    ModelSettings,
+    causes,
+    is_transient,
+)
+from nbagent.models.stream import call, cost_of, deadline, response_dict
+from nbagent.models.tool_calls import parse_tool_calls
 from nbagent.retrying import with_retries
-
-
-class ModelTimeout(TimeoutError):
-    """A model call that ran past its deadline (`ModelSettings.timeout`, on the whole call, streamed or not): it was
-    cancelled, and is not retried (`is_transient`): a retry would wait as long again on a server that has just shown
-    it cannot answer in time, and the person's bound on a call would become (retries + 1) times itself."""
-
-
-class ModelError(Exception):
-    """A model call failed for good (after retries, or at once for a non-transient error)."""
-
-    def __init__(self, message: str, *, retry_count: int = 0, transient: bool = False,
-                 error_type: str | None = None) -> None:
-        super().__init__(message)
-        self.retry_count = retry_count
-        self.transient = transient
-        self.error_type = error_type
-
-
-# Read by litellm when it is imported: the price map from its own package, not fetched over the network; no
-# telemetry; and no walk of every message to shorten base64 payloads for logs nbagent does not use (6 ms a call at
-# 1,000 steps and growing). Set for the import only, unless set already: the environment is left as it was.
-_IMPORT_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
-               "MAX_BASE64_LENGTH_FOR_LOGGING": "0"}
-# Set for the import whatever they were, then put back: litellm's `__init__` calls python-dotenv's `load_dotenv()`
-# in its "DEV" mode (the default), which fills the environment from the first `.env` found walking up from the
-# working folder (a kernel) or from litellm's own install (a `.venv/` inside a project), so a cloned repository's
-# `OPENAI_BASE_URL` would carry the person's key to another server. No dotfile steers the model layer:
-# docs/configuration.md, "What nbagent reads". Not python-dotenv's own switch (PYTHON_DOTENV_DISABLED): where the
-# import runs in a thread of the kernel, a cell's own `load_dotenv()` during those seconds would load nothing, and
-# litellm's is its only call at import (tests/test_surroundings.py plants a `.env` at every level to hold it so).
-_NO_DOTENV = {"LITELLM_MODE": "PRODUCTION"}
-
-
-# what litellm's first call imports beyond `import litellm` (its proxy's file-id helpers, the stream builder's types,
-# the openai client and handler): ~0.4 s that a first call would otherwise spend, imported ahead by whoever loads
-# the library for a kernel (nbagent/models/process.py, nbagent/ipython/loading.py). Internal names of litellm 1.106.2,
-# so each is best-effort. Not its tokenizer: importing that sets TIKTOKEN_CACHE_DIR in os.environ for good.
-FIRST_CALL = ("litellm.proxy.openai_files_endpoints.common_utils",
-              "litellm.types.litellm_core_utils.streaming_chunk_builder_utils", "litellm.llms.openai.openai",
-              "litellm.llms.openai_like.dynamic_config", "openai.resources.chat")
-
 
 _TABLE = frozenset({"get_model_info", "supports_vision"})
 _looked_up: dict[tuple[str, str], str] = {}  # (name, arguments) -> the result's JSON
@@ -104,138 +66,7 @@ def library(name: str, **kwargs: Any) -> Any:
     return list(value) if name == "encode" else value
 
 
-def import_litellm() -> ModuleType:
-    """litellm, imported on first use (in a kernel's model process, or in plain Python; nbagent/models/process.py)."""
-    import sys
-
-    if "litellm" in sys.modules and hasattr(sys.modules["litellm"], "acompletion"):
-        return sys.modules["litellm"]
-    from nbagent.shadowing import check
-
-    check()  # a litellm.py (or openai/, httpx.py...) in the working folder would run here: refused, in one line
-    added = {k: v for k, v in _IMPORT_ENV.items() if k not in os.environ}
-    forced = {k: os.environ.get(k) for k in _NO_DOTENV}
-    try:
-        os.environ.update(added)
-        os.environ.update(_NO_DOTENV)
-        import litellm
-    finally:
-        for key, value in {**added, **_NO_DOTENV}.items():  # unless the person set it meanwhile (another cell)
-            if os.environ.get(key) == value:
-                before = forced.get(key)
-                if before is None:
-                    del os.environ[key]
-                else:
-                    os.environ[key] = before
-    import logging
-
-    if not os.environ.get("NBAGENT_LITELLM_DEBUG"):
-        # litellm's own warnings (its logging worker, cost-map notes) are noise in a notebook; our events
-        # record what matters. NBAGENT_LITELLM_DEBUG=1 brings them back.
-        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
-    litellm.suppress_debug_info = True
-    litellm.telemetry = False
-    return litellm
-
-
-class ModelSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str
-    api_base: str | None = None
-    api_key: SecretStr | None = None
-    # seconds the whole call may take (each attempt, from the request to the reply's end, streamed or not: `deadline`);
-    # litellm bounds each read by it too. `timeout_setting` is how the person sets it, named when it passes.
-    timeout: float = 120.0
-    timeout_setting: str = "Agent(timeout=...)"
-    max_retries: int = 4
-    retry_base: float = 0.5  # seconds; waits 0.5, 1, 2, 4... capped at retry_cap
-    retry_cap: float = 20.0
-    params: dict[str, Any] = Field(default_factory=dict)  # temperature, max_tokens...
-
-
-class ModelReply(BaseModel):
-    content: str | None = None
-    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
-    usage: Usage = Field(default_factory=Usage)
-    cost: float | None = None
-    latency_ms: float = 0.0
-    retry_count: int = 0
-    finish_reason: str | None = None
-    response: dict[str, Any] = Field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------------------------- transient
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = getattr(cur, "original_exception", None) or cur.__cause__ or cur.__context__
-    return seen
-
-
-def is_transient(exc: BaseException) -> bool:
-    from nbagent.models.base import ModelScriptError
-
-    chain = _chain(exc)
-    if any(isinstance(e, ModelScriptError | ModelTimeout) for e in chain):
-        return False
-    for e in chain:
-        if isinstance(e, ConnectionError | TimeoutError):
-            return True
-        name = type(e).__name__
-        if name in ("Timeout", "APITimeoutError", "APIConnectionError", "RateLimitError", "InternalServerError",
-                    "ServiceUnavailableError", "BadGatewayError", "TimeoutError", "ConnectError", "ReadTimeout"):
-            return True
-        status = getattr(e, "status_code", None)
-        if isinstance(status, int) and (status in (408, 409, 429) or status >= 500):
-            return True
-    return False
-
-
-# ------------------------------------------------------------------------------------------- fingerprint
-
-
-def sha(obj: Any) -> str:
-    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
-
-
-class Fingerprint:
-    """Rolling hash over a run's messages: O(new messages) per call, not O(all messages)."""
-
-    def __init__(self, tools: list[dict[str, Any]], prefix: list[dict[str, Any]]) -> None:
-        self.tools_sha = sha(tools)
-        self.prefix_sha = sha(prefix)
-        self.prefix_len = len(prefix)
-        self._own_hashed = 0
-        self._rolling = self.prefix_sha
-
-    def of(self, own: list[dict[str, Any]]) -> str:
-        if len(own) < self._own_hashed:
-            raise ValueError("messages shrank between calls")
-        h = self._rolling
-        for m in own[self._own_hashed:]:
-            h = hashlib.sha256((h + canonical_json(m)).encode("utf-8")).hexdigest()
-        self._rolling, self._own_hashed = h, len(own)
-        return hashlib.sha256((self.tools_sha + h).encode("utf-8")).hexdigest()
-
-
 # ------------------------------------------------------------------------------------------- the call
-
-
-def _response_dict(resp: Any) -> dict[str, Any]:
-    data = resp.model_dump() if hasattr(resp, "model_dump") else dict(resp)
-    keep = {k: data.get(k) for k in ("id", "model", "created", "object", "system_fingerprint", "usage")}
-    keep["choices"] = [
-        {"index": c.get("index", 0), "finish_reason": c.get("finish_reason"),
-         "message": {k: v for k, v in (c.get("message") or {}).items()
-                     if k in ("role", "content", "tool_calls", "reasoning_content") and v is not None}}
-        for c in data.get("choices") or []
-    ]
-    plain: dict[str, Any] = json.loads(json.dumps(keep, default=str))
-    return plain
 
 
 def _process() -> Any:
@@ -326,8 +157,8 @@ async def complete(
         if process is not None:  # again each attempt: one that ended (killed, out of memory) is started again
             return await (_process() or process).complete(kwargs, on_token, within=within)
         async with within():
-            resp = await _call(litellm, kwargs, messages, on_token)
-        return _response_dict(resp), _cost(litellm, resp, settings.model)
+            resp = await call(litellm, kwargs, messages, on_token)
+        return response_dict(resp), cost_of(litellm, resp, settings.model)
 
     def first_failed(exc: BaseException) -> None:
         if not local:
@@ -343,7 +174,7 @@ async def complete(
     except Exception as exc:
         from nbagent.models.base import ModelScriptError
 
-        script_error = next((e for e in _chain(exc) if isinstance(e, ModelScriptError)), None)
+        script_error = next((e for e in causes(exc) if isinstance(e, ModelScriptError)), None)
         if script_error is not None:  # our own offline model's message, without litellm's wrapping
             raise ModelError(str(script_error), error_type=type(script_error).__name__) from exc
         if missing:
@@ -417,68 +248,6 @@ def missing_keys(settings: ModelSettings) -> list[str]:
     except Exception:
         return []
     return [k for k in found.get("missing_keys") or [] if isinstance(k, str) and k.endswith("_API_KEY")]
-
-
-@contextlib.asynccontextmanager
-async def deadline(seconds: float, setting: str) -> AsyncIterator[None]:
-    """The whole of a model call within `seconds`: past them it is cancelled (its stream closed, `_call`; in the
-    model process, cancelled there) and fails as a ModelTimeout naming the deadline and `setting`. A read's own
-    timeout cannot do this: a server that sends a piece every second never makes one read wait long."""
-    scope = asyncio.timeout(seconds)
-    try:
-        async with scope:
-            yield
-    except TimeoutError:
-        if not scope.expired():
-            raise  # a timeout of the call's own (litellm's, on a read): retried as before
-        raise ModelTimeout(f"no complete reply within {seconds:g} s, the model call's deadline; a slower model "
-                           f"needs a longer one: {setting}") from None
-
-
-async def _call(litellm: Any, kwargs: dict[str, Any], messages: list[dict[str, Any]],
-                on_token: Callable[[str], None] | None,
-                rest: Callable[[Any], object] | None = None) -> Any:
-    """One litellm call, streamed when there is `on_token`. `rest` (a long-lived loop's: the model process's) is
-    handed a stream whose reply is whole (finish reason and usage in), to read to its end after the answer."""
-    if on_token is None:
-        return await litellm.acompletion(**kwargs)
-    stream = await litellm.acompletion(**kwargs)
-    chunks = []
-    finished = False
-    try:
-        async for chunk in stream:
-            chunks.append(chunk)
-            choice = chunk.choices[0] if chunk.choices else None
-            if choice is not None and choice.delta.content:
-                on_token(choice.delta.content)
-            finished = finished or bool(choice is not None and choice.finish_reason)
-            if rest is not None and finished and getattr(chunk, "usage", None) is not None:
-                rest(stream)  # litellm's end of stream (its logging, ~1 ms) no longer delays the answer
-                break
-    except BaseException:  # cancelled (the deadline, an interrupt) or failed: the connection is closed now, not
-        with contextlib.suppress(Exception):  # whenever the stream is collected, so the server stops sending
-            await stream.aclose()
-        raise
-    if getattr(stream, "received_finish_reason", "unknown") is None:
-        # the body ended without a finish chunk: litellm would invent finish_reason "stop" and pass a cut reply
-        # off as complete, so this is treated as a dropped connection (and retried)
-        raise IncompleteStream(f"the stream ended after {len(chunks)} chunk(s) without a finish reason")
-    return litellm.stream_chunk_builder(chunks, messages=messages)
-
-
-class IncompleteStream(ConnectionError):
-    """A streamed reply that stopped before its end (transient: retried)."""
-
-
-def _cost(litellm: Any, resp: Any, model: str) -> float | None:
-    hidden = getattr(resp, "_hidden_params", None) or {}
-    cost = hidden.get("response_cost")
-    if isinstance(cost, int | float):
-        return float(cost)
-    try:
-        return float(litellm.completion_cost(completion_response=resp, model=model))
-    except Exception:
-        return None  # a model without a known price: reported as unknown, never as free
 
 
 def accepts_images(model: str) -> bool:

@@ -296,10 +296,10 @@ def current() -> ModelProcess | None:
 
 
 def _describe(exc: BaseException) -> list[dict[str, Any]]:
-    from nbagent.models.llm import _chain
+    from nbagent.models.reply import causes
 
     out = []
-    for e in _chain(exc):
+    for e in causes(exc):
         status = getattr(e, "status_code", None)
         out.append({"type": type(e).__name__, "module": type(e).__module__,
                     "status_code": status if isinstance(status, int) else None,
@@ -320,14 +320,14 @@ class _Child:
         self.out = out
         self.lock = threading.Lock()
         self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.rest: set[asyncio.Task[None]] = set()  # the ends of answered streams (llm._call's `rest`)
+        self.rest: set[asyncio.Task[None]] = set()  # the ends of answered streams (stream.call's `rest`)
         self.litellm: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.early: list[bytes] = []  # requests that came while loading
         self.lines: asyncio.Queue[bytes] = asyncio.Queue()
 
     def later(self, stream: Any) -> None:
-        """Read an answered stream to its end on this process's loop, after the answer has gone (llm._call's
+        """Read an answered stream to its end on this process's loop, after the answer has gone (stream.call's
         `rest`): a task kept until it ends."""
         task = asyncio.get_running_loop().create_task(_read_to_end(stream))
         self.rest.add(task)
@@ -343,7 +343,7 @@ class _Child:
         began = time.perf_counter()
         for name in modules:
             importlib.import_module(name)
-        from nbagent.models.llm import FIRST_CALL, import_litellm
+        from nbagent.models.library import FIRST_CALL, import_litellm
 
         self.litellm = import_litellm()
         for name in FIRST_CALL:
@@ -374,12 +374,12 @@ class _Child:
         n = msg.get("id")
         try:
             if msg.get("op") == "complete":
-                from nbagent.models.llm import _call, _cost, _response_dict
+                from nbagent.models.stream import call, cost_of, response_dict
 
                 kwargs = msg["kwargs"]
                 on_token = (lambda t: self.send({"id": n, "token": t})) if msg.get("stream") else None
-                resp = await _call(self.litellm, kwargs, kwargs["messages"], on_token, rest=self.later)
-                result: Any = [_response_dict(resp), _cost(self.litellm, resp, kwargs["model"])]
+                resp = await call(self.litellm, kwargs, kwargs["messages"], on_token, rest=self.later)
+                result: Any = [response_dict(resp), cost_of(self.litellm, resp, kwargs["model"])]
             elif msg.get("op") == "call" and msg.get("name") in CALLS:
                 value = getattr(self.litellm, msg["name"])(**(msg.get("kwargs") or {}))
                 result = list(value) if msg["name"] == "encode" else value

@@ -223,7 +223,7 @@ async def local_completion(model: str, messages: list[dict[str, Any]], tools: li
                            ) -> tuple[dict[str, Any], float]:
     """One offline model call without litellm: (the response as `nbagent.models.llm` records it, its nominal cost).
 
-    The response is what `llm._response_dict` made of litellm's `ModelResponse` for our provider: without a
+    The response is what `stream.response_dict` made of litellm's `ModelResponse` for our provider: without a
     stream `model` is "nbagent/<name>" and a missing text is left out; streamed (`on_token`), the text goes out
     in the same pieces, and the rebuilt response has `model` "<name>", text "" when there is none, the cost in
     `usage`, and for a text-only reply the completion token details litellm's stream builder adds.
@@ -279,7 +279,7 @@ def ensure_registered() -> None:
     global _registered
     if _registered:
         return
-    from nbagent.models.llm import import_litellm
+    from nbagent.models.library import import_litellm
 
     import_litellm()  # sets the environment litellm reads when imported, and checks for `mcp`
     import litellm

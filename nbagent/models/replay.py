@@ -158,7 +158,7 @@ class ReplayModel(LocalModel):
                 f"replay diverged at model call {turn + 1}: the conversation before this run differs from the "
                 f"recording {self.source} (system prompt or earlier cells changed)"
             )
-        from nbagent.models.llm import sha
+        from nbagent.models.reply import sha
 
         if expected.tools_sha is not None and sha(tools) != expected.tools_sha:
             now = [t.get("function", {}).get("name") for t in tools]

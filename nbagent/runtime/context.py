@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from nbagent.gate.deciders import Decider
     from nbagent.gate.policy import Authorizer, AuthPolicy, Budget
     from nbagent.models.base import LocalModel
-    from nbagent.models.llm import Fingerprint, ModelError, ModelReply, ModelSettings
+    from nbagent.models.reply import Fingerprint, ModelError, ModelReply, ModelSettings
     from nbagent.models.tool_calls import ToolCallRequest
     from nbagent.scope.rules import ScopeGuard
     from nbagent.secrets.redactor import Redactor

@@ -17,7 +17,8 @@ from typing import Any
 
 from nbagent.events.model import CompactedResult, ContextCompacted, Error, Usage
 from nbagent.events.state import RunState
-from nbagent.models.llm import ModelError, ModelReply, complete
+from nbagent.models.llm import complete
+from nbagent.models.reply import ModelError, ModelReply
 from nbagent.models.usage import floored, priced
 from nbagent.runtime.compaction import Compactions, candidates, capped, extract, transcript, view
 from nbagent.runtime.context import AgentBase, RunContext

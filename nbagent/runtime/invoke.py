@@ -21,7 +21,7 @@ from nbagent.events.model import (
     ToolCallStarted,
 )
 from nbagent.events.state import RunState, RunStatus
-from nbagent.models.llm import is_transient
+from nbagent.models.reply import is_transient
 from nbagent.models.tool_calls import ToolCallRequest
 from nbagent.retrying import with_retries
 from nbagent.runtime.context import CONTROL_RISK, MAX_RESULT_CHARS, AgentBase, RunContext, _ms

@@ -32,12 +32,8 @@ from nbagent.events.model import (
 )
 from nbagent.events.state import RunState, assistant_message
 from nbagent.gate.policy import hour_ago_iso
-from nbagent.models.llm import (
-    Fingerprint,
-    ModelError,
-    accepts_images,
-    complete,
-)
+from nbagent.models.llm import accepts_images, complete
+from nbagent.models.reply import Fingerprint, ModelError
 from nbagent.runtime.caching import cache_marked
 from nbagent.runtime.context import MAX_RESULT_CHARS, AgentBase, RunContext, RunResult, RunStateError, cut
 from nbagent.runtime.fitting import is_context_refusal

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from nbagent.models.base import LocalModel
-from nbagent.models.llm import ModelSettings
+from nbagent.models.reply import ModelSettings
 
 if TYPE_CHECKING:
     from nbagent.gate.deciders import Decider

@@ -103,3 +103,8 @@ def summary_tail(view: dict[str, Any]) -> str:
 
 
 __all__ = ["COMPACT", "cells_changed", "changed_words", "compact", "files_changed", "summary_head", "summary_tail"]
+
+
+def summary_words(view: dict[str, Any]) -> dict[str, Any]:
+    """The compact record's two lines, and whether the record folds to them (`record_words.words` carries them)."""
+    return {"compact": compact(view), "summary": summary_head(view), "summary_more": summary_tail(view)}

@@ -506,11 +506,12 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in str(text).split("\n"))
 
 
-def words(view: dict[str, Any]) -> dict[str, Any]:
+def words(view: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """The words and numbers a run shows, worded once, here: the record's renderings call the functions above, and
     the view state carries their result (`view["words"]`, set by `viewstate.with_words`) for the live view and the
     lab extension (labextension/src/run_view/), which show these strings as they are. labextension/test/words.test.ts
-    holds the two to saying the same on the same runs."""
+    holds the two to saying the same on the same runs. `summary` is the compact record's words
+    (`record_summary.summary_words`), which are made from these functions, so they come in from above."""
     v = view or {}
     nominal = bool(v.get("cost_nominal"))
     return {
@@ -523,14 +524,8 @@ def words(view: dict[str, Any]) -> dict[str, Any]:
         "undo_hint": undo_hint(v),
         "undo_note": undo_note(v)[1],  # (effects_summary: what an undo of this run did, by files and cells)
         "plans": {str(p.get("plan_id")): plan_summary(p) for p in v.get("plans") or [] if p.get("plan_id")},
-        **_summary_words(v),
+        **summary,
         # a reproduction's first line, worded here when it is not the one record.js words alike (reproducedLine)
         **({"reproduced": reproduced_line(v)} if v.get("decisions_asked") else {}),
     }
 
-
-def _summary_words(v: dict[str, Any]) -> dict[str, Any]:
-    """The compact record's two lines (record_summary), and whether the record folds to them."""
-    from nbagent.ui.record_summary import compact, summary_head, summary_tail
-
-    return {"compact": compact(v), "summary": summary_head(v), "summary_more": summary_tail(v)}

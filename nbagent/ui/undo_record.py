@@ -14,6 +14,15 @@ from typing import Any
 from nbagent.ui.record import CSS, diff_html, plural
 
 
+def again_hint(undo_run_id: Any, files: bool, cells: bool) -> str:
+    """What undoing this undo run does: it brings files back, never cells (a removed cell is not inserted again)."""
+    head = f"The undo is a recorded run: %agent undo {undo_run_id} undoes it"
+    if not cells:
+        return head + "."
+    return head + (": the files come back, the cells do not" if files else ", but the cells do not come back") + \
+        " (ask the agent to run them again)."
+
+
 def _esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
@@ -45,8 +54,6 @@ def outcome(offer: dict[str, Any], result: dict[str, Any] | None) -> tuple[str, 
         lines, body = _changes(restored + cells)
         uid = result.get("undo_run_id") or ""
         said = str(result.get("said") or plural(len(restored), "file", "files") + " put back")
-        from nbagent.ui.undo_view import again_hint
-
         hint = str(result.get("hint") or again_hint(uid, bool(restored), any(not c.get("kept") for c in cells)))
         return "ok", f"✓ undone: {said} (undo run {uid})", lines, body, hint
     if state == "refused" or (state is None and offer.get("state") == "conflicts"):

@@ -11,6 +11,7 @@ from typing import Any
 
 import traitlets
 
+from nbagent.ui.undo_record import again_hint, undo_bundle
 from nbagent.ui.widget import CSS, ESM, _Clickable
 
 log = logging.getLogger(__name__)
@@ -21,15 +22,6 @@ UNDO_ACTION = {"remove": "removed", "restore": "restored", "recreate": "restored
 CELL_ACTION = {"remove": "removed (the agent added it)", "restore": "restored to its code from before the agent "
                "replaced it", "keep": "kept: you edited it since; it is yours",
                "gone": "not in the notebook any more (deleted since): nothing to undo"}
-
-
-def again_hint(undo_run_id: Any, files: bool, cells: bool) -> str:
-    """What undoing this undo run does: it brings files back, never cells (a removed cell is not inserted again)."""
-    head = f"The undo is a recorded run: %agent undo {undo_run_id} undoes it"
-    if not cells:
-        return head + "."
-    return head + (": the files come back, the cells do not" if files else ", but the cells do not come back") + \
-        " (ask the agent to run them again)."
 
 
 def _cell_changes(report: Any, conflicts: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -216,8 +208,6 @@ class UndoView(_Clickable):
 
     def settle(self) -> dict[str, str]:
         """Replace the panel's output by its static record (same display id) and hand the page that bundle."""
-        from nbagent.ui.undo_record import undo_bundle
-
         bundle = undo_bundle(self.offer, self.result or None)
         self.ended = dict(bundle)
         try:

@@ -365,9 +365,10 @@ def view_state(state: RunState, events: list[EventBase], *, log_path: str = "",
 def with_words(view: dict[str, Any]) -> dict[str, Any]:
     """`view` with `words` (re)set: the words and numbers the run shows (`record_words.words`), so the live view and
     the lab extension show the record's own words. Call it again after changing a view (returns the same dict)."""
+    from nbagent.ui.record_summary import summary_words
     from nbagent.ui.record_words import words
 
-    view["words"] = words(view)
+    view["words"] = words(view, summary_words(view))
     return view
 
 
