@@ -7,7 +7,7 @@ Why: a kernel puts its working folder on `sys.path` (as `''`, before site-packag
 in the background after `%load_ext` when a model is configured, or for an `%%agent` cell. Code that nobody chose
 to run must not run because nbagent was loaded. The same holds for nbagent's own dependencies (pydantic, tinydb,
 nh3, wcmatch, markdown-it...), which a kernel imports at its first `%%agent` cell: `check("nbagent")` runs before
-each cell's work (nbagent/ipython/host.py) and before anything is imported ahead of one (nbagent/ipython/loading.py).
+each cell's work (nbagent/ipython/entry.py) and before anything is imported ahead of one (nbagent/ipython/loading.py).
 
 What counts: the import names of litellm and of every distribution it requires (its requirement closure, markers
 evaluated, no extras), found in a working folder as a module (`NAME.py`, `.pyc`, an extension module), a regular

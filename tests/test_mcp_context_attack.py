@@ -130,7 +130,7 @@ def test_a_config_env_value_echoed_by_a_crashing_server_is_not_logged(tmp_path: 
 
 
 def test_a_config_env_value_in_a_start_failure_line_is_not_printed() -> None:
-    from nbagent.ipython.host import redact
+    from nbagent.ipython.entry import redact
 
     _, problems = lines({"mcpServers": {"leaks": attack("leak-start", env={"SVC_PASSWORD": SECRET})}})
     (line,) = problems
@@ -157,7 +157,7 @@ def test_a_key_in_mcp_arguments_results_and_notebook_context_is_redacted_in_the_
 def test_a_url_with_a_password_in_a_start_failure_line_is_not_printed() -> None:
     import socket
 
-    from nbagent.ipython.host import redact
+    from nbagent.ipython.entry import redact
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

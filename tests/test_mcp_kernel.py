@@ -59,7 +59,7 @@ def test_a_real_mcp_server_end_to_end_through_nbagent_run(tmp_path: Path) -> Non
         "%load_ext nbagent",
         "%agent trust time\n%agent tools",  # a server from a file starts once a person trusted it (docs/mcp.md)
         "%%agent --script time.json\nWhat time is 14:30 UTC in Tokyo?",
-        "from nbagent.ipython.host import current\nrecorded = current().store.list_runs()[-1].id",
+        "from nbagent.ipython.entry import current\nrecorded = current().store.list_runs()[-1].id",
         "%%agent --replay $recorded\nWhat time is 14:30 UTC in Tokyo?",
         "print('kernel alive')",
     ])

@@ -271,9 +271,9 @@ def test_what_a_waiting_cell_imports_ahead_is_all_a_first_run_needs(tmp_path: Pa
     try:
         assert k.run("%load_ext nbagent\nimport sys\n_before = set(sys.modules)", cell_id="load").ok
         entered(tmp_path, k)
-        ahead = k.run("from nbagent.ipython import host, loading\n"
+        ahead = k.run("from nbagent.ipython import entry, loading\n"
                       "assert loading.status()['state'] == 'loading'\n"
-                      "await host._prepare()\n_mods = set(sys.modules)\n"
+                      "await entry._prepare()\n_mods = set(sys.modules)\n"
                       "print(sorted({m.split('.')[0] for m in _mods - _before}))", cell_id="ahead")
         assert ahead.ok, ahead.stderr
         release(tmp_path, k)
@@ -285,7 +285,7 @@ def test_what_a_waiting_cell_imports_ahead_is_all_a_first_run_needs(tmp_path: Pa
         assert {"anywidget", "ipywidgets", "markdown_it", "nh3", "tinydb", "filelock"} <= packages, packages
         later = [m for m in eval(new) if m.split(".")[0] in packages
                  or (m.startswith("nbagent.") and not m.startswith("nbagent.models."))]
-        assert later == [], f"imported only by the run, after the wait: {later}; add them to host.FIRST_RUN_MODULES"
+        assert later == [], f"imported only by the run, after the wait: {later}; add them to entry.FIRST_RUN_MODULES"
     finally:
         k.close()
 
@@ -293,8 +293,8 @@ def test_what_a_waiting_cell_imports_ahead_is_all_a_first_run_needs(tmp_path: Pa
 # nbagent's modules a run needs and `%load_ext` must not import (the runtime and what it builds on)
 RUN_ONLY = ("nbagent.runtime", "nbagent.store", "nbagent.events.model", "nbagent.events.state", "nbagent.gate.deciders",
             "nbagent.gate.grants", "nbagent.models.llm", "nbagent.ipython.live", "nbagent.ui.widget")
-LEFT = ("import sys\nfrom nbagent.ipython import host\n"
-        "print([m for m in host.FIRST_RUN_MODULES if m not in sys.modules])")
+LEFT = ("import sys\nfrom nbagent.ipython import entry\n"
+        "print([m for m in entry.FIRST_RUN_MODULES if m not in sys.modules])")
 
 
 @pytest.mark.kernel

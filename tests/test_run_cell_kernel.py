@@ -84,7 +84,7 @@ def test_print_value_and_rich_output_reach_the_result_under_their_own_parent(k: 
     assert opened and opened[-1]["content"]["data"]["msg_id"] == r["msg_id"]
     assert opened[-1]["content"]["data"]["execution_count"] == r["execution_count"]
     # post_run_cell ran as after a person's cell: {Out[n]} has what the cell showed, and nothing after it
-    probe = k.run("from nbagent.ipython.host import current\noutputs = current().outputs\n"
+    probe = k.run("from nbagent.ipython.entry import current\noutputs = current().outputs\n"
                   f"print([o.text for o in outputs.cell({r['execution_count']}).outputs])",
                   cell_id="p1")
     assert probe.stdout == "['Frame(rows=3)', '42']\n", probe.stdout

@@ -149,7 +149,7 @@ def test_a_run_that_only_writes_cells_names_them_offers_undo_and_its_undo_claims
     assert "not tracked file by file" not in text + page and "put back" not in text
     assert undo_hint(view) == f"%agent undo {run} undoes this run's changes (3 cells)"
     # the kernel's Undo… offer for the record (what the comm nbagent.undo answers), before and after an edit
-    ask = ("from nbagent.ipython.host import current\nfrom nbagent.ipython.undo_offers import offers\n"
+    ask = ("from nbagent.ipython.entry import current\nfrom nbagent.ipython.undo_offers import offers\n"
            f"h = current()\nprint(offers(h.notebook, [{run!r}], h.folder, kept=h.cells_yours())[{run!r}])")
     offer = k.run(ask, cell_id="ask1").stdout
     assert "'undo': True" in offer and "undoes this run's changes (3 cells)" in offer, offer

@@ -305,10 +305,11 @@ def _shell(folder: Path) -> Any:
 
 @pytest.fixture
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from nbagent.ipython import entry
     from nbagent.ipython import host as host_module
 
     h = host_module.NotebookHost(_shell(tmp_path))
-    monkeypatch.setattr(host_module, "_host", h)
+    monkeypatch.setattr(entry, "_host", h)
     return h
 
 
@@ -328,7 +329,8 @@ def test_approve_with_two_runs_waiting_refuses_and_lists_them(host: Any, tmp_pat
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from agents import call, turns
 
-    from nbagent.ipython.host import UsageError, run_line
+    from nbagent.ipython.entry import run_line
+    from nbagent.ipython.options import UsageError
 
     first = _waiting_run(tmp_path, "cell-a", turns([call("create_file", path="a.md", content="x")], "ok"))
     second = _waiting_run(tmp_path, "cell-b", turns({"tool_calls": [{"name": "ask_human", "arguments": {
@@ -347,7 +349,8 @@ def test_approve_with_two_runs_waiting_refuses_and_lists_them(host: Any, tmp_pat
 
 def test_errors_shown_in_the_cell_are_redacted(host: Any, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from nbagent.ipython.host import UsageError, run_line
+    from nbagent.ipython.entry import run_line
+    from nbagent.ipython.options import UsageError
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-envsecret-0123456789abcdefXYZ")
 

@@ -199,13 +199,15 @@ def test_percent_agent_undo_in_the_notebook(folder: Path, monkeypatch: pytest.Mo
     """`%agent undo` through the notebook host (no kernel): its file tools save content, and undo uses the log."""
     from traitlets.config import Configurable
 
+    from nbagent.ipython import entry
     from nbagent.ipython import host as host_module
-    from nbagent.ipython.host import UsageError, run_line
+    from nbagent.ipython.entry import run_line
+    from nbagent.ipython.options import UsageError
 
     shell = Configurable()
     shell.user_ns = {"__session__": str(folder / "nb.ipynb")}  # type: ignore[attr-defined]
     h = host_module.NotebookHost(shell)
-    monkeypatch.setattr(host_module, "_host", h)
+    monkeypatch.setattr(entry, "_host", h)
     write = next(t for t in h.all_tools() if t.name == "write_file")
     a = Agent(script=turns([call("write_file", path="notes.md", content="agent\n")], "done"), tools=[write],
               store=h.store, autonomy="L3", decider=PolicyDecider("all"))

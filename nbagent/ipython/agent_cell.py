@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from nbagent.ipython.entry import RunFailed, RunInterrupted
 from nbagent.ipython.hoststate import HostState
 from nbagent.ipython.notes import ContinuationNote, InterruptNote, show_notes
 from nbagent.ipython.options import UsageError, cell_parser, parse
@@ -23,7 +24,7 @@ from nbagent.ipython.reproduce import Rerun
 
 # The runtime, the deciders and the live view are imported where a run needs them, not here: `%load_ext` imports
 # this module (a base of the host), and a real provider's first run imports them while it waits for the model
-# process (host._prepare) or once the kernel is idle (loading.py).
+# process (entry._prepare) or once the kernel is idle (loading.py).
 if TYPE_CHECKING:
     from nbagent.gate.deciders import Decider
     from nbagent.runtime import Agent as RuntimeAgent
@@ -47,16 +48,6 @@ HEADLESS_IN_RUN = (
 
 class HeadlessDecisionError(RuntimeError):
     """A run needs a person and none is there: fail the cell now rather than wait forever."""
-
-
-class RunFailed(RuntimeError):
-    """The cell's run failed: the cell fails as a person's failing cell does, so Run All, `jupyter execute`,
-    papermill and `nbagent run` stop there, in the one line its record gives (after the record)."""
-
-
-class RunInterrupted(RuntimeError):
-    """The cell was interrupted (the stop button, `nbagent run`'s Ctrl-C or --timeout) while its run went on: the
-    cell fails, as an interrupted cell does, so the cells queued after it do not run. The run is saved."""
 
 
 class CellPath(HostState):

@@ -330,7 +330,7 @@ class Commands(HostState):
         await self.start_run(cell_parser().parse_args([]), prompt, context)
 
     async def cmd_config(self, args: Any) -> None:
-        from nbagent.ipython.host import redact
+        from nbagent.ipython.entry import redact
 
         for pair in args.pairs:
             print(set_override(self.overrides, pair))

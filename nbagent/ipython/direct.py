@@ -26,23 +26,23 @@ DRIVES_A_RUN = frozenset({"approve", "deny", "refine", "answer", "resume", "fix"
 
 def run_line_now(line: str) -> Any:
     """Run an `%agent` line to its end without awaiting anything (see the module's docstring)."""
-    from nbagent.ipython import host
+    from nbagent.ipython import entry
 
     async def checked() -> Any:
-        shell = host.current().shell
+        shell = entry.current().shell
         args = parse(line_parser(), shell.var_expand(line) if hasattr(shell, "var_expand") else line)
         if args.command in DRIVES_A_RUN:
             raise UsageError(f"%agent {args.command} goes on with a run, which waits in its cell, and this cell "
                              "loaded nbagent (too late for it to wait): run this cell again, or put the %agent "
                              "line in a cell of its own")
-        current = host.current()
+        current = entry.current()
         current.no_wait = True
         try:
             return await current.run_line(line)
         finally:
             current.no_wait = False
 
-    step = host._shown(checked)
+    step = entry.shown(checked)
     try:
         step.send(None)
     except StopIteration as done:

@@ -26,7 +26,7 @@ When it happens:
 - Otherwise the first `%%agent` cell that needs a real provider starts it.
 - A `%%agent` cell that needs the library before it is loaded awaits it (the kernel keeps handling messages) and
   shows "loading the model library…" meanwhile; an interrupt ends the wait and the cell, and the loading goes on.
-  While it waits on a process, that cell imports the kernel-side modules its run needs (host._prepare), so the
+  While it waits on a process, that cell imports the kernel-side modules its run needs (entry._prepare), so the
   first answer does not pay for them after the wait (`%load_ext` imports none of them: they are ~0.4 s).
 
 A fork of the kernel: a child that needs the library starts a model process of its own (the parent's is the

@@ -40,7 +40,8 @@ class AgentMagics(Magics):
 
 
 def register(ip: Any) -> None:
-    from nbagent.ipython.host import FIRST_RUN_MODULES, install
+    from nbagent.ipython.entry import FIRST_RUN_MODULES
+    from nbagent.ipython.host import install
 
     problem = ipykernel_problem()
     if problem:
@@ -63,8 +64,8 @@ def register(ip: Any) -> None:
     from nbagent.ipython.options import old_section_note
 
     note = old_section_note(getattr(ip, "config", {}))
-    if note and not host._noted_old_section:
-        host._noted_old_section = True
+    if note and not host.noted_old_section:
+        host.noted_old_section = True
         print(note, file=sys.stderr)
     loading.start_when_idle(ip, ahead=FIRST_RUN_MODULES, when=host.model_expected)
 

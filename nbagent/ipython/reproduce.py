@@ -148,14 +148,15 @@ def turn_on(shell: Any, records: dict[str, str] | None = None) -> None:
     loaded, as `%agent reproduce on`; in one where it is not yet, in the IPython config that the notebook's own
     `%load_ext nbagent` reads (`NbAgent.rerun`), so nothing is loaded ahead of it (nor said twice). `records`: cell id
     -> the run its record names; that cell's next run reproduces that run (checked against the log then)."""
-    from nbagent.ipython import host
+    from nbagent.ipython import entry
     from nbagent.ipython.options import set_override
 
     for cell, run in (records or {}).items():
         if isinstance(cell, str) and isinstance(run, str) and cell and run:
             NEXT[cell] = run
-    if host._host is not None and host._host.shell is shell:
-        set_override(host._host.overrides, f"rerun={REPRODUCE}")
+    host = entry.installed()
+    if host is not None and host.shell is shell:
+        set_override(host.overrides, f"rerun={REPRODUCE}")
     else:
         shell.config.NbAgent.rerun = REPRODUCE
 

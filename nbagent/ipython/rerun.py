@@ -144,9 +144,9 @@ def refused(text: str) -> None:
 
 def transform_refused(lines: list[str]) -> list[str] | None:
     """For the input transformer: the replacement of a cell the kernel must not run, or None."""
-    from nbagent.ipython import host
+    from nbagent.ipython import entry
 
-    h = host._host
+    h = entry.installed()
     if h is None or not lines or not (h.reruns.cells or h.reruns.agent_ran):
         return None
     try:

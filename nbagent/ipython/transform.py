@@ -4,7 +4,7 @@ A magic's body cannot be awaited, and a synchronous wait never sees a widget cli
 "Guarantees, and where each is held": a click is never lost while a cell awaits). So before IPython's own
 cell-magic handling, an input transformer rewrites
 
-    %%agent --model m            ->    await __import__("nbagent.ipython.host", fromlist=["_"]).run_cell(
+    %%agent --model m            ->    await __import__("nbagent.ipython.entry", fromlist=["_"]).run_cell(
     Load sales.csv ...                     '--model m', 'Load sales.csv ...')
 
 and each `%agent ...` line at the start of a line into `await ....run_line('...')`. The cell then awaits at
@@ -16,7 +16,7 @@ kernel is the only place that sees the requests Run All queued before the re-run
 
 from __future__ import annotations
 
-_CALL = '__import__("nbagent.ipython.host", fromlist=["_"])'
+_CALL = '__import__("nbagent.ipython.entry", fromlist=["_"])'
 
 
 def transform(lines: list[str]) -> list[str]:

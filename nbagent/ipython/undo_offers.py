@@ -86,7 +86,7 @@ def _answer(comm: Any, msg: dict[str, Any]) -> None:
     except ShadowedLibrary as exc:
         comm.send({"id": data.get("id"), "offers": {r: {"undo": False, "why": str(exc)} for r in run_ids}})
         return
-    from nbagent.ipython.host import current
+    from nbagent.ipython.entry import current
 
     host = current()
     try:

@@ -27,7 +27,7 @@ GROUPED_TYPES = frozenset({"run_started", "run_superseded", "answer_ready", "com
 
 # Set by a kernel's `%%agent` cell for its duration: what `grouped` would commit at the end of a turn
 # or of the group waits for the cell's end, and the cell then has that one commit run just after its reply
-# (ipython/host.py). A cell waits for its answer, not for the fsync and the table and anchor writes of its run's
+# (ipython/entry.py). A cell waits for its answer, not for the fsync and the table and anchor writes of its run's
 # start and end: on two cores, a commit while the model call was in flight slowed the call itself. Each event is
 # in the log when `append` returns, as before; anything that asks (`checkpoint`, `close`) or an event that must be
 # durable at once (a decision, a wait) commits everything first, as before.
