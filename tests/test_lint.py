@@ -191,6 +191,7 @@ def test_no_module_imports_another_s_private_names() -> None:
     assert sorted(KNOWN_PRIVATE - set(found)) == [], "no longer imported: take them out of KNOWN_PRIVATE"
 
 
+@pytest.mark.slow
 def test_mypy_clean(tmp_path: Path) -> None:
     """The type checker (mypy, strict: pyproject.toml [tool.mypy]) finds nothing in nbagent/: CI runs this."""
     pytest.importorskip("mypy", reason="mypy is not installed (pip install -e '.[test]')")
