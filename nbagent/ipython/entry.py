@@ -7,6 +7,7 @@ none of them (their type only, for annotations).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable
@@ -266,10 +267,9 @@ def scrub(exc: BaseException) -> BaseException:
         seen.add(id(e))
         text = str(e)
         if r.text(text) != text:
-            try:
+            # args that cannot be set leave the text as it was: the check below then shows a RuntimeError instead
+            with contextlib.suppress(Exception):
                 e.args = tuple(r.redact(a) if isinstance(a, str | list | tuple | dict) else a for a in e.args)
-            except Exception:
-                pass
             if r.text(str(e)) != str(e):  # its chain is not shown: the first message says enough
                 return RuntimeError(f"{type(exc).__name__}: {r.text(str(exc))}")
         e = e.__cause__ or e.__context__

@@ -6,20 +6,12 @@ Importing the package imports none of its modules (a kernel imports `nbagent.mod
 must not bring pydantic or the offline models with it): the names below load on first use.
 """
 
-from __future__ import annotations
+from nbagent._lazy import lazy_names
 
-from importlib import import_module
-from typing import Any
-
-_EXPORTS = {
+# the names the docs show as `nbagent.models.NAME`, and the module each comes from
+_HOMES = {
     "LocalModel": "base", "ModelScriptError": "base", "FunctionModel": "function", "RecordedCall": "replay",
     "ReplayDiverged": "replay", "ReplayModel": "replay", "Script": "scripted", "ScriptedModel": "scripted",
 }
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nbagent.models' has no attribute {name!r}")
-    return getattr(import_module(f"nbagent.models.{module}"), name)
+__all__ = sorted(_HOMES)
+__getattr__ = lazy_names(__name__, _HOMES)
