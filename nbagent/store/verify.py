@@ -128,11 +128,12 @@ def verify_store(store: Store) -> Report:
 
 
 def _check_grants(store: Store, report: Report, chains: dict[str, list[tuple[int, dict[str, Any]]]]) -> None:
-    """Every grant is backed by what gave it (nbagent/gate/grants.py `unbacked`), and given once: a `grant_given` no
-    decision lists with the same terms was written by hand, a second one of an id is a copy (extending or widening
-    a grant); the runtime ignores both, and an auditor should know."""
+    """Every grant is backed by what gave it (nbagent/gate/grant_backing.py `unbacked`), and given once: a
+    `grant_given` no decision lists with the same terms was written by hand, a second one of an id is a copy
+    (extending or widening a grant); the runtime ignores both, and an auditor should know."""
     from nbagent.events.model import parse_event
-    from nbagent.gate.grants import UNSOUND_RUN, UNSOUND_SESSION, duplicated, from_events, unbacked
+    from nbagent.gate.grant_backing import UNSOUND_RUN, UNSOUND_SESSION, duplicated, unbacked
+    from nbagent.gate.grants import from_events
 
     records = sorted(((n, key, r) for key, entries in chains.items() for n, r in entries
                       if r.get("type") in ("grant_given", "grant_revoked")), key=lambda t: t[0])
