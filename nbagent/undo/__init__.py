@@ -1,5 +1,5 @@
-"""Undo, checked against the log: the files agent runs changed (`files.py`) and the cells they wrote (`cells.py`).
-See docs/undo.md."""
+"""Undo, checked against the log: the files agent runs changed (`files.py`; what it plans and reports, as values,
+`report.py`) and the cells they wrote (`cells.py`). See docs/undo.md."""
 
 from nbagent._lazy import lazy_names
 
