@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nbagent._version import __version__
-from nbagent.events.model import EventBase
+from nbagent.events.envelope import EventBase
 from nbagent.events.state import RunState
 from nbagent.store import RunRecord, Store, StoreError
 from nbagent.store.locate import find_stores

@@ -147,7 +147,7 @@ def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str |
 
 
 def _canonical(value: Any) -> str:
-    from nbagent.events.model import canonical_json
+    from nbagent.events.envelope import canonical_json
 
     try:
         return canonical_json(value)

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from nbagent.events.model import EventBase
+from nbagent.events.envelope import EventBase
 
 log = logging.getLogger("nbagent.events.bus")
 

@@ -26,7 +26,7 @@ from nbagent.events.model import PlanStep
 from nbagent.gate.grants import GrantSpec, GrantTerms
 
 if TYPE_CHECKING:
-    from nbagent.events.model import EventBase
+    from nbagent.events.envelope import EventBase
 
 
 class ApprovalRequest(BaseModel):

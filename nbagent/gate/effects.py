@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from nbagent.events.effect import WRITING, Effect, Op, Target
+from nbagent.events.envelope import canonical_json
 from nbagent.events.levels import Risk
-from nbagent.events.model import canonical_json
 from nbagent.gate.runs_later import defines_mcp, mcp_reason, runs_later
 
 if TYPE_CHECKING:

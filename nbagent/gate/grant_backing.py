@@ -10,12 +10,12 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from nbagent.events.envelope import canonical_json
 from nbagent.events.levels import Risk
-from nbagent.events.model import canonical_json
 from nbagent.gate.grant_terms import covers_text
 
 if TYPE_CHECKING:
-    from nbagent.events.model import EventBase
+    from nbagent.events.envelope import EventBase
     from nbagent.events.state import RunState
     from nbagent.gate.grants import Grant
     from nbagent.store import Store

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from wcmatch import glob as wcglob
 
+from nbagent.events.envelope import canonical_json
 from nbagent.events.levels import Risk
-from nbagent.events.model import canonical_json
 from nbagent.gate.policy import needs_decision
 
 if TYPE_CHECKING:

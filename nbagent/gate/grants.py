@@ -62,7 +62,7 @@ from nbagent.gate.grant_terms import (  # what a grant covers (grant_terms.py), 
 )
 
 if TYPE_CHECKING:
-    from nbagent.events.model import EventBase
+    from nbagent.events.envelope import EventBase
     from nbagent.gate.effects import Effect
     from nbagent.store import Store
 

@@ -12,7 +12,7 @@ import contextvars
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from nbagent.events.model import chain_key
+from nbagent.events.envelope import chain_key
 
 if TYPE_CHECKING:
     import threading

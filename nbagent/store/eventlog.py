@@ -43,7 +43,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nbagent.events.model import canonical_json, chain_key, compute_hash, load_record
+from nbagent.events.envelope import canonical_json, chain_key, compute_hash, load_record
 from nbagent.store.errors import StoreReadOnly, StoreWriteFailed
 from nbagent.store.regular import open_regular
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nbagent.events.model import compute_hash
+from nbagent.events.envelope import compute_hash
 
 if TYPE_CHECKING:
     from nbagent.store.store import Store
