@@ -47,7 +47,7 @@ CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/c
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage"]
-RECORD = ".jp-OutputArea-output.jp-nbagent-RunRecord .nbagent-live.nbv-static"  # drawn by labextension/ only
+RECORD = ".jp-OutputArea-output.jp-nbagent-RunRecord .nbagent-run"  # the kernel's HTML, shown by labextension/
 ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no chromium at {CHROMIUM}")]
@@ -334,7 +334,7 @@ def button(page: Page, name: str) -> Any:
 def finished_record(page: Page, status: str = "completed") -> Any:
     record = page.locator(f"{ACTIVE} {RECORD}")
     expect(record).to_be_visible(timeout=60_000)
-    expect(record).to_have_class(re.compile(rf"\bnbv-status-{status}\b"))
+    expect(record).to_have_class(re.compile(rf"\bnbr-status-{status}\b"))
     expect(page.locator(LIVE)).to_have_count(0)
     return open_record(record)
 
@@ -342,9 +342,9 @@ def finished_record(page: Page, status: str = "completed") -> Any:
 def open_record(record: Any) -> Any:
     """A finished run's record is folded to two lines (nbagent/ui/record_summary.py): open it as a person does, by a
     click on its summary, so what it holds can be seen and measured."""
-    fold = record.locator("details.nbv-compact").first
+    fold = record.locator("details.nbr-compact").first
     if fold.count() and fold.get_attribute("open") is None:
-        fold.locator("summary.nbv-summary-line").first.click()
+        fold.locator("summary.nbr-summary-line").first.click()
         expect(fold).to_have_attribute("open", "")
     return record
 
@@ -407,9 +407,9 @@ def test_approve_in_the_browser_then_reload_without_kernel(page: Page, lab: Lab)
 
     # the run goes on: its steps complete and the live view gives way to the static record
     record = finished_record(page)
-    expect(record.locator(".nbv-step.nbv-k-tool.nbv-st-ok")).to_contain_text("create_file")
-    expect(record.locator(".nbv-decisions")).to_contain_text("approved by you")
-    expect(record.locator(".nbv-answer strong")).to_have_text("report.md")
+    expect(record.locator(".nbr-step.nbr-k-tool.nbr-st-ok")).to_contain_text("create_file")
+    expect(record.locator(".nbr-decisions")).to_contain_text("approved by you")
+    expect(record.locator(".nbr-answer strong")).to_have_text("report.md")
     assert (notebook.parent / "report.md").read_text() == REPORT
 
     saved_record(page, notebook)
@@ -419,19 +419,20 @@ def test_approve_in_the_browser_then_reload_without_kernel(page: Page, lab: Lab)
     shut_down_kernel_and_reload(page, lab, notebook)
     record = page.locator(f"{ACTIVE} {RECORD}")
     expect(record).to_be_visible(timeout=60_000)
-    expect(record).to_have_class(re.compile(r"\bnbv-status-completed\b"))
-    expect(record.locator(".nbv-run-id")).to_have_count(1)
-    expect(record.locator(".nbv-log")).to_contain_text("analysis.nbagent")
-    expect(record.locator(".nbv-add").first).to_contain_text("+# Sales report")
+    expect(record).to_have_class(re.compile(r"\bnbr-status-completed\b"))
+    expect(record.locator(".nbr-run-id")).to_have_count(1)
+    expect(record.locator(".nbr-log")).to_contain_text("analysis.nbagent")
+    expect(record.locator(".nbr-add").first).to_contain_text("+# Sales report")
     # what there is to click is a question: Undo… (a click would load nbagent in a kernel and run `%agent undo RUN`
     # below, which checks the log first: test_browser_undo_offer.py) and Reproduce (test_browser_reproduce.py);
     # showing them starts no kernel
     expect(record.locator("button")).to_have_count(2)
     expect(record.get_by_role("button", name="Undo…", exact=True)).to_be_visible()
     expect(record.get_by_role("button", name="Reproduce", exact=True)).to_be_visible()
-    expect(record.locator(".nbv-undo-hint")).to_contain_text("%agent undo ")
-    # the text/html fallback is not what is shown
-    expect(page.locator(f"{ACTIVE} .jp-OutputArea-output .nbagent-run")).to_have_count(0)
+    expect(record.locator(".nbr-undo")).to_contain_text("%agent undo ")
+    # the record is the kernel's HTML, shown once, by the extension (not a second time by JupyterLab's HTML renderer)
+    expect(page.locator(f"{ACTIVE} .jp-OutputArea-output .nbagent-run")).to_have_count(1)
+    expect(page.locator(f"{ACTIVE} .jp-RenderedHTMLCommon .nbagent-run")).to_have_count(0)
     record.scroll_into_view_if_needed()
     shot(page, "3-approve-reloaded-static-record")
     assert not lab.api("GET", "/api/kernels"), "a kernel was started after the reload"
@@ -453,16 +454,16 @@ def test_deny_with_a_reason_in_the_browser(page: Page, lab: Lab) -> None:
     button(page, "Deny: create report.md").click()
 
     record = finished_record(page, DENIED)
-    expect(record.locator(".nbv-decisions")).to_contain_text("denied by you")
-    expect(record.locator(".nbv-decisions")).to_contain_text("reason: not today")
+    expect(record.locator(".nbr-decisions")).to_contain_text("denied by you")
+    expect(record.locator(".nbr-decisions")).to_contain_text("reason: not today")
     assert not (notebook.parent / "report.md").exists()
 
     saved_record(page, notebook, DENIED)
     shut_down_kernel_and_reload(page, lab, notebook)
     record = page.locator(f"{ACTIVE} {RECORD}")
     expect(record).to_be_visible(timeout=60_000)
-    expect(record.locator(".nbv-plan-head")).to_contain_text("denied")
-    expect(record.locator(".nbv-answer strong")).to_have_text("nothing written")
+    expect(record.locator(".nbr-plan-head")).to_contain_text("denied")
+    expect(record.locator(".nbr-answer strong")).to_have_text("nothing written")
     record.scroll_into_view_if_needed()
     shot(page, "6-deny-reloaded-static-record")
     assert not (notebook.parent / "report.md").exists() and not lab.api("GET", "/api/kernels")
@@ -552,7 +553,7 @@ def test_approve_answer_a_question_then_approve(page: Page, lab: Lab) -> None:
     button(page, "Create b.md").click()
 
     record = finished_record(page)
-    expect(record.locator(".nbv-k-question")).to_contain_text("answer: 2024")
+    expect(record.locator(".nbr-k-question")).to_contain_text("answer: 2024")
     assert (notebook.parent / "b.md").read_text() == "2024\n"
     saved = saved_record(page, notebook)
     assert [(d["kind"], d["text"]) for d in saved["decisions"]] == [("approved", ""), ("answered", "2024"),
@@ -578,7 +579,7 @@ def test_approved_denied_with_a_reason_approved(page: Page, lab: Lab) -> None:
     button(page, "Create c.md").click()
 
     record = finished_record(page, DENIED)
-    expect(record.locator(".nbv-decisions").nth(1)).to_contain_text("reason: keep.txt is the raw data")
+    expect(record.locator(".nbr-decisions").nth(1)).to_contain_text("reason: keep.txt is the raw data")
     record.scroll_into_view_if_needed()
     shot(page, "d2-completed")
     folder = notebook.parent

@@ -75,7 +75,7 @@ def test_approve_for_this_run_then_the_next_matching_call_runs_under_the_grant(p
     button(page, "Answer").click()
 
     record = finished_record(page)
-    expect(record.locator(".nbv-grant-why")).to_contain_text("allowed by grant")
+    expect(record.locator(".nbr-grant-why")).to_contain_text("allowed by grant")
     saved = saved_record(page, notebook)
     store = Store(notebook.with_suffix(".nbagent"), readonly=True)
     (given,) = store.query_events(types="grant_given")

@@ -124,16 +124,16 @@ def test_a_card_off_screen_after_run_all_is_one_shortcut_away_and_the_record_fol
     # the finished record: two lines, the rest folded
     record = page.locator(CELLS).nth(1).locator(RECORD)
     expect(record).to_be_visible(timeout=90_000)
-    folded = record.locator("details.nbv-compact")
-    summary = folded.locator("summary.nbv-summary-line")
+    folded = record.locator("details.nbr-compact")
+    summary = folded.locator("summary.nbr-summary-line")
     expect(summary).to_be_visible()
-    expect(summary.locator(".nbv-summary-request")).to_have_text(" · Sum the regions of data")
+    expect(summary.locator(".nbr-summary-request")).to_have_text(" · Sum the regions of data")
     # its first cell raised: said first (the run ended with errors), then the answer's first line and the counts
-    expect(summary.locator(".nbv-summary-state")).to_have_text("⚠ completed with errors")
-    expect(summary.locator(".nbv-summary-more")).to_have_text(re.compile(
+    expect(summary.locator(".nbr-summary-state")).to_have_text("⚠ completed with errors")
+    expect(summary.locator(".nbr-summary-more")).to_have_text(re.compile(
         r"^⚠ 1 tool call failed · The regions add up to 3\. · 2 tool calls · 1 cell changed · \$[0-9.]+ nominal$"))
-    expect(record.locator(".nbv-timeline")).to_be_hidden()
-    expect(record.locator(".nbv-foot")).to_be_hidden()
+    expect(record.locator("ol.nbr-steps")).to_be_hidden()
+    expect(record.locator(".nbr-foot")).to_be_hidden()
     expect(page.locator(NOTICE)).to_be_hidden()
     record.scroll_into_view_if_needed()
     shot(page, "keyboard-3-record-folded")
@@ -144,11 +144,11 @@ def test_a_card_off_screen_after_run_all_is_one_shortcut_away_and_the_record_fol
     # opened by keyboard: the summary takes the focus (Tab), Enter opens it
     summary.focus()
     page.keyboard.press("Enter")
-    expect(record.locator(".nbv-timeline")).to_be_visible()
-    expect(record.locator(".nbv-foot")).to_be_visible()
+    expect(record.locator("ol.nbr-steps")).to_be_visible()
+    expect(record.locator(".nbr-foot")).to_be_visible()
     opened = record.bounding_box()
     assert closed is not None and opened is not None and opened["height"] > 3 * closed["height"], (closed, opened)
-    expect(record.locator(".nbv-plan .nbv-cell-name").nth(1)).to_have_text(f"{count[:-1]} data = {{'region': [1, 2]}}")
+    expect(record.locator(".nbr-plan .nbr-cell-name").nth(1)).to_have_text(f"{count[:-1]} data = {{'region': [1, 2]}}")
     shot(page, "keyboard-4-record-opened")
     shot_dark(page, record, "keyboard-5-record-opened-dark")
     # the kernel is idle again once the cells are done

@@ -155,7 +155,7 @@ def test_interrupt_then_resume_in_a_later_cell_decides_on_the_live_card(page: Pa
                                                                                     timeout=90_000)
     command(page, "kernelmenu:interrupt")
     first = cell(page, 1).locator(RECORD)
-    expect(first).to_have_class(re.compile(r"\bnbv-status-interrupted\b"), timeout=60_000)
+    expect(first).to_have_class(re.compile(r"\bnbr-status-interrupted\b"), timeout=60_000)
     shot(page, "p-resume-1-interrupted")
 
     run_cell(page, 2)
@@ -176,9 +176,9 @@ def test_interrupt_then_resume_in_a_later_cell_decides_on_the_live_card(page: Pa
     approve.click()
 
     record = later.locator(RECORD)
-    expect(record).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=60_000)
+    expect(record).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=60_000)
     expect(record).to_contain_text("All written.")
-    expect(first).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=20_000)
+    expect(first).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=20_000)
     assert (folder / "report.md").read_text() == "# R\n"
     # the notes name the cells as JupyterLab numbers them: the run started in [2], was continued in [3]
     expect(later.locator(".nbagent-continues")).to_contain_text("from cell [2]")
@@ -209,7 +209,7 @@ COUNT_LIVE_VIEWS = """() => {
     for (const c of changes) for (const n of c.addedNodes) {
       if (!(n instanceof Element)) continue;
       const found = [n, ...n.querySelectorAll('.nbagent-live')].filter(
-        (e) => e.classList.contains('nbagent-live') && !e.classList.contains('nbv-static'));
+        (e) => e.classList.contains('nbagent-live') );
       window.__nbagentLiveViews += found.length;
     }
   }).observe(document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook'),
@@ -236,16 +236,16 @@ def test_runs_that_end_at_once_show_their_record_only_and_it_works(page: Page, l
     run_cell(page, 1)
     run_cell(page, 2)
     first, second = cell(page, 1).locator(RECORD), cell(page, 2).locator(RECORD)
-    expect(first).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=90_000)
-    expect(second).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=60_000)
+    expect(first).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=90_000)
+    expect(second).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=60_000)
     wait_kernel_idle(page, lab, notebook)
     assert page.evaluate("() => window.__nbagentLiveViews") == 0, "a live view was drawn for a run that ended at once"
     for i in (1, 2):  # each cell: its record and nothing else (no placeholder line, no empty widget area)
         expect(cell(page, i).locator(".jp-OutputArea-output")).to_have_count(1)
-    expect(first.locator(".nbv-effects")).to_contain_text("notes.md")
-    expect(first.locator(".nbv-answer strong")).to_have_text("notes.md")
-    expect(second.locator(".nbv-answer")).to_contain_text("The folder holds notes.md and turns.json.")
-    expect(second.locator(".nbv-answer strong")).to_have_text("notes.md")
+    expect(first.locator(".nbr-effects")).to_contain_text("notes.md")
+    expect(first.locator(".nbr-answer strong")).to_have_text("notes.md")
+    expect(second.locator(".nbr-answer")).to_contain_text("The folder holds notes.md and turns.json.")
+    expect(second.locator(".nbr-answer strong")).to_have_text("notes.md")
     expect(second.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)  # it changed nothing
     assert (folder / "notes.md").read_text() == "# N\n"
     first.scroll_into_view_if_needed()
@@ -258,7 +258,7 @@ def test_runs_that_end_at_once_show_their_record_only_and_it_works(page: Page, l
     panel.get_by_role("button", name="Undo", exact=True).click()
     panel.get_by_role("button", name="Undo 1 change", exact=True).click()
     wait_until(lambda: not (folder / "notes.md").exists(), 30, "notes.md removed by the undo")
-    expect(first.locator(".nbv-undone")).to_contain_text("Undone by run", timeout=30_000)
+    expect(first.locator(".nbr-undone")).to_contain_text("Undone by run", timeout=30_000)
     first.scroll_into_view_if_needed()
     shot(page, "p-at-once-2-undone")
 
@@ -324,8 +324,8 @@ def test_a_question_arriving_while_the_person_types_elsewhere_takes_no_keys(page
     page.keyboard.type("2024")
     page.keyboard.press("Enter")
     record = cell(page, 2).locator(RECORD)
-    expect(record).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=60_000)
-    expect(record.locator(".nbv-k-question")).to_contain_text("answer: 2024")
+    expect(record).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=60_000)
+    expect(record.locator(".nbr-k-question")).to_contain_text("answer: 2024")
     expect(mine).to_have_text(re.compile(r"hello world\s*print\(2\)"))
     record.scroll_into_view_if_needed()
     shot(page, "p-question-2-answered-by-click")
@@ -362,7 +362,7 @@ def test_undo_from_a_record_after_save_shut_down_and_reopen(page: Page, lab: Lab
     expect(cell(page, 1).locator(".nbv-plan-waiting .nbv-plan-title")).to_have_text("Plan 1: Create report.md",
                                                                                     timeout=90_000)
     cell(page, 1).get_by_role("button", name="Create report.md", exact=True).click()
-    expect(cell(page, 1).locator(RECORD)).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=60_000)
+    expect(cell(page, 1).locator(RECORD)).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=60_000)
     assert (folder / "report.md").read_text() == "# R\n"
     save(page, notebook)
     run_id = check_saved(notebook)[0]["run_id"]
@@ -373,7 +373,7 @@ def test_undo_from_a_record_after_save_shut_down_and_reopen(page: Page, lab: Lab
     open_notebook(page, lab, notebook)
     wait_kernel_idle(page, lab, notebook)
     record = cell(page, 1).locator(RECORD)
-    expect(record).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=60_000)
+    expect(record).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=60_000)
     offer = record.get_by_role("button", name="Undo…", exact=True)
     offer.scroll_into_view_if_needed()
     shot(page, "p-undo-1-reopened-record-offers-undo")
@@ -399,9 +399,9 @@ def test_undo_from_a_record_after_save_shut_down_and_reopen(page: Page, lab: Lab
     assert store.run_state(undo_run).status.value == "completed"
     # the record the earlier kernel made says it was undone, and offers no Undo… (the new kernel sent the lab
     # extension the run's newer record: its display id died with the old kernel)
-    expect(record.locator(".nbv-undone")).to_contain_text(f"Undone by run {undo_run}", timeout=30_000)
+    expect(record.locator(".nbr-undone")).to_contain_text(f"Undone by run {undo_run}", timeout=30_000)
     expect(record.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)
-    expect(record.locator(".nbv-effects")).to_contain_text("report.md")
+    expect(record.locator(".nbr-effects")).to_contain_text("report.md")
     record.scroll_into_view_if_needed()
     shot(page, "p-undo-4-record-marked-undone")
     save(page, notebook)
@@ -421,8 +421,8 @@ def test_undo_from_a_record_after_save_shut_down_and_reopen(page: Page, lab: Lab
 FOCUS = """() => {
   const a = document.activeElement;
   if (!a || a === document.body) return {where: 'body', text: ''};
-  const view = a.closest('.nbagent-live');
-  return {where: view ? (view.classList.contains('nbv-static') ? 'record' : 'view') : 'elsewhere',
+  const view = a.closest('.nbagent-live, .nbagent-run');
+  return {where: view ? (view.classList.contains('nbagent-run') ? 'record' : 'view') : 'elsewhere',
           tag: a.tagName, text: (a.getAttribute('aria-label') || a.textContent || '').trim().slice(0, 60)};
 }"""
 
@@ -507,7 +507,7 @@ def test_keyboard_only_approve_deny_with_a_reason_and_escape(page: Page, lab: La
     page.keyboard.press("Enter")
 
     record = cell(page, 1).locator(RECORD)
-    expect(record).to_have_class(re.compile(r"\bnbv-status-completed"), timeout=60_000)
+    expect(record).to_have_class(re.compile(r"\bnbr-status-completed"), timeout=60_000)
     # the record took the place of the view, and the focus with it
     wait_until(lambda: focus(page)["where"] == "record", 20, f"the focus on the record (it is {focus(page)})")
     page.keyboard.press("Tab")
@@ -515,7 +515,7 @@ def test_keyboard_only_approve_deny_with_a_reason_and_escape(page: Page, lab: La
     record.scroll_into_view_if_needed()
     shot(page, "p-keys-4-record-has-the-focus")
     assert (folder / "a.md").exists() and (folder / "c.md").exists() and (folder / "old.txt").read_text() == "keep\n"
-    effects = record.locator(".nbv-effects")  # what happened, beside the answer that tells it
+    effects = record.locator(".nbr-effects")  # what happened, beside the answer that tells it
     expect(effects.locator("li", has_text="a.md")).to_contain_text("created")
     expect(effects.locator("li", has_text="c.md")).to_contain_text("created")
     expect(effects.locator("li", has_text="old.txt")).to_contain_text("not done")

@@ -187,19 +187,19 @@ def test_several_decisions_phrased_from_the_plan(page: Page, lab: Lab) -> None: 
     record = finished_record(page, "completed_with_errors")  # two actions were denied
     text = record.inner_text()
     assert "approved by user" not in text and "runs without asking" not in text and "(plan 01" not in text
-    expect(record.locator(".nbv-decisions li")).to_have_count(2)
+    expect(record.locator(".nbr-decisions li")).to_have_count(2)
     denied = re.compile(r"denied by you · .* — reason: keep both")
-    expect(record.locator(".nbv-decisions").first).to_contain_text(denied)
-    expect(record.locator(".nbv-decisions").nth(1)).to_contain_text(re.compile(r"approved by you · "))
-    expect(record.locator(".nbv-k-question")).to_contain_text("answered by you")
-    n = record.locator("li.nbv-step").count()
-    expect(record.locator(".nbv-section").first).to_have_text(f"Timeline · {n} entries")
+    expect(record.locator(".nbr-decisions").first).to_contain_text(denied)
+    expect(record.locator(".nbr-decisions").nth(1)).to_contain_text(re.compile(r"approved by you · "))
+    expect(record.locator(".nbr-k-question")).to_contain_text("answered by you")
+    n = record.locator("li.nbr-step").count()
+    expect(record.locator("h4.nbr-section").first).to_have_text(f"Timeline · {n} entries")
     # the 2 denied calls count as tool calls: asked for, not run
-    expect(record.locator(".nbv-foot")).to_contain_text("7 tool calls · 5 model calls")
+    expect(record.locator(".nbr-foot")).to_contain_text("7 tool calls · 5 model calls")
     # the risk badge of a long call sits beside its arguments, in the step's own column, not under the icon
-    tool = record.locator(".nbv-step.nbv-k-tool", has_text="a.md").first
-    badge_x = tool.locator(".nbv-risk").bounding_box()["x"]
-    main_x = tool.locator(".nbv-main").bounding_box()["x"]
+    tool = record.locator(".nbr-step.nbr-k-tool", has_text="a.md").first
+    badge_x = tool.locator(".nbr-risk").bounding_box()["x"]
+    main_x = tool.locator(".nbr-main").bounding_box()["x"]
     assert badge_x >= main_x, (badge_x, main_x)
     record.scroll_into_view_if_needed()
     shot(page, "m5-completed")
@@ -260,8 +260,8 @@ def test_resume_in_a_later_cell_updates_the_original_record(page: Page, lab: Lab
     command(page, "kernelmenu:interrupt")
     cells = page.locator(f"{ACTIVE} .jp-Notebook .jp-Cell")
     first = cells.nth(1).locator(RECORD)
-    expect(first).to_have_class(re.compile(r"\bnbv-status-interrupted\b"), timeout=60_000)
-    expect(first.locator(".nbv-pending")).to_contain_text("waiting for approval")
+    expect(first).to_have_class(re.compile(r"\bnbr-status-interrupted\b"), timeout=60_000)
+    expect(first.locator(".nbr-pending")).to_contain_text("waiting for approval")
     shot(page, "s1-interrupted-waiting")
     save(page, notebook)
     stale = json.loads(notebook.read_text())["cells"][1]["outputs"]
@@ -269,10 +269,10 @@ def test_resume_in_a_later_cell_updates_the_original_record(page: Page, lab: Lab
 
     run_cell(page, 2)
     later = cells.nth(2).locator(RECORD)
-    expect(later).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=60_000)
-    expect(first).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=20_000)
+    expect(later).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=60_000)
+    expect(first).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=20_000)
     expect(first).to_contain_text("All written.")
-    expect(first.locator(".nbv-pending")).to_have_count(0)
+    expect(first.locator(".nbr-pending")).to_have_count(0)
     first.scroll_into_view_if_needed()
     shot(page, "s2-approved-in-cell-3-record-of-cell-2-updated")
     save(page, notebook)
@@ -285,7 +285,7 @@ def test_resume_in_a_later_cell_updates_the_original_record(page: Page, lab: Lab
     notebook.write_text(json.dumps(saved))
     shut_down_kernel_and_reload(page, lab, notebook)
     first = page.locator(f"{ACTIVE} .jp-Notebook .jp-Cell").nth(1).locator(RECORD)
-    expect(first).to_have_class(re.compile(r"\bnbv-status-completed\b"), timeout=60_000)
+    expect(first).to_have_class(re.compile(r"\bnbr-status-completed\b"), timeout=60_000)
     expect(first).to_contain_text("All written.")
     first.scroll_into_view_if_needed()
     shot(page, "s3-reloaded-stale-file-brought-up-to-date")
@@ -319,7 +319,8 @@ def test_contrast_of_view_and_records_in_both_themes(page: Page, lab: Lab) -> No
     save(page, notebook)
     (notebook.parent / "view.json").write_text(json.dumps(records_in(notebook)[0]))
     run_cell(page, 2)
-    expect(page.locator(f"{ACTIVE} .nbagent-run")).to_be_visible(timeout=60_000)
-    contrast(page, f"{ACTIVE} .nbagent-run", "html-record", measured, low)
+    html = f"{ACTIVE} .jp-RenderedHTMLCommon .nbagent-run"  # JupyterLab's own HTML renderer, the record's <style>
+    expect(page.locator(html)).to_be_visible(timeout=60_000)
+    contrast(page, html, "html-record", measured, low)
     print(f"lowest contrast ratio of each: {measured}")
     assert not low, "\n".join(low)

@@ -112,7 +112,7 @@ def the_record(page: Page, run_id: str) -> Any:  # noqa: F811
     """The `%%agent` cell's record of run `run_id`, ended (its first cell raised: completed with errors)."""
     record = page.locator(CELLS).nth(1).locator(RECORD)
     expect(record).to_have_attribute("data-run-id", run_id, timeout=60_000)
-    expect(record).to_have_class(re.compile(r"\bnbv-status-completed(_with_errors)?\b"))
+    expect(record).to_have_class(re.compile(r"\bnbr-status-completed(_with_errors)?\b"))
     return record
 
 
@@ -229,7 +229,7 @@ def test_the_analysis_loop_notebook_run_all_after_reopen_twice_holds_one_agent_c
                    "the run recorded")
         runs.append(latest_run(notebook))
         record = page.locator(f"{ACTIVE} {RECORD}[data-run-id=\"{runs[-1]}\"]")
-        expect(record).to_have_class(re.compile(r"\bnbv-status-completed_with_errors\b"), timeout=90_000)
+        expect(record).to_have_class(re.compile(r"\bnbr-status-completed_with_errors\b"), timeout=90_000)
         expect(record).to_contain_text("raised KeyError")  # (inside the fold: the text is there, folded or not)
         wait_kernel_idle(page, lab, notebook)
         record.scroll_into_view_if_needed()

@@ -139,7 +139,7 @@ def cell_ids(page: Page) -> list[str]:  # noqa: F811
 def finished(page: Page, status: str = "completed") -> Any:  # noqa: F811
     record = page.locator(f"{ACTIVE} {RECORD}")
     expect(record).to_be_visible(timeout=90_000)
-    expect(record).to_have_class(re.compile(rf"\bnbv-status-{status}\b"))
+    expect(record).to_have_class(re.compile(rf"\bnbr-status-{status}\b"))
     return record
 
 
@@ -190,11 +190,11 @@ def test_a_failing_cell_then_a_plot_in_cells_below_the_agent(page: Page, lab: La
 
     approve(page, 2)
     record = finished(page, "completed_with_errors")  # its first cell raised: said in its step, and in its status
-    failed_step = record.locator("li.nbv-k-tool").first
-    expect(failed_step).to_have_class(re.compile(r"\bnbv-st-failed\b"))
-    expect(failed_step.locator(".nbv-icon")).to_have_text("✗")
-    expect(failed_step.locator(".nbv-main")).to_contain_text(re.compile(r"^raised KeyError: .*Revenue.* · run_cell\("))
-    expect(record.locator("li.nbv-k-tool").nth(1).locator(".nbv-main")).to_contain_text(
+    failed_step = record.locator("li.nbr-k-tool").first
+    expect(failed_step).to_have_class(re.compile(r"\bnbr-st-failed\b"))
+    expect(failed_step.locator(".nbr-icon")).to_have_text("✗")
+    expect(failed_step.locator(".nbr-main")).to_contain_text(re.compile(r"^raised KeyError: .*Revenue.* · run_cell\("))
+    expect(record.locator("li.nbr-k-tool").nth(1).locator(".nbr-main")).to_contain_text(
         re.compile(r"^ran \[\d+\]: printed \d+ lines, showed a figure · run_cell\("))
     second = cell(page, 3)
     expect(second.locator(".jp-OutputArea-output img")).to_have_count(1, timeout=60_000)

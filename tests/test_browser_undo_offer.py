@@ -91,13 +91,13 @@ def test_undo_is_offered_only_where_it_can_act_and_a_click_says_where(
     open_notebook(page, lab, notebook)
     wait_kernel_idle(page, lab, notebook)
     expect(foreign).to_be_visible(timeout=60_000)
-    expect(foreign.locator(".nbv-undo-hint")).to_contain_text(f"%agent undo {theirs}")  # the saved record's words
+    expect(foreign.locator(".nbr-undo")).to_contain_text(f"%agent undo {theirs}")  # the saved record's words
     # no kernel has said yet: Undo… asks (a click would load nbagent and run the undo below, which checks the log)
     expect(foreign.get_by_role("button", name="Undo…", exact=True)).to_have_attribute(
         "title", re.compile("nbagent is loaded in the kernel first"))
 
     run_cell_at(page, 0)  # %load_ext nbagent: the kernel answers from this notebook's log
-    expect(foreign.locator(".nbv-undo-why")).to_contain_text("not undoable here: not in this notebook's log",
+    expect(foreign.locator(".nbr-undo-why")).to_contain_text("not undoable here: not in this notebook's log",
                                                              timeout=30_000)
     # no Undo…; Reproduce stays (a click says in one line that this log holds no such run: test_reproduce_kernel)
     expect(foreign.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)
@@ -117,7 +117,7 @@ def test_undo_is_offered_only_where_it_can_act_and_a_click_says_where(
                                     + " below: it shows what will change and asks first")
     expect(foreign.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)
     offer.click()
-    expect(ours.locator(".nbv-undo-status")).to_contain_text("runs in the new cell below: its Undo panel lists each "
+    expect(ours.locator(".nbr-undo-status")).to_contain_text("runs in the new cell below: its Undo panel lists each "
                                                              "change and asks before any")
     expect(offer).to_be_disabled()
     panel = page.locator(PANEL).first
@@ -129,7 +129,7 @@ def test_undo_is_offered_only_where_it_can_act_and_a_click_says_where(
     expect(page.locator(OUTCOME).first).to_contain_text("1 file put back", timeout=30_000)
     wait_until(lambda: not (folder / "report.md").exists(), 10, "report.md removed")
     # the record, brought up to date by the undo, says so and offers nothing more
-    expect(ours.locator(".nbv-undone")).to_be_visible(timeout=30_000)
+    expect(ours.locator(".nbr-undone")).to_be_visible(timeout=30_000)
     expect(ours.get_by_role("button", name="Undo…", exact=True)).to_have_count(0)
     ours.scroll_into_view_if_needed()
     shot(page, "undo-offer-3-undone")
@@ -165,11 +165,11 @@ def test_a_run_that_only_wrote_cells_offers_undo_and_its_undo_keeps_the_cell_you
     run_cell_at(page, 1)
     ours = page.locator(f"{ACTIVE} {RECORD}").filter(has_text="Set a and b.")
     expect(ours).to_be_visible(timeout=90_000)
-    effects = ours.locator(".nbv-effects")
+    effects = ours.locator(".nbr-effects")
     expect(effects).to_contain_text(re.compile(r"added\s*\[\d+\] a = 1"))
     expect(effects).to_contain_text(re.compile(r"added\s*\[\d+\] b = 2"))
     expect(effects).not_to_contain_text("file by file")
-    expect(ours.locator(".nbv-undo-hint")).to_contain_text("undoes this run's changes (3 cells)")
+    expect(ours.locator(".nbr-undo")).to_contain_text("undoes this run's changes (3 cells)")
     # the person edits the agent's second cell and runs it: it is theirs now
     wait_until(lambda: any("b = 2" in s for s in page.evaluate(SOURCES)), 30, "the agent's cells in the notebook")
     sources = page.evaluate(SOURCES)
@@ -202,7 +202,7 @@ def test_a_run_that_only_wrote_cells_offers_undo_and_its_undo_keeps_the_cell_you
     # exactly what it said: a = 1's cell is gone, the person's cell stays as they wrote it
     wait_until(lambda: not any("a = 1" in s for s in page.evaluate(SOURCES)), 30, "the agent's a = 1 cell removed")
     assert "b = 'mine'\n" in page.evaluate(SOURCES)
-    undone = ours.locator(".nbv-undone")
+    undone = ours.locator(".nbr-undone")
     expect(undone).to_contain_text(re.compile(r"cell \[\d+\] a = 1 removed; \[\d+\] b = 2 kept: you edited it since"),
                                    timeout=30_000)
     expect(undone).to_contain_text(re.compile(r"\[\d+\] c = 3 was deleted since: nothing to undo"))

@@ -187,6 +187,22 @@ def test_the_fold_is_exactly_a_finished_run_and_its_two_lines_carry_no_markup_of
     if folds:
         summary = html[html.index('<summary class="nbr-summary-line">'):html.index("</summary>")]
         assert "<script" not in summary and "</details" not in summary  # the model's and person's text escaped
-        assert html.rstrip().endswith("</details></div>")  # the whole record inside the fold
+        # the whole record inside the fold (this run changed nothing, so no ↶ Undo line follows it)
+        assert html.rstrip().endswith("</details></div>")
     if answerable:
         assert "in a new cell:" in html  # the line that answers it stays in sight
+
+
+def test_a_folded_record_keeps_its_undo_line_in_sight_below_the_fold() -> None:
+    """The ↶ Undo line of a finished run that changed a file is outside the fold, where the lab extension puts its
+    Undo… button (as the record showed it in JupyterLab before it was drawn once, by the kernel)."""
+    step = {"id": "s1", "kind": "tool", "tool": "create_file", "status": "ok", "target": "a.md",
+            "arguments": {"path": "a.md", "content": "x"}}
+    v = with_words({"run_id": "01RUN", "status": "completed", "prompt": "write a.md", "answer": "Done.",
+                    "totals": {"tool_calls": 1}, "steps": [step], "plans": [], "effects": {"created": ["a.md"]}})
+    html = render_html(v)
+    fold_end = html.index("</details>", html.index('<details class="nbr-compact">'))
+    undo = html.index('<p class="nbr-undo">')
+    assert undo > html.rindex("</details>") >= fold_end
+    assert html[undo:].startswith('<p class="nbr-undo"><strong>↶ Undo</strong> <code>%agent undo 01RUN</code>')
+    assert html.rstrip().endswith("</p></div>")

@@ -94,7 +94,8 @@ def _npm() -> str | None:
                     reason="labextension/node_modules is absent (pip install builds it) or npm is missing")
 def test_frontend_unit_tests_pass_on_pipeline_views(tmp_path: Path) -> None:
     write_views(tmp_path / "views", make_views(tmp_path))
-    env = {**os.environ, "NBAGENT_VIEW_FIXTURES": str(tmp_path / "views"), "CI": "1", "NO_COLOR": "1"}
+    env = {**os.environ, "NBAGENT_VIEW_FIXTURES": str(tmp_path / "views"), "NBAGENT_PYTHON": sys.executable,
+           "CI": "1", "NO_COLOR": "1"}
     result = subprocess.run([_npm(), "test", "--silent"], cwd=EXT, env=env, capture_output=True, text=True,
                             timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]

@@ -89,7 +89,10 @@ def test_html_shows_the_whole_run(full: dict[str, Any]) -> None:
     assert "Load sales.csv, find the top 3 regions and write report.md" in out
     # steps: model calls with tokens and cost, tools with arguments, risk and duration, the denial, the question
     assert re.search(r"\d+ tokens", out) and "$0.000" in out
-    assert "read_file" in out and "sales.csv" in out and "READ_ONLY runs without asking" in out
+    assert "read_file" in out and "sales.csv" in out
+    # what let a call through only where it matters (a grant, a high-risk call that ran without asking): not
+    # "READ_ONLY runs without asking" under every read, nor the approval its plan card shows once
+    assert "runs without asking" not in out and "(plan 01" not in out
     assert "nbr-risk-read_only" in out and "nbr-risk-write_low_risk" in out and "nbr-risk-write_high_risk" in out
     assert "is excluded from the agent" in out and "scope.excluded" in out
     assert "Which currency should the report use?" in out and "EUR" in out
@@ -97,7 +100,10 @@ def test_html_shows_the_whole_run(full: dict[str, Any]) -> None:
     assert '<span class="nbr-add">+# Sales report</span>' in out
     assert '<span class="nbr-del">-North,10</span>' in out
     assert "feedback: list all three regions" in out and "reason: keep the raw data" in out
-    assert "by user at 20" in out and "sent back to the model" in out
+    # who and when, for the person reading their notebook: "by you · 14:02 UTC" (JupyterLab shows their own clock)
+    when = r'<time datetime="20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ" title="[^"]+ UTC">\d\d:\d\d UTC</time>'
+    assert re.search("by you · " + when, out)
+    assert "approved by user" not in out and "sent back to the model" in out and "plan sent back with feedback" in out
     # the answer, rendered
     assert "<strong>North</strong>" in out and "<em>10</em>" in out and "<li>North</li>" in out
     assert '<th>region</th>' in out and 'style="text-align:right"' in out and "<code>report.md</code>" in out

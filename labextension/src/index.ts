@@ -1,7 +1,8 @@
 /**
- * nbagent-labextension: renders `application/vnd.nbagent.run+json`, the static record an `%%agent` cell leaves
- * in the notebook, richly in JupyterLab, with no kernel: the timeline, plans and decisions, diffs, the answer,
- * totals, the run id and the path of its log. All text from the model, tools or people goes in as text nodes.
+ * nbagent-labextension: renders `application/vnd.nbagent.run+json`, the record an `%%agent` cell leaves in the
+ * notebook, in JupyterLab with no kernel. The record is drawn once, by the kernel: the bundle's text/html
+ * (nbagent/ui/record_html.py), the very HTML nbconvert shows, goes in through DOMPurify with the record's allow-list
+ * (run_view/saved.js); this renderer attaches what needs the page: Undo…, Reproduce, the focus, open disclosures.
  */
 
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
@@ -10,7 +11,7 @@ import { Widget } from '@lumino/widgets';
 import { followFocus } from './focus';
 import { showReproduce } from './reproduce';
 import type { IUndoOffer } from './undo';
-import { IRunView, renderView, UNDO_ASK_EVENT, UNDO_EVENT } from './view';
+import { IRunView, renderRecord, UNDO_ASK_EVENT, UNDO_EVENT } from './view';
 
 export const MIME_TYPE = 'application/vnd.nbagent.run+json';
 
@@ -19,7 +20,7 @@ export const RECORD_CLASS = 'jp-nbagent-RunRecord';
 
 export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
   private readonly mimeType: string;
-  private readonly open = new Map<string, boolean>();
+  private readonly open = new Map<number | string, boolean>();
   private view: IRunView | null = null; // the record drawn, whose Undo… the kernel is asked about once attached
 
   constructor(options: IRenderMime.IRendererOptions) {
@@ -35,7 +36,12 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
       if (!data || typeof data !== 'object' || Array.isArray(data)) {
         throw new Error('the record is not an object');
       }
-      const root = renderView(this.node, data as IRunView, { open: this.open });
+      const html = model.data['text/html'];
+      if (html === undefined || html === null) {
+        showText(this.node, model.data['text/plain']);
+        return Promise.resolve();
+      }
+      const root = renderRecord(this.node, html, { open: this.open });
       root.setAttribute('tabindex', '-1'); // focusable by the page (focus.ts), not a stop of Tab
       root.setAttribute('role', 'region');
       root.setAttribute('aria-label', `nbagent run ${String((data as IRunView).run_id ?? '')}`);
@@ -62,6 +68,14 @@ export class RunRecordRenderer extends Widget implements IRenderMime.IRenderer {
       askUndo(this.node, this.view);
     }
   }
+}
+
+/** A record saved without its HTML (an output made by hand, or cut down): its text/plain, as text. */
+function showText(node: HTMLElement, text: unknown): void {
+  const pre = document.createElement('pre');
+  pre.className = 'jp-nbagent-RunRecord-text';
+  pre.textContent = Array.isArray(text) ? text.join('') : String(text ?? 'nbagent: this run record has no text/html');
+  node.appendChild(pre);
 }
 
 /**
@@ -92,7 +106,7 @@ export function askUndo(node: HTMLElement, view: IRunView): void {
   }
 }
 
-const OFFER_PARTS = '.nbv-undo-offer, .nbv-undo-status, .nbv-undo-why, .nbv-undo-added';
+const OFFER_PARTS = '.nbr-undo-offer, .nbr-undo-status, .nbr-undo-why, .nbr-undo-added';
 
 function clearOffer(node: HTMLElement): void {
   node.querySelectorAll(OFFER_PARTS).forEach(el => el.remove());
@@ -114,11 +128,11 @@ function el(tag: string, cls: string, text?: string): HTMLElement {
  */
 export function showOffer(node: HTMLElement, runId: string, given: IUndoOffer | null): void {
   clearOffer(node);
-  const root = node.querySelector('.nbagent-live.nbv-static');
+  const root = node.querySelector('.nbagent-run');
   if (!root || root.getAttribute('data-run-id') !== runId) {
     return;
   }
-  let hint = root.querySelector('.nbv-undo-hint');
+  let hint = root.querySelector(':scope > .nbr-undo');
   if (!given && !hint) {
     return; // no kernel has said, and the record names no change to undo
   }
@@ -128,20 +142,21 @@ export function showOffer(node: HTMLElement, runId: string, given: IUndoOffer | 
   };
   if (!offer.undo) {
     if (hint && offer.why) {
-      hint.appendChild(el('span', 'nbv-undo-why nbv-dim', ` — not undoable here: ${offer.why}`));
+      hint.appendChild(el('span', 'nbr-undo-why nbr-muted', ` — not undoable here: ${offer.why}`));
     }
     return;
   }
   if (!hint) {
     const [command, rest] = String(offer.line || `%agent undo ${runId} undoes this run's changes`).split(' undoes ');
-    hint = el('p', 'nbv-undo-hint nbv-undo-added');
-    hint.append(el('strong', '', '↶ Undo '), el('code', '', command), ` undoes ${rest ?? ''}`);
-    root.insertBefore(hint, root.querySelector(':scope > .nbv-foot')); // a folded record: below its summary
+    hint = el('p', 'nbr-undo nbr-undo-added');
+    hint.append(el('strong', '', '↶ Undo'), ' ', el('code', '', command), ` undoes ${rest ?? ''}`);
+    // where the kernel puts it: above the totals, or below a folded record's summary
+    root.insertBefore(hint, root.querySelector(':scope > .nbr-foot'));
   }
-  const button = el('button', 'nbv-btn nbv-quiet nbv-undo-offer', 'Undo…') as HTMLButtonElement;
+  const button = el('button', 'nbr-btn nbr-undo-offer', 'Undo…') as HTMLButtonElement;
   button.type = 'button';
   button.title = offer.title || `insert and run %agent undo ${runId} below: it shows what will change and asks first`;
-  const said = el('span', 'nbv-undo-status');
+  const said = el('span', 'nbr-undo-status');
   said.setAttribute('role', 'status');
   button.addEventListener('click', () => {
     button.disabled = true;
@@ -149,7 +164,7 @@ export function showOffer(node: HTMLElement, runId: string, given: IUndoOffer | 
     const done = (text: string, ok: boolean): void => {
       answered = true;
       said.textContent = ` ${text}`;
-      said.classList.toggle('nbv-bad', !ok);
+      said.classList.toggle('nbr-bad', !ok);
       button.disabled = ok; // (one cell per click: a second one would undo nothing)
     };
     node.dispatchEvent(new CustomEvent(UNDO_EVENT, { bubbles: true, detail: { run_id: runId, done } }));
@@ -161,7 +176,7 @@ export function showOffer(node: HTMLElement, runId: string, given: IUndoOffer | 
 }
 
 export const rendererFactory: IRenderMime.IRendererFactory = {
-  safe: true, // text nodes only: fine in an untrusted notebook
+  safe: true, // the record's HTML through DOMPurify with its own allow-list: fine in an untrusted notebook
   mimeTypes: [MIME_TYPE],
   defaultRank: 0,
   createRenderer: options => new RunRecordRenderer(options)

@@ -92,22 +92,22 @@ export function reproducible(view: IRunView): boolean {
 
 /** The Reproduce button on a record's root (index.ts calls this after drawing the record). */
 export function showReproduce(node: HTMLElement, view: IRunView): void {
-  node.querySelectorAll('.nbv-reproduce').forEach(e => e.remove());
-  const root = node.querySelector('.nbagent-live.nbv-static');
+  node.querySelectorAll('.nbr-reproduce').forEach(e => e.remove());
+  const root = node.querySelector('.nbagent-run');
   if (!root || !reproducible(view)) {
     return;
   }
   const runId = String(view.run_id);
   const line = document.createElement('p');
-  line.className = 'nbv-reproduce nbv-dim';
+  line.className = 'nbr-reproduce nbr-muted';
   const button = document.createElement('button');
   button.type = 'button';
-  button.className = 'nbv-btn nbv-quiet nbv-reproduce-button';
+  button.className = 'nbr-btn nbr-reproduce-button';
   button.textContent = 'Reproduce';
   button.title = `run this cell again as run ${runId} was recorded: its model replies and decisions from the log, `
     + 'no model call, nothing to approve';
   const said = document.createElement('span');
-  said.className = 'nbv-reproduce-status';
+  said.className = 'nbr-reproduce-status';
   said.setAttribute('role', 'status');
   button.addEventListener('click', () => {
     button.disabled = true;
@@ -125,7 +125,7 @@ export function showReproduce(node: HTMLElement, view: IRunView): void {
     }
   });
   line.append(button, said);
-  root.insertBefore(line, root.querySelector(':scope > .nbv-foot'));
+  root.insertBefore(line, root.querySelector(':scope > .nbr-foot'));
 }
 
 function send(panel: IPanelLike, code: string): void {

@@ -1,7 +1,8 @@
 /**
- * The run-view renderer shared with the live anywidget view: `nbagent/ui/run_view.js` (the one-file bundle that
- * `npm run build:view` makes of `src/run_view/`, committed) exports `renderView`, which draws the static record.
- * Importing the bundle, not its sources, keeps the lab extension on the very code the widget runs. The bundler
+ * What the lab extension shares with the live anywidget view: `nbagent/ui/run_view.js` (the one-file bundle that
+ * `npm run build:view` makes of `src/run_view/`, committed) exports `renderRecord`, which shows a run's record (the
+ * kernel's HTML) made safe for the page, and the words of a decision. Importing the bundle, not its sources, keeps
+ * the lab extension on the very code the widget runs. The bundler
  * (rspack, through @jupyter/builder) and vitest resolve this relative import; TypeScript gets the types declared here.
  */
 
@@ -43,13 +44,19 @@ export interface IRunView {
 }
 
 export interface IRenderOptions {
-  /** <details> open states by key, kept across re-renders. */
-  open?: Map<string, boolean>;
+  /** <details> open states by their order in the record, kept across re-renders. */
+  open?: Map<number | string, boolean>;
 }
 
-/** Draw a run's static record into `el` (DOM nodes and text only); returns its root element. */
-export const renderView: (el: HTMLElement, view: IRunView, options?: IRenderOptions) => HTMLElement =
-  shared.renderView;
+/**
+ * Show a run's record (its text/html, nbagent/ui/record_html.py: a string or nbformat's list of lines) in `el`,
+ * through DOMPurify with the record's allow-list; returns its root (`.nbagent-run`), or throws when there is none.
+ */
+export const renderRecord: (el: HTMLElement, html: unknown, options?: IRenderOptions) => HTMLElement =
+  shared.renderRecord;
+
+/** The record's HTML as safe DOM nodes (what `renderRecord` shows). */
+export const recordFragment: (html: unknown) => DocumentFragment = shared.recordFragment;
 
 /** One plan as the view carries it (see nbagent/ui/viewstate.py); its steps are PlanStep dicts. */
 export interface IPlan {

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { MIME_TYPE, RunRecordRenderer, rendererFactory, showOffer } from '../src/index';
 import { approvalQuestion, approveLabel } from '../src/view';
 import type { IRunView } from '../src/view';
+import { recordHtml } from './kernel_record';
 import waiting, {
   FOCUS_COMMAND, FOCUS_KEYS, NOTICE_CLASS, QUIET_WHILE_AGENT, agentRequests, focusWaiting, updateNotice, watchKernel
 } from '../src/waiting';
@@ -26,12 +27,13 @@ afterEach(() => document.body.replaceChildren());
 
 async function draw(view: IRunView, renderer?: RunRecordRenderer): Promise<RunRecordRenderer> {
   const r = renderer ?? rendererFactory.createRenderer({ mimeType: MIME_TYPE } as any) as RunRecordRenderer;
-  await r.renderModel({ trusted: false, data: { [MIME_TYPE]: view }, metadata: {}, setData: () => undefined } as any);
+  await r.renderModel({ trusted: false, data: { [MIME_TYPE]: view, 'text/html': recordHtml(view) }, metadata: {},
+    setData: () => undefined } as any);
   document.body.appendChild(r.node);
   return r;
 }
 
-const folded = (r: RunRecordRenderer) => r.node.querySelector<HTMLDetailsElement>('.nbagent-live > details.nbv-compact');
+const folded = (r: RunRecordRenderer) => r.node.querySelector<HTMLDetailsElement>('.nbagent-run > details.nbr-compact');
 
 describe('a finished run folds to two lines', () => {
   it('shows the status, the request, the answer, counts and cost; the whole record behind them', async () => {
@@ -40,20 +42,20 @@ describe('a finished run folds to two lines', () => {
     expect(d).toBeTruthy();
     expect(d.open).toBe(false);
     const summary = d.querySelector(':scope > summary')!;
-    expect(summary.querySelector('.nbv-summary-state')!.textContent).toBe('✓ completed');
-    expect(summary.querySelector('.nbv-summary-request')!.textContent).toBe(' · read every file');
-    const more = summary.querySelector('.nbv-summary-more')!.textContent!;
+    expect(summary.querySelector('strong')!.textContent).toBe('✓ completed');
+    const more = summary.querySelector('.nbr-summary-more')!.textContent!;
+    expect(summary.textContent).toBe(`✓ completed · read every file${more}`);
     expect(more.startsWith('Read 12 files · ')).toBe(true);
     expect(more).toMatch(/ · \d+ tool calls? · .*changed · \$/);
-    // every section is in the body: the timeline, the totals
-    expect(d.querySelector('.nbv-record-body .nbv-timeline')).toBeTruthy();
-    expect(d.querySelector('.nbv-record-body .nbv-foot')).toBeTruthy();
+    // every section is behind it: the timeline, the totals
+    expect(d.querySelector('.nbr-steps')).toBeTruthy();
+    expect(d.querySelector('.nbr-foot')).toBeTruthy();
   });
 
   it("says the outcome of a run with errors, and the record's words when the view carries them", async () => {
     const view = load('full');
     const d = folded(await draw(view))!;
-    const more = d.querySelector('.nbv-summary-more')!.textContent!;
+    const more = d.querySelector('.nbr-summary-more')!.textContent!;
     expect(more.startsWith('⚠ ')).toBe(true);
     if (view.words && typeof (view.words as any).summary_more === 'string') {
       expect(more).toBe((view.words as any).summary_more);
@@ -65,12 +67,12 @@ describe('a finished run folds to two lines', () => {
     const waitingView = load('waiting');
     const w = await draw(waitingView);
     expect(folded(w)).toBeNull();
-    expect(w.node.querySelector('.nbv-pending')).toBeTruthy();
+    expect(w.node.querySelector('.nbr-banner .nbr-hint')!.textContent).toContain('%agent approve');
     for (const status of ['failed', 'interrupted', 'running']) {
       const r = await draw(bare(load('long'), { status, error: status === 'failed' ? 'RuntimeError: boom' : null }));
       expect(folded(r)).toBeNull();
       if (status === 'failed') {
-        expect(r.node.querySelector('.nbv-errors')!.textContent).toContain('boom');
+        expect(r.node.querySelector('.nbr-errors')!.textContent).toContain('boom');
       }
     }
   });
@@ -91,7 +93,7 @@ describe('a finished run folds to two lines', () => {
     const view = bare(load('long'), { run_id: 'RUNUNDO1' });
     const r = await draw(view);
     showOffer(r.node, 'RUNUNDO1', { undo: true, line: '%agent undo RUNUNDO1 undoes 1 cell', title: 't' } as any);
-    const button = r.node.querySelector('.nbv-undo-offer')!;
+    const button = r.node.querySelector('.nbr-undo-offer')!;
     expect(button).toBeTruthy();
     expect(button.closest('details')).toBeNull();
   });
@@ -111,10 +113,10 @@ describe('cards name cells as the page shows them', () => {
     expect(approvalQuestion(plan)).toBe('Replace cell [3] and run it?');
     const view = { ...bare(load('waiting'), {}), plans: [plan], pending: null, status: 'completed' } as IRunView;
     const r = await draw(view);
-    const name = r.node.querySelector('.nbv-plan .nbv-cell-name')!;
+    const name = r.node.querySelector('.nbr-plan .nbr-cell-name')!;
     expect(name.textContent).toBe("[3] df = pd.read_csv('sales.csv')");
     expect(name.getAttribute('title')).toBe('cell 0123456789abcdef0123456789abcdef (the model wrote nb1_0)');
-    expect(r.node.querySelector('.nbv-plan tbody td:nth-child(3)')!.textContent).not.toContain('nb1_0');
+    expect(r.node.querySelector('.nbr-plan tbody td:nth-child(3)')!.textContent).not.toContain('nb1_0');
   });
 
   it('names a new cell by the cell it goes below', async () => {
@@ -122,7 +124,7 @@ describe('cards name cells as the page shows them', () => {
       arguments: { code: 'import pandas as pd\nx' }, cell: { new: true, below: 4, first_line: 'import pandas as pd' } }] };
     const view = { ...bare(load('waiting'), {}), plans: [newCell], pending: null, status: 'completed' } as IRunView;
     const r = await draw(view);
-    expect(r.node.querySelector('.nbv-plan .nbv-cell-name')!.textContent)
+    expect(r.node.querySelector('.nbr-plan .nbr-cell-name')!.textContent)
       .toBe('new cell below [4]: import pandas as pd');
   });
 });

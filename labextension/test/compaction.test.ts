@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 
 // @ts-expect-error: the committed bundle, as the widget and the lab extension load it
-import live, { renderView } from '../../nbagent/ui/run_view.js';
+import live, { renderRecord } from '../../nbagent/ui/run_view.js';
+import { recordHtml } from './kernel_record';
 
 // Issue 46: a compaction's summary (what the model works from in place of earlier requests) is in the live view
 // and in the lab extension's record, behind a disclosure, and its request is one of the model calls. The view is
@@ -33,7 +34,7 @@ const VIEW = {
 function drawRecord(view: any): Element {
   const host = document.createElement('div');
   document.body.appendChild(host);
-  return renderView(host, view);
+  return renderRecord(host, recordHtml(view));
 }
 
 function drawLive(view: any): Element {
@@ -46,16 +47,17 @@ function drawLive(view: any): Element {
 }
 
 describe('a compaction in the run view', () => {
-  for (const [where, draw] of [['the record', drawRecord], ['the live view', drawLive]] as const) {
+  // the record's classes are nbr-…, the live view's nbv-…
+  for (const [where, draw, p] of [['the record', drawRecord, 'nbr'], ['the live view', drawLive, 'nbv']] as const) {
     it(`shows its summary behind a closed disclosure, and its request as a model call, in ${where}`, () => {
       const root = draw(VIEW);
-      const step = [...root.querySelectorAll('.nbv-step')].find(s => s.textContent!.includes('context compacted'))!;
+      const step = [...root.querySelectorAll(`.${p}-step`)].find(s => s.textContent!.includes('context compacted'))!;
       expect(step).toBeTruthy();
       const disclosure = step.querySelector('details')!;
       expect(disclosure.querySelector('summary')!.textContent).toBe(LABEL);
-      expect(disclosure.querySelector('pre.nbv-summary')!.textContent).toBe(CANARY);
+      expect(disclosure.querySelector(`pre.${p}-summary`)!.textContent).toBe(CANARY);
       expect(disclosure.open).toBe(false);
-      const models = [...root.querySelectorAll('.nbv-step.nbv-k-model')];
+      const models = [...root.querySelectorAll(`.${p}-step.${p}-k-model`)];
       expect(models.length).toBe(3);
       expect(models[1].textContent).toContain('summary of 1 earlier request');
       expect(models[1].nextElementSibling).toBe(step);  // the call just before the compaction it made
@@ -66,7 +68,7 @@ describe('a compaction in the run view', () => {
   it('keeps a summary as text: markup in it is not rendered', () => {
     const evil = '<img src=x onerror=alert(1)>SUMMARY';
     const view = { ...VIEW, steps: VIEW.steps.map(s => (s.id === '01B' ? { ...s, summary: evil } : s)) };
-    const pre = drawRecord(view).querySelector('pre.nbv-summary')!;
+    const pre = drawRecord(view).querySelector('pre.nbr-summary')!;
     expect(pre.textContent).toBe(evil);
     expect(pre.querySelector('img')).toBeNull();
   });

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 // @ts-expect-error: a plain .js module (the source of nbagent/ui/run_view.js)
 import { linkAllowed, markdown } from '../src/run_view/markdown.js';
 // @ts-expect-error: the committed bundle, as the widget and the lab extension load it
-import { renderView } from '../../nbagent/ui/run_view.js';
+import live from '../../nbagent/ui/run_view.js';
 
 const md = (source: string): HTMLElement => markdown(source, document.createElement('div'));
 
@@ -54,7 +54,9 @@ describe("the answer's Markdown", () => {
   it('is sanitised in the bundle the widget loads', () => {
     const host = document.createElement('div');
     document.body.appendChild(host);
-    renderView(host, { status: 'completed', answer: '<img src=x onerror=alert(1)> [x](javascript:alert(1)) **ok**' });
+    const view = { status: 'completed', answer: '<img src=x onerror=alert(1)> [x](javascript:alert(1)) **ok**' };
+    live.render({ model: { get: (k: string) => ({ view } as any)[k], send: () => undefined, on: () => undefined,
+      off: () => undefined }, el: host });
     const answer = host.querySelector('.nbv-answer .nbv-md')!;
     expect(answer.querySelector('strong')!.textContent).toBe('ok');
     expect(host.querySelectorAll('img, [onerror], a').length).toBe(0);

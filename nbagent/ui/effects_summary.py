@@ -135,12 +135,19 @@ def file_count(fx: dict[str, Any] | None) -> int:
     return sum(len(fx.get(k) or []) for k in ("created", "changed", "deleted"))
 
 
-def refusal_line(r: dict[str, Any]) -> str:
-    """"create_file report.md: denied by policy:none: ...": one refused call, in plain text."""
+def by_whom(by: Any) -> str:
+    """Who decided, for a person reading their own notebook: the click in this notebook was "you"."""
+    return "you" if not by or by == "user" else str(by)
+
+
+def refusal_line(r: dict[str, Any], *, reader: bool = False) -> str:
+    """"create_file report.md: denied by policy:none: ...": one refused call, in plain text (`reader`: the page's
+    words, where the person who clicked is "you")."""
     what = f"{r.get('tool') or 'a call'}" + (f" {r['target']}" if r.get("target") else "")
     why = str(r.get("why") or "").strip()
     if r.get("kind") == "plan":
-        by = "" if why.lower().startswith("denied") else f"plan denied by {r.get('by') or 'someone'}"
+        who = by_whom(r.get("by")) if reader and r.get("by") else r.get("by") or "someone"
+        by = "" if why.lower().startswith("denied") else f"plan denied by {who}"
         return f"{what}: " + ": ".join(x for x in (by, why) if x)
     return f"{what}: denied ({r.get('by')}): {why}" if why else f"{what}: denied ({r.get('by')})"
 
@@ -251,13 +258,6 @@ def undoes_line(view: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------- rendering
 
-CSS = """
-.nbagent-run .nbr-effects{margin:6px 0 4px;padding:5px 10px;border:1px solid var(--nbr-border);border-radius:4px;
-background:var(--nbr-bg2)}
-.nbagent-run .nbr-effects ul{margin:2px 0;padding-left:1.4em}.nbagent-run .nbr-effects p{margin:2px 0}
-.nbagent-run .nbr-effects .nbr-verb{display:inline-block;min-width:5.2em;font-size:11px;text-transform:uppercase;
-letter-spacing:.03em}
-"""
 
 _VERB_TONE = {"created": "nbr-ok", "changed": "nbr-warn", "deleted": "nbr-bad"}
 _CELL_TONE = {"added": "nbr-ok", "replaced": "nbr-warn", "removed": "nbr-bad", "restored": "nbr-warn"}
@@ -279,7 +279,7 @@ def effects_html(view: dict[str, Any]) -> str:
               '</code></li>' for c in fx.get("cells") or [] if isinstance(c, dict)]
     if cells_note(fx):
         items.append(f'<li class="nbr-muted">{_esc(cells_note(fx))}</li>')
-    items += [f'<li class="nbr-bad"><span class="nbr-verb">⊘ not done</span> {_esc(refusal_line(r))}</li>'
+    items += [f'<li class="nbr-bad"><span class="nbr-verb">⊘ not done</span> {_esc(refusal_line(r, reader=True))}</li>'
               for r in fx.get("refused") or []]
     if other_line(fx):
         items.append(f'<li class="nbr-muted">{_esc(other_line(fx))}</li>')
@@ -311,5 +311,5 @@ def undo_banner_html(view: dict[str, Any]) -> str:
     if not sentence:
         return ""
     head, _, rest = sentence.partition(": ")
-    return (f'<div class="nbr-banner nbr-{tone}" data-undone-by="{_esc(view.get("undone_by") or "")}">'
+    return (f'<div class="nbr-banner nbr-{tone} nbr-undone" data-undone-by="{_esc(view.get("undone_by") or "")}">'
             f"<strong>↶ {_esc(head[:1].upper() + head[1:])}</strong>: {_esc(rest)}</div>")

@@ -9,16 +9,29 @@ Every string that came from the model, a tool or a person is untrusted: it is es
 HTML, and the answer's Markdown is rendered by markdown-it with raw HTML off, then sanitised by nh3 against a
 short allow-list (links: http, https and mailto only). Plain Python: no IPython or widget import.
 
-The renderings live in their own modules, each readable in one sitting: `record_words` (the formatters and
-sentences every rendering shares), `record_markdown` (the answer's Markdown as safe HTML; the record as Markdown),
-`record_html` and `record_text`. This module is the entry point: `bundle`, `RunRecord`, and every name those
-modules define, re-exported so `from nbagent.ui.record import ...` keeps working.
+The renderings live in their own modules, each readable in one sitting: `record_format` (the formatters),
+`record_words` (the sentences every rendering shares), `record_markdown` (the answer's Markdown as safe HTML; the
+record as Markdown), `record_html` and `record_text`. This module is the entry point: `bundle`, `RunRecord`, and
+every name those modules define, re-exported so `from nbagent.ui.record import ...` keeps working.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from nbagent.ui.record_format import (
+    LONG_TEXT_CHARS,
+    LONG_TEXT_LINES,
+    NOMINAL_NOTE,
+    arguments_of,
+    fmt_cost,
+    fmt_ms,
+    fmt_tokens,
+    fmt_ts,
+    format_args,
+    plural,
+    short_id,
+)
 from nbagent.ui.record_html import CSS, PLAN_TONE, STATUS_TONE, STEP_TONE, diff_html, render_html, risk_badge
 from nbagent.ui.record_markdown import LINK_REL, LINK_SCHEMES, link_allowed, markdown_html, render_markdown
 from nbagent.ui.record_text import render_text
@@ -28,10 +41,7 @@ from nbagent.ui.record_words import (
     FILE_CHANGE_TOOLS,
     HEAD_STEPS,
     HIGH,
-    LONG_TEXT_CHARS,
-    LONG_TEXT_LINES,
     MAX_STEPS_SHOWN,
-    NOMINAL_NOTE,
     NOT_ASKED,
     PLAN_STATUS,
     RISK_LABEL,
@@ -40,13 +50,7 @@ from nbagent.ui.record_words import (
     TAIL_STEPS,
     Steps,
     answerable,
-    arguments_of,
     cell_label,
-    fmt_cost,
-    fmt_ms,
-    fmt_tokens,
-    fmt_ts,
-    format_args,
     grant_reach,
     high_risk_effects,
     model_note,
@@ -54,8 +58,6 @@ from nbagent.ui.record_words import (
     pending_hint,
     pending_text,
     plan_summary,
-    plural,
-    short_id,
     step_action,
     step_summary,
     timeline_label,

@@ -14,28 +14,30 @@ import re
 from typing import Any
 
 from nbagent.ui.effects_summary import effects_text, undo_note
-from nbagent.ui.record_words import (
+from nbagent.ui.record_format import (
     NOMINAL_NOTE,
+    arguments_of,
+    fmt_ms,
+    fmt_ts,
+    format_args,
+    indented,
+    looks_like_diff,
+    upper_first,
+)
+from nbagent.ui.record_words import (
     NOT_ASKED,
     PLAN_STATUS,
     STATUS_ICON,
     STEP_ICON,
-    _decision_line,
-    _indent,
-    _looks_like_diff,
-    _plan_decisions,
-    _upper_first,
     answerable,
-    arguments_of,
     cell_label,
-    fmt_ms,
-    fmt_ts,
-    format_args,
+    decision_line,
     high_risk_effects,
     model_note,
     outcome_warning,
     pending_hint,
     pending_text,
+    plan_decisions,
     plan_summary,
     reproduced_line,
     step_summary,
@@ -193,7 +195,7 @@ def render_markdown(view: dict[str, Any]) -> str:
         meta.append(f"**started** {fmt_ts(v['started_at'])}")
     out += [" · ".join(meta), ""]
     if reproduced_line(v):
-        out += [f"> **↻** {_md_text(_upper_first(reproduced_line(v)))}", ""]
+        out += [f"> **↻** {_md_text(upper_first(reproduced_line(v)))}", ""]
     if v.get("superseded_by"):
         out += [f"> **Superseded** by run {_code(v['superseded_by'])}: an earlier cell was re-run.", ""]
     if undo_note(v)[1]:
@@ -226,18 +228,18 @@ def render_markdown(view: dict[str, Any]) -> str:
                 if s.get("status") == "failed" and s.get("detail"):
                     out.append(f"   - error: {_md_text(s['detail'])}")
                 if s.get("result_preview"):
-                    out += ["", _indent(_fence(str(s["result_preview"])), " " * len(f"{n}. ")), ""]
+                    out += ["", indented(_fence(str(s["result_preview"])), " " * len(f"{n}. ")), ""]
             else:
                 out.append(f"{n}. {_md_text(step_summary(s))}")
             if s.get("summary"):
-                out += ["", _indent(f"{_md_text(_upper_first(str(s.get('summary_label'))))}:\n\n"
+                out += ["", indented(f"{_md_text(upper_first(str(s.get('summary_label'))))}:\n\n"
                                     f"{_fence(str(s['summary']))}", " " * len(f"{n}. ")), ""]
         out.append("")
     plans = v.get("plans") or []
     if plans:
         out += [f"### Plans ({len(plans)})", ""]
         for i, p in enumerate(plans, 1):
-            out += [f"#### Plan {i}: {_md_text(_upper_first(plan_summary(p)))} — "
+            out += [f"#### Plan {i}: {_md_text(upper_first(plan_summary(p)))} — "
                     f"{PLAN_STATUS.get(p.get('status', ''), p.get('status'))} (max risk `{p.get('max_risk')}`)", ""]
             if model_note(p):
                 out += [f"> the model says: {_md_text(model_note(p))}", ""]
@@ -252,9 +254,9 @@ def render_markdown(view: dict[str, Any]) -> str:
             for s in p.get("steps") or []:
                 diff = s.get("diff") or s.get("preview")
                 if diff:
-                    out += [_fence(str(diff), "diff" if _looks_like_diff(str(diff)) else ""), ""]
-            for d in _plan_decisions(v, p.get("plan_id")):
-                out.append(f"- {_md_text(_decision_line(d))}")
+                    out += [_fence(str(diff), "diff" if looks_like_diff(str(diff)) else ""), ""]
+            for d in plan_decisions(v, p.get("plan_id")):
+                out.append(f"- {_md_text(decision_line(d))}")
             out.append("")
     if effects_text(v):
         out += ["### Effects", ""] + [f"- {_md_text(line)}" for line in effects_text(v)] + [""]

@@ -18,16 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nbagent.ui.record_words import (
-    STATUS_ICON,
-    _clip,
-    answerable,
-    fmt_cost,
-    outcome_warning,
-    plural,
-    short_id,
-    tool_calls,
-)
+from nbagent.ui.record_format import clip, fmt_cost, plural, short_id
+from nbagent.ui.record_words import STATUS_ICON, answerable, outcome_warning, tool_calls
 
 COMPACT = ("completed", "completed_with_errors", "superseded")
 REQUEST_CHARS = 100
@@ -48,7 +40,7 @@ def _first_line(text: Any, width: int) -> str:
     for line in str(text or "").splitlines():
         words = _EMPHASIS.sub("", line.strip().lstrip(_MARKS)).strip()
         if words:
-            return _clip(words, width)
+            return clip(words, width)
     return ""
 
 

@@ -9,26 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from nbagent.ui.effects_summary import effects_text, undo_note, undoes_line
+from nbagent.ui.record_format import NOMINAL_NOTE, clip, indented, plural
 from nbagent.ui.record_words import (
-    NOMINAL_NOTE,
     PLAN_STATUS,
     STATUS_ICON,
-    _clip,
-    _decision_line,
-    _indent,
-    _plan_decisions,
-    _step_window,
     answerable,
     cell_label,
+    decision_line,
     high_risk_effects,
     model_note,
     outcome_warning,
     pending_hint,
     pending_text,
+    plan_decisions,
     plan_summary,
-    plural,
     reproduced_line,
     step_summary,
+    step_window,
     timeline_label,
     totals_line,
     tree_line,
@@ -51,7 +48,7 @@ def render_text(view: dict[str, Any]) -> str:
     if undoes_line(v):
         lines.append(undoes_line(v))
     if v.get("prompt"):
-        lines.append("prompt: " + _clip(v["prompt"], 300))
+        lines.append("prompt: " + clip(v["prompt"], 300))
     if answerable(v):
         lines.append(f"{pending_text(v)}: in a new cell, {pending_hint(v)}")
     elif status == "interrupted":
@@ -61,7 +58,7 @@ def render_text(view: dict[str, Any]) -> str:
     steps = v.get("steps") or []
     if steps:
         lines.append(f"{timeline_label(v).lower()}:")
-        head, middle, tail = _step_window(steps)
+        head, middle, tail = step_window(steps)
         lines += [f"  {n:>2}. {step_summary(s)}" for n, s in enumerate(head, 1)]
         if middle:
             lines.append(f"      … {plural(len(middle), 'more entry', 'more entries')} …")
@@ -69,27 +66,27 @@ def render_text(view: dict[str, Any]) -> str:
     for n, s in enumerate(steps, 1):  # whole, wherever its entry is: what the model works from from there on
         if s.get("summary"):
             lines.append(f"{s.get('summary_label')} (entry {n}):")
-            lines.append(_indent(str(s["summary"]).strip(), "    "))
+            lines.append(indented(str(s["summary"]).strip(), "    "))
     plans = v.get("plans") or []
     if plans:
         lines.append("plans:")
         for i, p in enumerate(plans, 1):
-            decided = "; ".join(_decision_line(d) for d in _plan_decisions(v, p.get("plan_id")))
+            decided = "; ".join(decision_line(d) for d in plan_decisions(v, p.get("plan_id")))
             state = decided or PLAN_STATUS.get(p.get("status", ""), p.get("status", ""))
             tools = ", ".join(f"{s.get('tool')}[{s.get('risk')}]" for s in p.get("steps") or [])
-            lines.append(f"  {i}. {_clip(plan_summary(p), 80)} ({tools}): {state}")
+            lines.append(f"  {i}. {clip(plan_summary(p), 80)} ({tools}): {state}")
             if model_note(p):
-                lines.append(f"     the model says: \"{_clip(model_note(p), 120)}\"")
+                lines.append(f"     the model says: \"{clip(model_note(p), 120)}\"")
             lines += [f"     HIGH RISK: {e}" for e in high_risk_effects(p)]
     lines += effects_text(v)
     if v.get("answer"):
         lines.append("answer:")
-        lines.append(_indent(str(v["answer"]).strip(), "  "))
+        lines.append(indented(str(v["answer"]).strip(), "  "))
     errors = [e for e in v.get("errors") or [] if e]
     if v.get("error") and v["error"] not in errors:
         errors.insert(0, v["error"])
     for e in errors:
-        lines.append(f"error: {_clip(e, 300)}")
+        lines.append(f"error: {clip(e, 300)}")
     if undo_hint(v):
         lines.append("undo: " + undo_hint(v))
     nominal = bool(v.get("cost_nominal"))

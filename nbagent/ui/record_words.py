@@ -1,29 +1,33 @@
-"""The record's words: the formatters and sentences a run's record is written in, shared by every rendering.
+"""The record's words: the sentences a run's record is written in, shared by every rendering.
 
-Split out of `record.py` so that the HTML, text and Markdown renderings (`record_html`, `record_text`,
-`record_markdown`) say the same thing in the same words: a status, a step's summary, a pending question, a count is
-worded here once. Plain Python: no markup beyond `_esc` (HTML escaping of untrusted text), no IPython or widget
-import.
+The HTML, text and Markdown renderings (`record_html`, `record_text`, `record_markdown`) say the same thing in the
+same words: a status, a step's summary, a pending question, a count is worded here once, from the formatters of
+`record_format`. Plain Python: no markup, no IPython or widget import.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import re
-from datetime import datetime
 from typing import Any
 
-from nbagent.events.outcomes import duration
 from nbagent.ui.cell_names import cell_short
 from nbagent.ui.effects_summary import undo_note
+from nbagent.ui.record_format import (
+    arguments_of,
+    clip,
+    fmt_cost,
+    fmt_ms,
+    fmt_tokens,
+    fmt_ts,
+    format_args,
+    plural,
+    short_id,
+)
 
 HEAD_STEPS = 8  # a run with more than MAX_STEPS_SHOWN steps shows the first HEAD_STEPS and the last TAIL_STEPS
 TAIL_STEPS = 8
 MAX_STEPS_SHOWN = 20
 DIFF_OPEN_LINES = 30  # a longer diff is collapsed
-LONG_TEXT_CHARS = 300  # a longer result or thinking text is collapsed
-LONG_TEXT_LINES = 6
 
 STATUS_ICON = {"completed": "✓", "completed_with_errors": "⚠", "failed": "✗", "running": "●", "waiting": "‖",
                "interrupted": "■", "superseded": "↷"}
@@ -37,54 +41,6 @@ PLAN_STATUS = {"proposed": "proposed", "auto": "ran without asking", "approved":
 
 # ---------------------------------------------------------------------------------------------- small formatters
 
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def fmt_ms(ms: Any) -> str:
-    """A duration as every record writes it (one rule: outcomes.duration, which a step's outcome uses too)."""
-    return "" if ms is None else duration(ms)
-
-
-NOMINAL_NOTE = "nominal: an offline model's made-up prices, so cost tracking can be tried; no money was spent"
-
-
-def fmt_cost(cost: Any, nominal: bool = False) -> str:
-    """A dollar amount; `nominal` (an offline model) says so beside it, so it never reads as money spent."""
-    if cost is None:
-        return "cost unknown"
-    cost = float(cost)
-    if cost == 0:
-        text = "$0"
-    elif cost < 0.01:
-        text = f"${cost:.2g}" if cost >= 0.0001 else f"${cost:.1e}"
-    else:
-        text = f"${cost:,.2f}"
-    return f"{text} nominal" if nominal else text
-
-
-def plural(n: Any, one: str, many: str) -> str:
-    n = int(n or 0)
-    return f"{n} {one if n == 1 else many}"
-
-
-def fmt_tokens(n: Any) -> str:
-    return f"{int(n or 0):,}"
-
-
-def fmt_ts(ts: Any) -> str:
-    if not ts:
-        return ""
-    try:
-        t = datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
-    except ValueError:
-        return str(ts)
-    return t.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if t.utcoffset() is not None and not t.utcoffset() else "")
-
-
-def short_id(run_id: Any) -> str:
-    return str(run_id or "")[:12]
-
 
 def reproduced_line(view: dict[str, Any]) -> str:
     """A reproduced run's first line: the recorded run it reproduced (`options.reproduces`), and that no model was
@@ -96,44 +52,6 @@ def reproduced_line(view: dict[str, Any]) -> str:
         return (f"reproduced run {short_id(source)} from the log: no model call; its decisions were not yours, so "
                 "each card is yours to decide")
     return f"reproduced run {short_id(source)} from the log: no model call, the recorded decisions"
-
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _json(value: Any, indent: int | None = None) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, indent=indent, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _is_long(text: str) -> bool:
-    return len(text) > LONG_TEXT_CHARS or text.count("\n") >= LONG_TEXT_LINES
-
-
-def arguments_of(step: dict[str, Any]) -> Any:
-    """A step's arguments in the order the model sent them (`arg_keys`: the log's JSON has its keys sorted)."""
-    args, keys = step.get("arguments"), step.get("arg_keys")
-    if not isinstance(args, dict) or not isinstance(keys, list):
-        return args
-    rank = {str(k): i for i, k in enumerate(keys)}
-    return dict(sorted(args.items(), key=lambda kv: rank.get(kv[0], len(rank))))
-
-
-def format_args(arguments: Any, width: int = 60) -> str:
-    """`path="a.csv", depth=2`: each value as compact JSON, clipped."""
-    if not isinstance(arguments, dict):
-        return _clip(_json(arguments), width)
-    return ", ".join(f"{k}={_clip(_json(v), width)}" for k, v in arguments.items())
-
-
-def _args_are_long(arguments: Any) -> bool:
-    return len(_json(arguments)) > 120 or any(
-        isinstance(v, str) and ("\n" in v or len(v) > 60) for v in (arguments or {}).values()
-    ) if isinstance(arguments, dict) else len(_json(arguments)) > 120
 
 
 def tree_line(tree: dict[str, Any] | None, nominal: bool = False) -> str:
@@ -209,7 +127,7 @@ def summary_call_line(p: Any) -> str:
     """A compaction's summary request, as its model call's line says it (the timeline entry before the compaction)."""
     asked = f"summary of {plural(len(p.summarized_runs), 'earlier request', 'earlier requests')}"
     if p.summary_error:
-        return f"{asked}: failed ({_clip(p.summary_error, 160)}), an extract stands in"
+        return f"{asked}: failed ({clip(p.summary_error, 160)}), an extract stands in"
     return f"{asked}, for the compaction below"
 
 
@@ -286,10 +204,10 @@ def pending_text(view: dict[str, Any]) -> str:
         plan = next((p for p in view.get("plans") or [] if p.get("plan_id") == pending.get("plan_id")), None)
         what = f"plan {short_id(pending.get('plan_id'))}"
         if plan:
-            what += f" ({_clip(plan_summary(plan), 80)})"
+            what += f" ({clip(plan_summary(plan), 80)})"
         return f"waiting for approval of {what}"
     if pending.get("kind") == "human_input":
-        return f"waiting for an answer to: {_clip(pending.get('question') or '', 200)}"
+        return f"waiting for an answer to: {clip(pending.get('question') or '', 200)}"
     return "waiting"
 
 
@@ -325,10 +243,10 @@ def step_action(step: dict[str, Any]) -> str:
     if verb == "overwrite" and creates(step):
         verb = "create"
     if verb:
-        return f"{verb} {_clip(_step_target(step) or 'a file', 60)}"
+        return f"{verb} {clip(_step_target(step) or 'a file', 60)}"
     cell = _CELL_ACTION.get(str(step.get("tool")))
     if cell:
-        return cell.format(cell_short(step) or _clip(_step_target(step) or "a cell", 40))  # "[3]", as the page shows it
+        return cell.format(cell_short(step) or clip(_step_target(step) or "a cell", 40))  # "[3]", as the page shows it
     return "run code" if step.get("tool") == "run_python" else f"run {step.get('tool') or 'a tool'}"
 
 
@@ -362,19 +280,19 @@ def high_risk_effects(plan: dict[str, Any]) -> list[str]:
     for s in plan.get("steps") or []:
         if s.get("risk") != HIGH:
             continue
-        t = _clip(_step_target(s) or "a file", 80)
+        t = clip(_step_target(s) or "a file", 80)
         effect = {"delete_file": f"deletes {t}", "write_file": f"creates {t}" if creates(s) else
                   f"replaces the contents of {t}", "create_file": f"creates {t}"}.get(str(s.get("tool")))
         if effect is None and str(s.get("tool")) in _CELL_EFFECT:
-            effect = _CELL_EFFECT[str(s.get("tool"))].format(cell_short(s) or _clip(_step_target(s) or "a cell", 40))
+            effect = _CELL_EFFECT[str(s.get("tool"))].format(cell_short(s) or clip(_step_target(s) or "a cell", 40))
         if effect is None and (s.get("effect") or {}).get("unknown"):
             # an MCP tool whose writes nbagent cannot see (mcp/rules.py): said as such, never as a known effect
-            on = f" on {_clip(str(s['target']), 60)}" if s.get("target") else ""
+            on = f" on {clip(str(s['target']), 60)}" if s.get("target") else ""
             effect = f"runs {s.get('tool') or 'a tool'}{on}, whose effect is unknown"
         if effect is None:
             effect = ("runs Python code in the kernel, with everything the notebook can reach"
                       if s.get("tool") == "run_python" else
-                      f"runs {s.get('tool') or 'a tool'}" + (f" on {_clip(str(s['target']), 60)}" if s.get("target")
+                      f"runs {s.get('tool') or 'a tool'}" + (f" on {clip(str(s['target']), 60)}" if s.get("target")
                                                               else "") + ", a tool marked high risk")
         out.append(f"{effect}: {s['risk_reason']}" if s.get("risk_reason") else effect)
     if not out and plan.get("max_risk") == HIGH:
@@ -397,7 +315,7 @@ def step_summary(step: dict[str, Any]) -> str:
         line = f"{step.get('tool') or step.get('title')}({format_args(arguments_of(step), 40)})"
         done = _CELL_DONE.get(str(step.get("tool")))
         if done and step.get("status") == "ok":
-            line = done.format(_clip(_step_target(step) or "a cell", 40)) + ": " + line
+            line = done.format(clip(_step_target(step) or "a cell", 40)) + ": " + line
         if step.get("risk"):
             line += f" [{step['risk']}]"
         line += f" {step.get('status', '')}"
@@ -406,27 +324,27 @@ def step_summary(step: dict[str, Any]) -> str:
         if step.get("retries"):
             line += f" ({step['retries']} retr{'y' if step['retries'] == 1 else 'ies'})"
         if step.get("status") == "failed" and step.get("detail"):
-            line += f": {_clip(step['detail'], 120)}"
+            line += f": {clip(step['detail'], 120)}"
         elif step.get("grant_id"):
-            line += f" · {_clip(step.get('detail') or '', 160)}"
+            line += f" · {clip(step.get('detail') or '', 160)}"
         if step.get("status") != "failed" and step.get("result_preview"):
-            line += f" → {_clip(step['result_preview'], 100)}"
+            line += f" → {clip(step['result_preview'], 100)}"
         return line
     if kind == "denied":
         target = f" {step['target']}" if step.get("target") else ""
-        return f"denied {step.get('tool') or step.get('title')}{target}: {_clip(step.get('detail') or '', 140)}"
+        return f"denied {step.get('tool') or step.get('title')}{target}: {clip(step.get('detail') or '', 140)}"
     if kind == "thinking":
-        return f"thinking: {_clip(step.get('detail') or '', 140)}"
+        return f"thinking: {clip(step.get('detail') or '', 140)}"
     if kind == "question":
-        line = f"question: {_clip(step.get('detail') or '', 120)}"
+        line = f"question: {clip(step.get('detail') or '', 120)}"
         if step.get("answer") is not None:
-            line += f" → answer: {_clip(step['answer'], 80)}"
+            line += f" → answer: {clip(step['answer'], 80)}"
         return line
     if kind == "child":
-        return f"sub-agent {short_id(step.get('child_run_id'))}: {_clip(step.get('detail') or '', 120)}"
+        return f"sub-agent {short_id(step.get('child_run_id'))}: {clip(step.get('detail') or '', 120)}"
     if kind == "error":
-        return f"error {step.get('title', '')}: {_clip(step.get('detail') or '', 160)}"
-    return _clip(step.get("detail") or step.get("title") or "", 160)
+        return f"error {step.get('title', '')}: {clip(step.get('detail') or '', 160)}"
+    return clip(step.get("detail") or step.get("title") or "", 160)
 
 
 def why_shown(step: dict[str, Any]) -> str:
@@ -450,17 +368,17 @@ def said_line(step: dict[str, Any]) -> str:
     if step.get("retries"):
         line += f" ({step['retries']} retr{'y' if step['retries'] == 1 else 'ies'})"
     if why_shown(step):
-        line += f": {_clip(why_shown(step), 120)}"
+        line += f": {clip(why_shown(step), 120)}"
     elif step.get("grant_id"):
-        line += f" · {_clip(step.get('detail') or '', 160)}"
+        line += f" · {clip(step.get('detail') or '', 160)}"
     return line
 
 
-def _plan_decisions(view: dict[str, Any], plan_id: Any) -> list[dict[str, Any]]:
+def plan_decisions(view: dict[str, Any], plan_id: Any) -> list[dict[str, Any]]:
     return [d for d in view.get("decisions") or [] if d.get("plan_id") == plan_id and plan_id]
 
 
-def _decision_line(d: dict[str, Any]) -> str:
+def decision_line(d: dict[str, Any]) -> str:
     verb = DECISION_VERB.get(d.get("kind", ""), d.get("kind", ""))
     line = f"{verb} by {d.get('by') or 'unknown'}"
     if d.get("ts"):
@@ -484,26 +402,14 @@ def grant_reach(g: dict[str, Any]) -> str:
 Steps = list[dict[str, Any]]
 
 
-def _step_window(steps: Steps) -> tuple[Steps, Steps, Steps]:
+def step_window(steps: Steps) -> tuple[Steps, Steps, Steps]:
     """(head, hidden middle, tail) of a long timeline."""
     if len(steps) <= MAX_STEPS_SHOWN:
         return steps, [], []
     return steps[:HEAD_STEPS], steps[HEAD_STEPS:-TAIL_STEPS], steps[-TAIL_STEPS:]
 
 
-def _upper_first(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
 NOT_ASKED = "not asked: a grant or the autonomy answers it, not this decision"
-
-
-def _looks_like_diff(text: str) -> bool:
-    return text.startswith(("--- ", "diff ", "@@")) or "\n@@ " in text
-
-
-def _indent(text: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + line for line in str(text).split("\n"))
 
 
 def words(view: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:

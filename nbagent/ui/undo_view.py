@@ -12,7 +12,7 @@ from typing import Any
 import traitlets
 
 from nbagent.ui.undo_record import again_hint, undo_bundle
-from nbagent.ui.widget import CSS, ESM, _Clickable
+from nbagent.ui.widget import CSS, ESM, Clickable
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def undo_result(report: Any, store: Any = None) -> dict[str, Any]:
     return out
 
 
-class UndoView(_Clickable):
+class UndoView(Clickable):
     """The Undo panel: what undoing a run will change, an "Undo N changes" button that asks first, and the result.
 
     The click is a custom comm message `{"event": "undo"}` (as decisions are, see above); the handler runs

@@ -51,7 +51,7 @@ log = logging.getLogger("nbagent.ui")
 APPROVAL_ACTIONS = ("approve", "deny", "refine")
 
 
-class _Clickable(anywidget.AnyWidget):
+class Clickable(anywidget.AnyWidget):
     """A view the front end talks to with custom messages: {"event": "rendered"} once drawn (so someone can see it,
     and click in it), then the view's own events, handled by `_on_event`. Never raises into the comm handler."""
 
@@ -78,7 +78,7 @@ class _Clickable(anywidget.AnyWidget):
         """A view's own events; one it does not know (from a newer front end, say) is ignored."""
 
 
-class RunView(_Clickable):
+class RunView(Clickable):
     """The live view of one run.
 
         view = RunView(decider=agent.decider)      # an InteractiveDecider: clicks resolve its requests

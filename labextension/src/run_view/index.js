@@ -1,5 +1,5 @@
-// The view of an nbagent run: the live anywidget view (default export) and the static record the JupyterLab
-// extension draws (`renderView`). Plain DOM, no framework.
+// The view of an nbagent run: the live anywidget view (default export), and `renderRecord`, which shows a run's
+// record (the kernel's HTML, nbagent/ui/record_html.py) safely in the JupyterLab extension. Plain DOM, no framework.
 //
 // These ES modules are the source; `npm run build:view` (labextension/build-view.mjs, esbuild) bundles them, with
 // markdown-it and DOMPurify, into the one file nbagent/ui/run_view.js, which is committed: the Python package
@@ -11,7 +11,8 @@
 //   markdown.js  the model's answer: markdown-it, then DOMPurify (the rules of the record's markdown_html)
 //   timeline.js  one step of the timeline
 //   plans.js     a plan: what it asks, in words made from its steps, never the model's
-//   record.js    the sections of a run and `renderView`, the static record
+//   record.js    the sections of a run the live view draws
+//   saved.js     `renderRecord`: the record's HTML through DOMPurify with the record's allow-list
 //   live.js      the live widget: decisions, the streamed reply, focus
 //   undo.js      the `%agent undo` panel
 //
@@ -27,7 +28,8 @@
 
 import { FINAL_EVENT, render } from "./live.js";
 import { approvalQuestion, approveLabel, denyLabel, planSummary } from "./plans.js";
-import { refusalLine, renderView, undoHint, undoNote } from "./record.js";
+import { refusalLine } from "./record.js";
+import { recordFragment, renderRecord } from "./saved.js";
 import { renderUndo } from "./undo.js";
 
 function renderAny(args) {
@@ -35,6 +37,6 @@ function renderAny(args) {
   return offer && typeof offer === "object" && offer.run_id ? renderUndo(args) : render(args);
 }
 
-export { approvalQuestion, approveLabel, denyLabel, FINAL_EVENT, planSummary, refusalLine, renderView, undoHint,
-  undoNote };
+export { approvalQuestion, approveLabel, denyLabel, FINAL_EVENT, planSummary, recordFragment, refusalLine,
+  renderRecord };
 export default { render: renderAny };

@@ -19,7 +19,7 @@ export const FOCUS_ATTR = "data-nbagent-focus";
 // removes the focused element, the focus goes to the view itself (tabindex -1), never to the page's body.
 
 export function render({ model, el }) {
-  const ctx = { open: new Map(), static: false }; // details open state by key, kept across re-renders
+  const ctx = { open: new Map() }; // details open state by key, kept across re-renders
   const local = {
     panel: null, // {key, rid, el, note} of the pending request's decision panel, kept across re-renders
     clicked: new Set(), // request ids this view sent a decision for: one per request, whatever is clicked
@@ -275,7 +275,7 @@ export function render({ model, el }) {
     drawPlans(view);
     parts.answer.replaceChildren(effectsEl(view), answerEl(view));
     parts.errors.replaceChildren(errorsEl(view));
-    parts.foot.replaceChildren(footEl(view, false));
+    parts.foot.replaceChildren(footEl(view));
 
     drawStream();
     if (hadFocus && !inView()) park(); // what held the focus was redrawn away

@@ -169,7 +169,7 @@ export function planEl(ctx, plan, index, view, controls) {
       h("strong", { class: "nbv-plan-title", text: `${index ? `Plan ${index}: ` : "Plan: "}${upperFirst(summaryOf(view, plan))}` }),
       badge(waiting ? "waiting for approval" : PLAN_STATUS[status] || status, waiting ? "warn" : PLAN_TONE[status] || "dim"),
       h("span", { class: "nbv-facts" }, "max risk"), riskBadge(plan.max_risk) || ""),
-    purposeEl(plan), high ? dangerEl(plan, waiting || (ctx.static && status === "proposed")) : "");
+    purposeEl(plan), high ? dangerEl(plan, waiting) : "");
   const steps = plan.steps || [];
   if (steps.length) {
     card.appendChild(h("table", {},
@@ -195,8 +195,8 @@ export function planEl(ctx, plan, index, view, controls) {
         const dels = lines.filter((l) => l.startsWith("-") && !l.startsWith("---")).length;
         const summary = h("span", {}, "diff of ", h("code", { text: s.target || s.tool }),
           `: +${adds} -${dels}${lines.length > DIFF_OPEN_LINES ? ` (${lines.length} lines)` : ""}`);
-        // a live card opens the diff it asks about; a static record opens every short diff
-        const open = (waiting || ctx.static) && lines.length <= DIFF_OPEN_LINES;
+        // a live card opens the diff it asks about
+        const open = waiting && lines.length <= DIFF_OPEN_LINES;
         card.appendChild(details(ctx, key, summary, diffPre(diff), open));
       } else {
         card.appendChild(textBlock(ctx, key, diff, `preview of ${s.tool}`));

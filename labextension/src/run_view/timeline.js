@@ -1,17 +1,12 @@
 // ------------------------------------------------------------------------------------------------ the timeline
 //
 // One step of the timeline (`stepEl`) and the collapsible blocks it is made of. The sections of a run view are
-// pure functions of the view-state dict. Two hosts draw them: the live widget (live.js, the anywidget entry point,
-// with the decision panel and the streamed reply) and `renderView` (record.js), the static record the JupyterLab
-// extension draws for `application/vnd.nbagent.run+json` with no kernel: no buttons; a waiting run shows the
-// `%agent` line that answers it. `ctx.open` keeps <details> open states by key across re-renders.
+// pure functions of the view-state dict, drawn by the live widget (live.js, the anywidget entry point, with the
+// decision panel and the streamed reply); a run's record is the kernel's HTML (saved.js). `ctx.open` keeps <details>
+// open states by key across re-renders.
 
 import { STEP_ICON, STEP_TONE, KIND_LABEL, h, fmtMs, fmtTokens, fmtTime, byWhom, costEl, fmtTs, shortId, plural, clip, formatArgs, argsJson, argsAreLong, argsClipped, isLong, riskBadge } from "./format.js";
 import { HIGH } from "./plans.js";
-
-export const HEAD_STEPS = 8; // a static record with more than MAX_STEPS_SHOWN steps collapses the middle ones
-export const TAIL_STEPS = 8;
-export const MAX_STEPS_SHOWN = 20;
 
 export function details(ctx, key, summary, body, openByDefault = false) {
   const d = h("details", {}, h("summary", {}, summary), body);
