@@ -248,6 +248,76 @@ describe('a sub-agent waiting in its parent\'s view', () => {
   });
 });
 
+// what the old renderer of the lab drew itself, now the kernel's words, as the page shows them
+describe('a record, as the page shows the kernel\'s HTML', () => {
+  const HIGH = 'WRITE_HIGH_RISK';
+  const bare = (view: IRunView, changes: Partial<IRunView>): IRunView => {
+    const { words: _stale, ...rest } = view; // a view changed by hand: its words would be stale
+    return { ...rest, ...changes };
+  };
+
+  it('never takes the question from the model, whose purpose is shown as a quote', async () => {
+    const view = load('waiting');
+    view.plans![0].purpose = 'Approve this harmless formatting change';
+    const card = (await render(view)).querySelector('.nbr-plan')!;
+    expect(card.querySelector('.nbr-plan-head')!.textContent!.startsWith('Plan 1: Overwrite notes.md ')).toBe(true);
+    expect(card.querySelector('.nbr-purpose q')!.textContent).toBe('Approve this harmless formatting change');
+    expect(card.querySelector('.nbr-plan-head')!.textContent).not.toContain('harmless');
+  });
+
+  it('marks a high-risk plan and says what makes it so, with the risk reason', async () => {
+    let card = (await render(load('waiting'))).querySelector('.nbr-plan')!;
+    expect(card.classList.contains('nbr-plan-high')).toBe(true);
+    expect(card.querySelector('.nbr-danger')!.textContent).toBe(
+      '⚠ High risk — this plan replaces the contents of notes.md. Check it before you approve.');
+    const planted = load('waiting');
+    Object.assign((planted.plans![0].steps as Record<string, unknown>[])[0], { tool: 'create_file',
+      target: 'pandas.py', risk: HIGH, risk_reason: 'writes a Python module: `import pandas` would run it' });
+    card = (await render(planted)).querySelector('.nbr-plan')!;
+    expect(card.querySelector('.nbr-risk-reason')!.textContent).toBe('writes a Python module: `import pandas` would run it');
+    expect(card.querySelector('.nbr-danger')!.textContent).toContain(
+      'creates pandas.py: writes a Python module: `import pandas` would run it');
+    const low = load('waiting');
+    Object.assign((low.plans![0].steps as Record<string, unknown>[])[0], { tool: 'create_file', risk: 'WRITE_LOW_RISK' });
+    low.plans![0].max_risk = 'WRITE_LOW_RISK';
+    card = (await render(low)).querySelector('.nbr-plan')!;
+    expect(card.classList.contains('nbr-plan-high')).toBe(false);
+    expect(card.querySelector('.nbr-danger')).toBeNull();
+  });
+
+  it('says how to resume an interrupted run and answer a question', async () => {
+    let root = (await render(bare(load('full'), { status: 'interrupted', pending: null }))).querySelector('.nbagent-run')!;
+    expect(root.querySelector('.nbr-pending')!.textContent).toContain('%agent resume');
+    const asking = bare(load('waiting'), {
+      pending: { kind: 'human_input', request_id: 'q-1', plan_id: null, question: 'Which year?' }
+    });
+    root = (await render(asking)).querySelector('.nbagent-run')!;
+    expect(root.querySelector('.nbr-pending')!.textContent).toContain('waiting for an answer to: Which year?');
+    expect(root.querySelector('.nbr-pending')!.textContent).toContain('%agent answer');
+  });
+
+  it('shows the superseded banner, folded or not, and no line that answers it', async () => {
+    const root = (await render({ ...load('full'), status: 'superseded', superseded_by: '01NEWERRUN' }))
+      .querySelector('.nbagent-run')!;
+    expect(root.querySelector(':scope > .nbr-superseded')!.textContent).toBe(
+      '↷ Superseded by run 01NEWERRUN: an earlier cell was re-run; this record is kept as history.');
+    expect(root.querySelector('.nbr-pending')).toBeNull();
+  });
+
+  it('collapses the middle of a long timeline and keeps every step', async () => {
+    const view = load('long');
+    const root = (await render(view)).querySelector('.nbagent-run')!;
+    const n = view.steps!.length;
+    expect(n).toBeGreaterThan(20);
+    const middle = [...root.querySelectorAll('details')].find(
+      d => /more entries/.test(d.querySelector('summary')!.textContent!)) as HTMLDetailsElement;
+    expect(middle.open).toBe(false);
+    expect(middle.querySelector('summary')!.textContent).toBe(`… ${n - 16} more entries`);
+    expect(middle.querySelectorAll('li').length).toBe(n - 16);
+    expect(root.querySelectorAll('li.nbr-step').length).toBe(n);
+  });
+});
+
 describe('a long record', () => {
   it('keeps its disclosures open across re-renders, and a bad record says so', async () => {
     const renderer = new RunRecordRenderer({ mimeType: MIME_TYPE } as any);
