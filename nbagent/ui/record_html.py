@@ -87,7 +87,7 @@ def _badge(text: str, tone: str, title: str = "") -> str:
     return f'<span class="nbr-badge {tone}"{t}>{_OPEN}{esc(text)}{_CLOSE}</span>'
 
 
-def when_html(ts: Any) -> str:
+def _when_html(ts: Any) -> str:
     """A decision's time as a `<time>`: "14:02 UTC" where the record is read as saved (nbconvert, GitHub), the
     reader's own clock in JupyterLab (the lab extension words every `<time datetime>` in local time), the whole
     timestamp on hover."""
@@ -102,7 +102,7 @@ def when_html(ts: Any) -> str:
 
 def _decided_html(d: dict[str, Any]) -> str:
     """"by you · 14:02" (the verb is the caller's)."""
-    when = when_html(d.get("ts"))
+    when = _when_html(d.get("ts"))
     return f" by {esc(by_whom(d.get('by')))}" + (f" · {when}" if when else "")
 
 
