@@ -290,7 +290,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         names = store.session_names()
         short = short_ids([r.id for r in runs])
         rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "TOOL CALLS", "TOKENS", "COST", "STARTED"]]
-        rows += [_run_row(r, short[r.id], names, cells) for r in runs]
+        rows += [run_row(r, short[r.id], names, cells) for r in runs]
         print(table(rows, right={5, 6, 7}))
         nominal = nominal or any(is_nominal(r.model) for r in runs)
     if nominal and not args.json:
@@ -298,7 +298,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_row(r: RunRecord, short: str, names: dict[str, str], cells: dict[str, str]) -> list[str]:
+def run_row(r: RunRecord, short: str, names: dict[str, str], cells: dict[str, str]) -> list[str]:
+    """One run as a row of the runs table: `nbagent runs` and `%agent runs` show the same columns."""
     cost = money(r.cost) + (" nominal" if r.cost is not None and is_nominal(r.model) else "")
     return [
         short, names.get(r.session_id, r.session_id[:10]), cells.get(r.cell_id or "", "-"), r.status.value,

@@ -54,7 +54,7 @@ class Commands(HostState):
                 print(f"  {r.id} was interrupted: %agent resume {r.id}")
 
     async def cmd_runs(self, args: Any) -> None:
-        from nbagent.cli.commands import _run_row, short_ids, table
+        from nbagent.cli.commands import run_row, short_ids, table
         from nbagent.ui.viewstate import cell_labels
 
         runs = self.store.list_runs()
@@ -65,7 +65,7 @@ class Commands(HostState):
         short = short_ids([r.id for r in runs])
         rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "TOOL CALLS", "TOKENS", "COST", "STARTED"]]
         cells = cell_labels(r.cell_id for r in runs)  # the shortest unique form, as `nbagent runs` shows it
-        rows += [_run_row(r, short[r.id], names, cells) for r in runs]
+        rows += [run_row(r, short[r.id], names, cells) for r in runs]
         print(table(rows, right={5, 6, 7}))
 
     async def cmd_show(self, args: Any) -> None:
