@@ -92,7 +92,7 @@ def test_replace_cell_replaces_the_agents_cell_in_place_and_runs_it(k: Recording
     assert "-value = 1 / 0" in rep["diff"] and "+value = 1 / 2" in rep["diff"]
     prov = rep["metadata"]["nbagent"]
     assert prov["version"] == 2 and prov["call_id"] == "nb2_0" and prov["ran"] is True
-    from nbagent.ipython.cells import source_digest
+    from nbagent.tools.cell_text import source_digest
 
     assert prov["replaces_sha256"] == source_digest(ran["source"]) == ran["metadata"]["nbagent"]["source_sha256"]
     assert prov["source_sha256"] == source_digest(rep["source"])

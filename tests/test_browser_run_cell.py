@@ -150,7 +150,7 @@ def saved_cells(page: Page, notebook: Path) -> list[dict[str, Any]]:  # noqa: F8
 
 def provenance_ok(saved: dict[str, Any], call_id: str) -> dict[str, Any]:
     meta = saved["metadata"]["nbagent"]
-    from nbagent.ipython.cells import source_digest
+    from nbagent.tools.cell_text import source_digest
 
     assert meta["ran"] is True and meta["call_id"] == call_id and meta["run_id"], meta
     assert meta["approval_event_id"], meta  # a person's click approved it

@@ -202,7 +202,7 @@ def test_the_kernel_and_the_page_agree_on_what_a_person_changed(
     cell for both, or a changed one for both: the kernel refuses to run what the page removes, and runs as the
     person's what the page keeps as theirs (ipython/rerun.py, labextension/src/cells.ts). One that disagrees runs
     a cell the page then deletes, or refuses a cell the page marks as the person's."""
-    from nbagent.cli.run_cells import same_source
+    from nbagent.tools.cell_text import same_source
 
     pairs = [(agent.rstrip() + tail, agent) for c in BLANKISH for tail in (c, c + "\n", "\n" + c)]
     pairs += [(agent.replace("\n", "\r\n"), agent), (agent + "  # mine", agent), (agent + "\t \r\n", agent)]

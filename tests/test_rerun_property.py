@@ -11,8 +11,8 @@ from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbagent.cli.run_cells import same_source
 from nbagent.ipython.rerun import Reruns, Superseded
+from nbagent.tools.cell_text import same_source
 
 
 class Log:

@@ -203,7 +203,7 @@ function sourceOf(cell: ISharedCell): string {
   return cell.getSource?.() ?? cell.source ?? '';
 }
 
-/** runner_cells.same_source: the source the log recorded, trailing blank space aside (its six ASCII characters,
+/** tools/cell_text.same_source: the source the log recorded, trailing blank space aside (its six ASCII characters,
  * runner_cells.BLANK, not trimEnd's: the kernel and the page must agree on what the person changed). */
 export function sameSource(a: string, b: string): boolean {
   const blank = /[ \t\n\r\f\v]+$/;

@@ -21,8 +21,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from nbagent.tools.cell_text import INSERT_TOOL, RAN_TOOLS, cell_source, same_source
+
 AGENT_CELL_ERROR = "AgentCellNotApproved"
-RAN_TOOLS = ("run_cell", "replace_cell")
 _WHAT_TO_DO = ("run it by hand in JupyterLab if you trust it, or delete its \"nbagent\" metadata to make it your own "
                "cell")
 _WHAT_TO_DO_RAN = "run it by hand in JupyterLab if you trust it, or re-run the %%agent cell that wrote it"
@@ -96,7 +97,6 @@ def _runs_exactly(recorded: Any, code: Any) -> bool:
 
 def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str | None, str]:
     from nbagent.events.levels import Risk
-    from nbagent.ipython.cells import TOOL, cell_source
 
     if not isinstance(meta, dict):
         return "its \"nbagent\" metadata is not what nbagent writes", ""
@@ -109,7 +109,7 @@ def _refusal(store: Any, cell: Any, meta: Any, ran: bool = False) -> tuple[str |
         return f"run {run_id} is not in this notebook's log", where
     events = store.run_events(run_id)
     order = {e.id: i for i, e in enumerate(events)}
-    tools = RAN_TOOLS if ran else (TOOL,)
+    tools = RAN_TOOLS if ran else (INSERT_TOOL,)
     started = next((e for e in events if e.type == "tool_call_started" and e.payload.call_id == call_id), None)
     if started is None or started.payload.tool not in tools:
         return f"the log of run {run_id} holds no {' or '.join(tools)} call {call_id}", where
@@ -197,16 +197,6 @@ def _unchanged(store: Any, cell: Any) -> bool:
     return isinstance(recorded, str) and same_source(_source(cell), recorded)
 
 
-def same_source(source: str, recorded: str) -> bool:
-    """A cell is unchanged when its source is what the log recorded its tool wrote, trailing blank space aside (a
-    front end may add or drop a final newline). The one rule for `nbagent run`, a kernel (ipython/rerun.py) and the
-    lab extension (cells.ts sameSource): blank is `BLANK`'s six ASCII characters on every side, since str.rstrip and
-    JavaScript's trimEnd disagree on others (U+001C-U+001F, U+0085, U+FEFF), and then the kernel would run a cell the
-    page removes, or refuse one the page keeps as the person's."""
-    return source.rstrip(BLANK) == recorded.rstrip(BLANK)
-
-
-BLANK = " \t\n\r\f\v"  # what "trailing blank space" is, here and in labextension/src/cells.ts
 
 
 def take_out_ran_cells(nb: Any, store: Any) -> list[tuple[str, str, Any]]:
@@ -369,7 +359,6 @@ def write_agent_cells(nb: Any, store: Any, run_ids: list[str], outputs: Outputs 
     whose runs wrote ran cells (their old ran cells are not put back)."""
     import nbformat
 
-    from nbagent.ipython.cells import TOOL
     from nbagent.secrets.redactor import Redactor
 
     redactor = Redactor()
@@ -382,7 +371,7 @@ def write_agent_cells(nb: Any, store: Any, run_ids: list[str], outputs: Outputs 
             if not isinstance(r, dict) or not isinstance(r.get("source"), str):
                 continue
             after = r.get("after_cell_id") or agent_cell
-            if e.payload.tool == TOOL and r.get("inserted"):
+            if e.payload.tool == INSERT_TOOL and r.get("inserted"):
                 nb.cells.insert(_place(nb, after, run_id),
                                 nbformat.v4.new_code_cell(r["source"], metadata=r.get("metadata") or {}))
                 continue

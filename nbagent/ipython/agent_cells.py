@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nbagent.ipython.cells import send, source_digest
+from nbagent.ipython.cells import send
+from nbagent.tools.cell_text import source_digest
 
 if TYPE_CHECKING:  # (imported by the tools' builders: the host makes a Registry at `%load_ext`, tools at a run)
     from nbagent.tools.base import Tool

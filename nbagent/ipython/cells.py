@@ -14,31 +14,19 @@ running it by hand in JupyterLab is the person's choice.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from nbagent.tools.cell_text import INSERT_TOOL, cell_source, source_digest
 
 if TYPE_CHECKING:  # (imported by the tool's builder: the host imports this module at `%load_ext`, tools at a run)
     from nbagent.tools.base import Tool
 
 log = logging.getLogger("nbagent.ipython")
 COMM_TARGET = "nbagent.cells"
-TOOL = "insert_code_cell"
 RUNS_LATER = ("insert_code_cell writes a notebook cell: Run All runs it, and `nbagent run` runs it when this "
               "approval covers exactly its code")
-
-
-def cell_source(code: str, run_id: str | None, explanation: str = "") -> str:
-    """The cell as inserted: a comment naming the run (the explanation made one line: text after a line break
-    would be code no card showed as such), then the code."""
-    about = " ".join(str(explanation or "").split())
-    header = f"# nbagent: proposed by run {run_id}" + (f": {about}" if about else "")
-    return header + "\n" + str(code).rstrip() + "\n"
-
-
-def source_digest(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _preview(arguments: dict[str, Any]) -> str | None:
@@ -101,7 +89,7 @@ def inserted_cells(events: list[Any]) -> list[dict[str, Any]]:
     """The cells a run's log says were inserted, in order (for `nbagent run`)."""
     out = []
     for e in events:
-        if e.type == "tool_call_completed" and e.payload.tool == TOOL and isinstance(
+        if e.type == "tool_call_completed" and e.payload.tool == INSERT_TOOL and isinstance(
                 e.payload.result, dict) and e.payload.result.get("inserted"):
             out.append(e.payload.result)
     return out

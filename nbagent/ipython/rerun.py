@@ -14,12 +14,12 @@ here. Then:
   person's (`metadata.nbagent.edited`), and puts the new run's cells where the first removed one was. A run that
   writes no cell removes nothing (its earlier cells stay, as `nbagent run` puts them back, and are still refused).
 
-"Unchanged" is runner_cells' rule (`same_source`): the source is the one the log recorded, trailing blank space
-aside. Without cell ids the log knows (a front end that sends none, a notebook saved by one that dropped them) the
-`%%agent` cell's earlier runs are the ones of the same request, and a cell is matched by its source alone, here and
-in the lab extension. A cell whose first line names a run the log does not hold, reached after an `%%agent` cell ran
-in this kernel, cannot be checked and is refused too. Nothing here imports the runtime; the log is read through the
-store it is given.
+"Unchanged" is the one rule of tools/cell_text.py (`same_source`): the source is the one the log recorded, trailing
+blank space aside. Without cell ids the log knows (a front end that sends none, a notebook saved by one that dropped
+them) the `%%agent` cell's earlier runs are the ones of the same request, and a cell is matched by its source alone,
+here and in the lab extension. A cell whose first line names a run the log does not hold, reached after an `%%agent`
+cell ran in this kernel, cannot be checked and is refused too. Nothing here imports the runtime; the log is read
+through the store it is given.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbagent.cli.run_cells import RAN_TOOLS, same_source
+from nbagent.tools.cell_text import RAN_TOOLS, same_source
 
 # the first line run_cell writes (run_cell.cell_source); replace_cell writes the same
 HEADER = re.compile(r"^# nbagent: run by run ([0-9A-Za-z]+)")

@@ -41,8 +41,9 @@ from types import FrameType
 from typing import Any
 
 from nbagent.events.levels import Risk
-from nbagent.ipython.cells import _preview, send, source_digest
+from nbagent.ipython.cells import _preview, send
 from nbagent.tools.base import Tool, time_limit
+from nbagent.tools.cell_text import source_digest
 
 TOOL = "run_cell"
 MAX_TEXT = 20_000  # each text of the result (stdout, stderr, an output, the traceback)
