@@ -123,14 +123,6 @@ def test_every_import_points_down_the_layers_and_none_goes_round() -> None:
 # goes, so the list stays true).
 KNOWN_PRIVATE = frozenset({
     "nbagent.ipython.run_cell: nbagent.ipython.cells._preview",
-    "nbagent.mcp.rules: nbagent.mcp.server_files._server_cwd",
-    "nbagent.mcp.servers: nbagent.mcp.config._no_userinfo",
-    "nbagent.mcp.servers: nbagent.mcp.server_files._server_cwd",
-    "nbagent.mcp.toolsets: nbagent.mcp.rules._annotated",
-    "nbagent.mcp.toolsets: nbagent.mcp.servers._server",
-    "nbagent.mcp.trust: nbagent.mcp.config._no_userinfo",
-    "nbagent.mcp: nbagent.mcp.servers._background",
-    "nbagent.mcp: nbagent.mcp.servers._servers",
     "nbagent.runtime.calls: nbagent.runtime.context._ms",
     "nbagent.runtime.calls: nbagent.runtime.invoke._error_text",
     "nbagent.runtime.calls: nbagent.runtime.invoke._jsonable",

@@ -19,6 +19,7 @@ from nbagent import mcp
 from nbagent.events.levels import Risk
 from nbagent.events.state import RunStatus
 from nbagent.gate.deciders import PauseDecider, PolicyDecider
+from nbagent.mcp.servers import background_loop, running_servers
 from nbagent.runtime import Agent
 from nbagent.tools.base import ToolArgumentError, ToolError
 
@@ -127,12 +128,12 @@ def test_a_real_server_tools_have_its_schema_and_risk() -> None:
 def test_servers_start_once_per_process() -> None:
     needs("mcp_server_time")
     first, _ = lines({"mcpServers": {"time": TIME}})
-    server = next(s for s in mcp._servers.values() if s.name == "time" and s.config.args == TIME["args"])
+    server = next(s for s in running_servers() if s.name == "time" and s.config.args == TIME["args"])
     task = server._task
     again, _ = lines({"mcpServers": {"time": TIME}})
     assert server.state == "running" and server._task is task  # the same session: not started again
     assert [t.name for t in first] == [t.name for t in again]
-    assert len([s for s in mcp._servers.values() if s.name == "time" and s.config.args == TIME["args"]]) == 1
+    assert len([s for s in running_servers() if s.name == "time" and s.config.args == TIME["args"]]) == 1
 
 
 def test_a_server_whose_process_died_between_runs_is_started_again() -> None:
@@ -150,15 +151,15 @@ def test_a_server_whose_process_died_between_runs_is_started_again() -> None:
 
 def test_an_edited_entry_stops_the_old_server() -> None:
     first, _ = lines({"mcpServers": {"edited": broken("ok", 5)}}, folder=Path(BROKEN).parent)
-    old = next(s for s in mcp._servers.values() if s.name == "edited")
+    old = next(s for s in running_servers() if s.name == "edited")
     pid = int(asyncio.run(next(t for t in first if t.remote_name == "pid").call({})))
     again, _ = lines({"mcpServers": {"edited": broken("ok", 6)}}, folder=Path(BROKEN).parent)
-    assert [s for s in mcp._servers.values() if s.name == "edited"] != [old]
+    assert [s for s in running_servers() if s.name == "edited"] != [old]
     assert int(asyncio.run(next(t for t in again if t.remote_name == "pid").call({}))) != pid
-    mcp._background().submit(asyncio.sleep(0)).result(10)  # the old session's stop was queued before this
+    background_loop().submit(asyncio.sleep(0)).result(10)  # the old session's stop was queued before this
     old_task = old._task
     assert old_task is not None
-    mcp._background().submit(asyncio.wait_for(asyncio.shield(old_task), 20)).result(30)
+    background_loop().submit(asyncio.wait_for(asyncio.shield(old_task), 20)).result(30)
     assert old_task.done()
     import os
 

@@ -45,8 +45,6 @@ from nbagent.mcp.config import DEFAULT_TIMEOUT, Loaded, MCPConfigError, ServerCo
 from nbagent.mcp.results import convert_result
 from nbagent.mcp.server_files import MAX_FOLDER_FILES, entry_files
 from nbagent.mcp.servers import Server, shutdown
-from nbagent.mcp.servers import _background as _background  # (private: tests reach for the background loop)
-from nbagent.mcp.servers import _servers as _servers  # (private: tests reach for the running servers)
 from nbagent.mcp.toolsets import (
            PREFIX,
            TOOL_NAME,

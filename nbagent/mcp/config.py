@@ -176,8 +176,8 @@ def load_config(path: str | Path) -> dict[str, ServerConfig]:
     return loaded.servers
 
 
-def _no_userinfo(url: str | None) -> str:
-    """A URL as shown in a line: without `user:password@`."""
+def without_userinfo(url: str | None) -> str:
+    """A URL as shown in a line: without `user:password@` (a server's problems and its trust prompt name it)."""
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url or "")

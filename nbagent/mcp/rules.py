@@ -31,7 +31,7 @@ from nbagent.gate.effects import current_effect, resolve_target
 from nbagent.mcp import rules_filesystem as fsr
 from nbagent.mcp import rules_git as gitr
 from nbagent.mcp.config import ServerConfig
-from nbagent.mcp.server_files import _server_cwd
+from nbagent.mcp.server_files import server_cwd
 
 if TYPE_CHECKING:
     from nbagent.scope.rules import ScopeGuard
@@ -65,7 +65,7 @@ class Rule:
     def __init__(self, name: str, config: ServerConfig, folder: Path | None, roots_asked: Any = None) -> None:
         self.name, self.config, self.kind = name, config, kind_of(config)
         self.folder = str(folder) if folder is not None else None
-        self.cwd = str(_server_cwd(config, folder) or os.getcwd())
+        self.cwd = str(server_cwd(config, folder) or os.getcwd())
         # the server's environment as the MCP SDK builds it: the kernel's HOME (and a few others), then the entry's
         self.env = {"HOME": os.environ.get("HOME") or os.path.expanduser("~"), **config.env}
         self._roots_asked = roots_asked  # () -> bool: whether the server asked for nbagent's roots
@@ -79,7 +79,7 @@ class Rule:
         override = self.config.risk.get(remote, self.config.risk.get(f"mcp__{self.name}__{remote}",
                                                                      self.config.risk.get("*")))
         known = self._known(remote)
-        read_only, claim = _annotated(annotations)
+        read_only, claim = annotation_claim(annotations)
         unknown = None
         if known is None and not read_only:
             unknown = (f"what {remote} of MCP server {self.name!r} changes is unknown to nbagent"
@@ -244,8 +244,9 @@ class Rule:
 _LONGEST = 4096  # characters of a path mirrored; a longer one is left to the scope, which refuses it (4096 bytes)
 
 
-def _annotated(annotations: Any) -> tuple[bool, str]:
-    """(read-only by its annotations, the claim in words): `readOnlyHint: true` without `destructiveHint: true`."""
+def annotation_claim(annotations: Any) -> tuple[bool, str]:
+    """(read-only by its annotations, the claim in words): `readOnlyHint: true` without `destructiveHint: true`
+    (a server's rules and `annotation_risk` read a tool's annotations alike)."""
 
     def hint(*names: str) -> Any:
         for n in names:

@@ -16,8 +16,9 @@ from pathlib import Path
 from nbagent.mcp.config import ServerConfig
 
 
-def _server_cwd(config: ServerConfig, folder: Path | None) -> Path | None:
-    """The folder the server starts in (Server._transport): its cwd, relative to the notebook's folder, or that."""
+def server_cwd(config: ServerConfig, folder: Path | None) -> Path | None:
+    """The folder the server starts in: its cwd, relative to the notebook's folder, or that (the server starts
+    there, its rules resolve relative paths there, its entry files are looked for there)."""
     if not config.cwd:
         return folder
     path = Path(config.cwd).expanduser()
@@ -70,7 +71,7 @@ def entry_files(config: ServerConfig, folder: str | Path | None) -> list[Path]:
     import shlex
 
     root = Path(folder)
-    cwd = _server_cwd(config, root) or root
+    cwd = server_cwd(config, root) or root
     command = config.command
     words: list[tuple[str, bool]] = []  # (word, counts whatever its name)
     dirs: list[Path] = []  # folders whose code files count

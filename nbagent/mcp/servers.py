@@ -23,9 +23,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from nbagent.mcp.config import MCPConfigError, ServerConfig, _no_userinfo
+from nbagent.mcp.config import MCPConfigError, ServerConfig, without_userinfo
 from nbagent.mcp.results import convert_result
-from nbagent.mcp.server_files import _server_cwd
+from nbagent.mcp.server_files import server_cwd
 from nbagent.mcp.trust import entry_digest
 from nbagent.tools.base import ToolError
 
@@ -52,7 +52,8 @@ _bg: _Background | None = None
 _bg_lock = threading.Lock()
 
 
-def _background() -> _Background:
+def background_loop() -> _Background:
+    """The one background thread and event loop every server's session lives on (started again if it died)."""
     global _bg
     with _bg_lock:
         if _bg is None or not _bg.thread.is_alive():
@@ -190,7 +191,7 @@ class Server:
         if self._stderr is not None:
             self._stderr.close()
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (kept open)
-        cwd = _server_cwd(self.config, self.folder)
+        cwd = server_cwd(self.config, self.folder)
         params = StdioServerParameters(command=self._executable(), args=list(self.config.args),
                                        env=dict(self.config.env) or None, cwd=str(cwd) if cwd else None)
         return stdio_client(params, errlog=self._stderr), None
@@ -327,7 +328,7 @@ class Server:
         with self._lock:
             if self._starting is not None and not self._starting.done():
                 return self._starting
-            self._starting = _background().submit(self._ensure())
+            self._starting = background_loop().submit(self._ensure())
             return self._starting
 
     def wait_started(self, future: concurrent.futures.Future[Any], timeout: float) -> None:
@@ -352,7 +353,7 @@ class Server:
         self.state, self.error = "failed", why
 
     def _start_error(self, why: str) -> str:
-        what = f"command `{self.command_line()}`" if self.config.command else f"URL {_no_userinfo(self.config.url)}"
+        what = f"command `{self.command_line()}`" if self.config.command else f"URL {without_userinfo(self.config.url)}"
         details = self._details()
         return (f"MCP server {self.name!r} ({self.source}) did not start: {why}; {what}"
                 + (f"; {details}" if details else ""))
@@ -370,7 +371,7 @@ class Server:
         """Call a tool from any event loop (the runtime's): bridged to the background loop, bounded in time."""
         if self._client is None or self.state == "failed":
             raise ToolError(self._not_running())
-        future = _background().submit(self._call(tool, arguments))
+        future = background_loop().submit(self._call(tool, arguments))
         try:
             result = await asyncio.wait_for(asyncio.wrap_future(future), self.config.timeout + 15)
         except TimeoutError:
@@ -414,7 +415,8 @@ def _key(name: str, config: ServerConfig, folder: Path | None) -> str:
                       sort_keys=True)
 
 
-def _server(name: str, config: ServerConfig, source: str, folder: Path | None) -> Server:
+def running_server(name: str, config: ServerConfig, source: str, folder: Path | None) -> Server:
+    """The process's one `Server` for this entry (a listing reuses it; an edited entry's old server is stopped)."""
     key = _key(name, config, folder)
     with _servers_lock:
         server = _servers.get(key)
@@ -423,9 +425,15 @@ def _server(name: str, config: ServerConfig, source: str, folder: Path | None) -
             for old_key, old in list(_servers.items()):
                 if old.name == name and old.folder == folder and old.source == source and old._task is not None:
                     del _servers[old_key]
-                    _background().submit(old._stop_session())
+                    background_loop().submit(old._stop_session())
             server = _servers[key] = Server(name, config, source, folder)
         return server
+
+
+def running_servers() -> list[Server]:
+    """The servers this process holds now (started or not), for a look at their state."""
+    with _servers_lock:
+        return list(_servers.values())
 
 
 def shutdown() -> None:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nbagent.events.levels import Risk
 from nbagent.mcp.config import Loaded, MCPConfigError, read
 from nbagent.mcp.server_files import entry_files
-from nbagent.mcp.servers import Server, _server
+from nbagent.mcp.servers import Server, running_server
 from nbagent.mcp.trust import Entry, needs_trust
 from nbagent.tools.base import Tool
 
@@ -33,9 +33,9 @@ def annotation_risk(annotations: Any) -> tuple[Risk, str]:
     """(risk, why) from a tool's MCP annotations alone (an object with read_only_hint / destructive_hint, or a
     dict): READ_ONLY for `readOnlyHint: true` (not also `destructiveHint: true`), else WRITE_HIGH_RISK: what a tool
     that writes touches cannot be seen from its annotations, so `destructiveHint: false` lowers nothing (rules.py)."""
-    from nbagent.mcp.rules import _annotated
+    from nbagent.mcp.rules import annotation_claim
 
-    read_only, claim = _annotated(annotations)
+    read_only, claim = annotation_claim(annotations)
     if read_only:
         return Risk.READ_ONLY, claim
     return Risk.WRITE_HIGH_RISK, f"effect unknown ({claim})" if claim else "effect unknown (no readOnlyHint)"
@@ -125,7 +125,7 @@ def toolset(loaded: Loaded, folder: Path | None = None, taken: Iterable[str] = (
             out.problems.append(f"MCP server {name!r} ({loaded.sources.get(name)}): the name cannot be part of a "
                                 "tool name (letters, digits, _ and - only, no \"__\"); its tools are left out")
             continue
-        wanted.append(_server(name, config, loaded.sources.get(name, "the MCP config"), folder))
+        wanted.append(running_server(name, config, loaded.sources.get(name, "the MCP config"), folder))
     starts = [(s, s.start()) for s in wanted]
     for server, future in starts:
         try:

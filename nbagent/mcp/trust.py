@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from nbagent.mcp.config import Loaded, ServerConfig, _no_userinfo
+from nbagent.mcp.config import Loaded, ServerConfig, without_userinfo
 from nbagent.mcp.server_files import entry_files
 
 
@@ -92,7 +92,7 @@ def what_it_runs(config: ServerConfig) -> str:
     import shlex
 
     if config.url:
-        return f"a connection to {_no_userinfo(config.url)}"
+        return f"a connection to {without_userinfo(config.url)}"
     words = [f"{k}={v}" for k, v in config.env.items()] + [config.command or "", *config.args]
     return shlex.join(words) + (f" (in {config.cwd})" if config.cwd else "")
 
