@@ -123,17 +123,6 @@ def test_every_import_points_down_the_layers_and_none_goes_round() -> None:
 # goes, so the list stays true).
 KNOWN_PRIVATE = frozenset({
     "nbagent.ipython.run_cell: nbagent.ipython.cells._preview",
-    "nbagent.runtime.calls: nbagent.runtime.context._ms",
-    "nbagent.runtime.calls: nbagent.runtime.invoke._error_text",
-    "nbagent.runtime.calls: nbagent.runtime.invoke._jsonable",
-    "nbagent.runtime.calls: nbagent.runtime.invoke._preview",
-    "nbagent.runtime.invoke: nbagent.runtime.context._ms",
-    "nbagent.runtime: nbagent.runtime.history._closed",
-    "nbagent.runtime: nbagent.runtime.history._has_images",
-    "nbagent.runtime: nbagent.runtime.history._images_described",
-    "nbagent.runtime: nbagent.runtime.invoke._error_text",
-    "nbagent.runtime: nbagent.runtime.invoke._jsonable",
-    "nbagent.runtime: nbagent.runtime.invoke._preview",
     "nbagent.tools.files: nbagent.tools.file_search._Search",
     "nbagent.tools.files: nbagent.tools.file_search._compile",
     "nbagent.tools.files: nbagent.tools.file_search._python_accepts",

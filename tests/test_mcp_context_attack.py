@@ -212,7 +212,7 @@ def test_a_huge_error_result_is_capped_in_the_log(huge: dict[str, Any], tmp_path
     assert result.status != RunStatus.FAILED
     failed = [e.payload.error for e in agent.store.run_events(result.run_id) if e.type == "tool_call_failed"]
     assert len(failed) == 1
-    # Was: results are capped at MAX_RESULT_CHARS (_jsonable) but errors are not (_error_text): the server's 3 MB
+    # Was: results are capped at MAX_RESULT_CHARS (jsonable) but errors are not (error_text): the server's 3 MB
     # isError text goes whole into tool_call_failed and into every later request to the model.
     assert len(failed[0]) < 1_010_000 and "truncated" in failed[0]
 

@@ -215,7 +215,7 @@ def test_the_quick_tests_in_spans_never_skip_a_secret(parts: list[str]) -> None:
 @settings(max_examples=examples(300), deadline=None)
 @given(text=st.text() | st.sampled_from(["a" * 8333, "\x01" * 8333, "\x01" * 8334, "é" * 49_000, "x" * 50_001]))
 def test_a_plain_string_result_is_what_the_json_round_trip_gave(text: str) -> None:
-    from nbagent.runtime import MAX_RESULT_CHARS, _jsonable
+    from nbagent.runtime import MAX_RESULT_CHARS, jsonable
 
     dumped = json.dumps(text, ensure_ascii=False, default=str)
     if len(dumped) > MAX_RESULT_CHARS:
@@ -223,4 +223,4 @@ def test_a_plain_string_result_is_what_the_json_round_trip_gave(text: str) -> No
                          + f"… [truncated: the result had {len(dumped):,} characters; ask for less]")
     else:
         expected = json.loads(dumped)
-    assert _jsonable(text) == expected
+    assert jsonable(text) == expected

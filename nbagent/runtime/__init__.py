@@ -23,13 +23,11 @@ from nbagent.models.llm import complete
 from nbagent.runtime.agent import DEFAULT_SYSTEM_PROMPT, Agent
 from nbagent.runtime.calls import FILE_FACTS
 from nbagent.runtime.context import CONTROL_RISK, MAX_RESULT_CHARS, RunContext, RunResult, RunStateError
-from nbagent.runtime.history import _closed, _has_images, _images_described
-from nbagent.runtime.invoke import _error_text, _jsonable, _preview
+from nbagent.runtime.invoke import error_text, jsonable, result_preview
 from nbagent.runtime.model_choice import ChosenModel, ModelOptions, choose_model
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "FILE_FACTS", "Agent", "ChosenModel", "ModelOptions", "RunResult",
            "RunStateError", "choose_model"]
 
 # (also importable, for tests and benchmarks: the helpers below, and `complete`, the model call the loop makes)
-_REEXPORTED = (complete, CONTROL_RISK, MAX_RESULT_CHARS, RunContext, _closed, _has_images, _images_described,
-               _error_text, _jsonable, _preview)
+_REEXPORTED = (complete, CONTROL_RISK, MAX_RESULT_CHARS, RunContext, error_text, jsonable, result_preview)

@@ -32,8 +32,8 @@ from nbagent.gate.approval import call_risk, clearance, needs_decision
 from nbagent.gate.effects import CallInfo, Effect, bound, call_digest, resolve
 from nbagent.gate.policy import Denial
 from nbagent.models.tool_calls import ToolCallRequest, parse_tool_calls
-from nbagent.runtime.context import AgentBase, RunContext, _ms
-from nbagent.runtime.invoke import _error_text, _jsonable, _preview
+from nbagent.runtime.context import AgentBase, RunContext, ms_since
+from nbagent.runtime.invoke import error_text, jsonable, result_preview
 from nbagent.tools.base import Tool, ToolError
 from nbagent.tools.control import CONTROL_TOOLS
 
@@ -218,12 +218,12 @@ class CallHandling(AgentBase):
                 result, retries = await self._call_tool(tool, args)
         except Exception as exc:
             self._record(run_id, ToolCallFailed(
-                call_id=call.id, tool=call.name, error=_error_text(exc), error_type=type(exc).__name__,
-                duration_ms=_ms(t0), retry_count=getattr(exc, "retry_count", 0)), parent=started.id)
+                call_id=call.id, tool=call.name, error=error_text(exc), error_type=type(exc).__name__,
+                duration_ms=ms_since(t0), retry_count=getattr(exc, "retry_count", 0)), parent=started.id)
             return
-        result = _jsonable(result)
-        self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=_ms(t0), result=result,
-                                               preview=_preview(result), retry_count=retries), parent=started.id)
+        result = jsonable(result)
+        self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=ms_since(t0), result=result,
+                                               preview=result_preview(result), retry_count=retries), parent=started.id)
 
 
     def _check_paths(self, tool: Tool, args: dict[str, Any], effect: Effect) -> Denial | None:

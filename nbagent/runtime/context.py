@@ -203,5 +203,6 @@ def _valid_text(value: Any) -> Any:
     return value
 
 
-def _ms(t0: float) -> float:
+def ms_since(t0: float) -> float:
+    """Milliseconds since `t0` (a `time.perf_counter()` reading), rounded as every recorded `duration_ms` is."""
     return round((time.perf_counter() - t0) * 1000, 3)

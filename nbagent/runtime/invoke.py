@@ -24,7 +24,7 @@ from nbagent.events.state import RunState, RunStatus
 from nbagent.models.reply import is_transient
 from nbagent.models.tool_calls import ToolCallRequest
 from nbagent.retrying import with_retries
-from nbagent.runtime.context import CONTROL_RISK, MAX_RESULT_CHARS, AgentBase, RunContext, _ms
+from nbagent.runtime.context import CONTROL_RISK, MAX_RESULT_CHARS, AgentBase, RunContext, ms_since
 from nbagent.tools.base import TIME_LIMIT, Tool, ToolError
 from nbagent.tools.control import CONTROL_TOOLS
 
@@ -126,10 +126,12 @@ class Invocation(AgentBase):
         if result.status == RunStatus.FAILED:
             self._record(run_id, ToolCallFailed(call_id=call.id, tool=call.name,
                                                 error=f"the sub-agent failed: {result.error}",
-                                                error_type="ChildRunFailed", duration_ms=_ms(t0)), parent=started_id)
+                                                error_type="ChildRunFailed", duration_ms=ms_since(t0)),
+                         parent=started_id)
             return
-        self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=_ms(t0), result=outcome,
-                                               preview=_preview(result.answer or "")), parent=started_id)
+        self._record(run_id, ToolCallCompleted(call_id=call.id, tool=call.name, duration_ms=ms_since(t0),
+                                               result=outcome, preview=result_preview(result.answer or "")),
+                     parent=started_id)
 
 
     def _child_of_call(self, state: RunState, call_id: str) -> Iterator[str]:
@@ -138,7 +140,8 @@ class Invocation(AgentBase):
                 yield e.payload.child_run_id  # type: ignore[attr-defined]
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """A tool's result as the log keeps it and the model reads it: plain JSON, capped at MAX_RESULT_CHARS."""
     if type(value) is str and 6 * len(value) + 2 <= MAX_RESULT_CHARS:
         return value  # the round trip gives a plain string back, and its JSON (6 characters at most each) is not capped
     try:
@@ -151,13 +154,15 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _preview(result: Any, width: int = 200) -> str:
+def result_preview(result: Any, width: int = 200) -> str:
+    """A result as one short line (a completed call's `preview`), whoever ran the call."""
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """What a failed call says in its `tool_call_failed` event, capped as a result is."""
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return "the tool timed out"
     text = str(exc) or type(exc).__name__

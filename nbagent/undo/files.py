@@ -34,6 +34,7 @@ from nbagent.events.model import (
     ToolCallFailed,
     ToolCallStarted,
 )
+from nbagent.runtime.context import ms_since
 from nbagent.runtime.recording import run_tree
 from nbagent.scope.rules import Scope, ScopeGuard
 from nbagent.store import RunNotFound, Store
@@ -407,12 +408,12 @@ def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None],
             fs.restore(path, data)
         except (ToolError, OSError) as exc:
             store.append(ToolCallFailed(call_id=call_id, tool=RESTORE_TOOL, error=str(exc),
-                                        error_type=type(exc).__name__, duration_ms=_ms(t0)),
+                                        error_type=type(exc).__name__, duration_ms=ms_since(t0)),
                          run_id=run.id, parent_event_id=started.id)
             raise
         action = "remove" if to_sha is None else "restore" if before is not None else "recreate"
         store.append(ToolCallCompleted(
-            call_id=call_id, tool=RESTORE_TOOL, duration_ms=_ms(t0), preview=f"{action} {path}",
+            call_id=call_id, tool=RESTORE_TOOL, duration_ms=ms_since(t0), preview=f"{action} {path}",
             result={"restored": path, "action": action, "before_sha256": before, "after_sha256": to_sha}),
             run_id=run.id, parent_event_id=started.id)
         return before
@@ -449,10 +450,6 @@ def _record(store: Store, report: UndoReport, contents: dict[str, bytes | None],
         store.release_lease(run.id)
     report.undo_run_id = run.id
     return run.id
-
-
-def _ms(t0: float) -> float:
-    return round((time.perf_counter() - t0) * 1000, 3)
 
 
 __all__ = ["FILE_TOOLS", "MAX_DIFF_CHARS", "NO_EFFECT", "RESTORE_TOOL", "UNDO_MODEL", "UNDO_SESSION", "Conflict",
