@@ -3,7 +3,7 @@
 Kept apart from the other file tools because it is the one tool that walks a folder and reads many files, and all
 its limits live here (MAX_LINE_BYTES, MAX_SEARCH_FILE_BYTES, MAX_SEARCH_BYTES, MAX_SEARCH_FILES, MAX_SEARCH_NAMES,
 MAX_SEARCH_MATCHES). `FileTools` (files.py) has it as a method: `SearchContent` is one of its bases, and uses the
-tools' guard and their encoding sniffing.
+tools' guard and file_text's encoding sniffing.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import fnmatch
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import re2
 
 from nbagent.scope.rules import Resolved
 from nbagent.tools.base import ToolError
-from nbagent.tools.file_text import COUNT_CHUNK, NUL
+from nbagent.tools.file_text import COUNT_CHUNK, NUL, sniff
 
 if TYPE_CHECKING:
     from nbagent.scope.rules import ScopeGuard
@@ -101,9 +101,6 @@ class SearchContent:
     """The search tool of `FileTools` (a base class of it; see the module's docstring)."""
 
     guard: ScopeGuard
-    if TYPE_CHECKING:  # FileTools' (files.py)
-        @staticmethod
-        def _sniff(f: IO[bytes], r: Resolved, encoding: str | None) -> str: ...
 
     def search_content(self, pattern: str, path: str = ".", glob: str = "*", regex: bool = False,
                        case_sensitive: bool = False, max_matches: int = 100) -> dict[str, Any]:
@@ -179,7 +176,7 @@ class SearchContent:
         """Search one file line by line: at most MAX_LINE_BYTES of a line are held or searched, and at most
         MAX_SEARCH_FILE_BYTES (and what the search has left) are read."""
         with self.guard.open_read(r) as f:
-            enc = self._sniff(f, r, None)
+            enc = sniff(f, r.rel, None)
             size = os.fstat(f.fileno()).st_size
             s.files += 1
             utf8 = enc.startswith("utf-8")

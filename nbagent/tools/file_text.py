@@ -7,6 +7,7 @@ Kept apart from the tools because every read and search decodes through these fe
 from __future__ import annotations
 
 import codecs
+from typing import IO
 
 from nbagent.tools.base import ToolError
 
@@ -16,12 +17,13 @@ COUNT_CHUNK = 1024 * 1024
 NL, NUL = b"\n", b"\x00"
 
 
-def _binary(data: bytes, rel: str) -> None:
+def refuse_binary(data: bytes, rel: str) -> None:
+    """Refuse bytes with a NUL in their first SNIFF_BYTES: the file tools read text only."""
     if b"\x00" in data[:SNIFF_BYTES]:
         raise ToolError(f"{rel!r} is a binary file; read_file reads text only")
 
 
-def _detect(sample: bytes, rel: str, *, complete: bool) -> str:
+def detect_encoding(sample: bytes, rel: str, *, complete: bool) -> str:
     """The encoding of a file judged from `sample` (the whole file when `complete`): UTF-8 (with or without a
     BOM) when it decodes, else charset-normalizer's best guess. Only the sample is examined, so the cost is bounded
     whatever the file's size."""
@@ -45,32 +47,45 @@ def _detect(sample: bytes, rel: str, *, complete: bool) -> str:
     return (western or best).encoding
 
 
-def _named(enc: str) -> str:
+def encoding_name(enc: str) -> str:
+    """The encoding as a reply names it (a file with a UTF-8 BOM is utf-8 to the model)."""
     return "utf-8" if enc == "utf-8-sig" else enc
 
 
-def _decode(data: bytes, encoding: str | None, rel: str) -> tuple[str, str]:
+def decode_text(data: bytes, encoding: str | None, rel: str) -> tuple[str, str]:
     """Text and encoding of file bytes (already bounded by the caller); binary files are refused."""
-    _binary(data, rel)
+    refuse_binary(data, rel)
     if encoding:
         try:
             return data.decode(encoding), encoding
         except (LookupError, UnicodeDecodeError) as exc:
             raise ToolError(f"{rel!r} cannot be decoded as {encoding}: {exc}") from None
-    enc = _detect(data, rel, complete=True)
-    return data.decode(enc, errors="replace"), _named(enc)
+    enc = detect_encoding(data, rel, complete=True)
+    return data.decode(enc, errors="replace"), encoding_name(enc)
 
 
-def _decoder(enc: str, rel: str) -> codecs.IncrementalDecoder:
+def incremental_decoder(enc: str, rel: str) -> codecs.IncrementalDecoder:
+    """A decoder for `enc` that replaces what does not decode; an unknown encoding name is a ToolError."""
     try:
         return codecs.getincrementaldecoder(enc)(errors="replace")
     except LookupError:
         raise ToolError(f"{rel!r}: unknown encoding {enc!r}") from None
 
 
-def _decode_part(data: bytes, enc: str, rel: str, *, final: bool) -> tuple[str, int]:
+def decode_part(data: bytes, enc: str, rel: str, *, final: bool) -> tuple[str, int]:
     """Text of a piece cut out of a file, and how many of its bytes that text covers: a character split by the
     cut is left out (it starts the next piece), so byte offsets given to the model stay exact."""
-    dec = _decoder(enc, rel)
+    dec = incremental_decoder(enc, rel)
     text = dec.decode(data, final=final)
     return text, len(data) - len(dec.getstate()[0])
+
+
+def sniff(f: IO[bytes], rel: str, encoding: str | None) -> str:
+    """Binary check and encoding of an open file from a bounded sample of its start (a ranged read and a search
+    both begin so); rewinds the file."""
+    sample = f.read(SAMPLE_BYTES)
+    refuse_binary(sample, rel)
+    enc = encoding or detect_encoding(sample, rel, complete=len(sample) < SAMPLE_BYTES)
+    incremental_decoder(enc, rel)  # an unknown encoding name is the model's error, said now
+    f.seek(0)
+    return enc

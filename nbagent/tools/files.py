@@ -42,21 +42,16 @@ from nbagent.tools.file_search import (
     RE2_SYNTAX,
     SearchContent,
 )
-from nbagent.tools.file_search import _compile as _compile
-from nbagent.tools.file_search import _python_accepts as _python_accepts
-from nbagent.tools.file_search import _Search as _Search
 from nbagent.tools.file_text import (
     COUNT_CHUNK,
     NL,
     NUL,
     SAMPLE_BYTES,
     SNIFF_BYTES,
-    _binary,
-    _decode,
-    _decode_part,
-    _decoder,
-    _detect,
-    _named,
+    decode_part,
+    decode_text,
+    encoding_name,
+    sniff,
 )
 
 MAX_CONTENT_CHARS = 40_000
@@ -114,7 +109,7 @@ class FileTools(SearchContent):
     def _read_text(self, r: Resolved, encoding: str | None = None) -> tuple[str, str]:
         with self.guard.open_read(r) as f:
             data = f.read(self.scope.max_read_bytes + 1)
-        return _decode(data, encoding, r.rel)
+        return decode_text(data, encoding, r.rel)
 
     # ------------------------------------------------------------------ READ_ONLY
 
@@ -190,7 +185,7 @@ class FileTools(SearchContent):
             return self._read_lines(r, start_line, end_line, encoding)
         with self.guard.open_read(r) as f:
             data = f.read(self.scope.max_read_bytes + 1)
-        text, enc = _decode(data, encoding, r.rel)
+        text, enc = decode_text(data, encoding, r.rel)
         total = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         out: dict[str, Any] = {"path": r.rel, "encoding": enc, "lines": f"1-{total} of {total}", "content": text}
         if len(text) > MAX_CONTENT_CHARS:
@@ -211,22 +206,12 @@ class FileTools(SearchContent):
         """Bytes a ranged read keeps: no more than the reply can show (one byte is at least one character)."""
         return max(1, min(self.scope.max_read_bytes, MAX_CONTENT_CHARS))
 
-    @staticmethod
-    def _sniff(f: IO[bytes], r: Resolved, encoding: str | None) -> str:
-        """Binary check and encoding of an open file from a bounded sample of its start; rewinds the file."""
-        sample = f.read(SAMPLE_BYTES)
-        _binary(sample, r.rel)
-        enc = encoding or _detect(sample, r.rel, complete=len(sample) < SAMPLE_BYTES)
-        _decoder(enc, r.rel)  # an unknown encoding name is the model's error, said now
-        f.seek(0)
-        return enc
-
     def _read_lines(self, r: Resolved, start_line: int, end_line: int | None, encoding: str | None
                     ) -> dict[str, Any]:
         """A line range, read in bounded pieces: memory holds about one reply whatever the lines' lengths."""
         cap = self._reply_bytes()
         with self.guard.open_read(r) as f:
-            enc = self._sniff(f, r, encoding)
+            enc = sniff(f, r.rel, encoding)
             line, pos, partial = 1, 0, False  # `line` is the line at `pos`; `partial`: pos is inside it
             while line < start_line:
                 if pos >= MAX_SCAN_BYTES:
@@ -241,7 +226,7 @@ class FileTools(SearchContent):
                 line += 0 if partial else 1
             if line < start_line:  # the file ended first
                 total = line if partial else line - 1
-                return {"path": r.rel, "encoding": _named(enc), "lines": f"none: the file has {total:,} lines",
+                return {"path": r.rel, "encoding": encoding_name(enc), "lines": f"none: the file has {total:,} lines",
                         "content": ""}
             begin, first = pos, line
             kept = bytearray()
@@ -281,9 +266,9 @@ class FileTools(SearchContent):
                 of_total = f" of {line - 1:,}"
             elif not stop:
                 of_total = self._count_rest(f, line - 1, pos)
-        text, used = _decode_part(bytes(kept), enc, r.rel, final=stop in ("", "eof", "full"))
+        text, used = decode_part(bytes(kept), enc, r.rel, final=stop in ("", "eof", "full"))
         last = line if stop in ("long_line", "binary") and kept else line - 1
-        out: dict[str, Any] = {"path": r.rel, "encoding": _named(enc), "lines": f"{first:,}-{last:,}{of_total}",
+        out: dict[str, Any] = {"path": r.rel, "encoding": encoding_name(enc), "lines": f"{first:,}-{last:,}{of_total}",
                                "content": text}
         if stop == "full":
             out["truncated"] = (f"the range holds more than one reply ({cap:,} bytes): lines {first:,}-{last:,} "
@@ -316,7 +301,7 @@ class FileTools(SearchContent):
         """At most one reply's worth of text from a byte offset (a split character at either end is left out)."""
         cap = self._reply_bytes()
         with self.guard.open_read(r) as f:
-            enc = self._sniff(f, r, encoding)
+            enc = sniff(f, r.rel, encoding)
             size = os.fstat(f.fileno()).st_size
             f.seek(start_byte)
             data = f.read(cap)
@@ -329,9 +314,9 @@ class FileTools(SearchContent):
         if nul >= 0:
             data = data[:nul]
         begin = start_byte + skip
-        text, used = _decode_part(data, enc, r.rel, final=nul < 0 and begin + len(data) >= size)
+        text, used = decode_part(data, enc, r.rel, final=nul < 0 and begin + len(data) >= size)
         end = begin + used
-        out: dict[str, Any] = {"path": r.rel, "encoding": _named(enc), "bytes": f"{begin:,}-{end:,} of {size:,}",
+        out: dict[str, Any] = {"path": r.rel, "encoding": encoding_name(enc), "bytes": f"{begin:,}-{end:,} of {size:,}",
                                "content": text}
         if nul >= 0:
             out["truncated"] = (f"binary data (a NUL byte) at byte {end:,}: the text is shown up to there; "
@@ -358,7 +343,7 @@ class FileTools(SearchContent):
             "suffix": Path(r.rel).suffix,
         }
         try:
-            text, enc = _decode(data, None, r.rel)
+            text, enc = decode_text(data, None, r.rel)
             out.update(kind="text", encoding=enc, lines=text.count("\n") + (0 if text.endswith("\n") else 1))
         except ToolError:
             out["kind"] = "binary"
