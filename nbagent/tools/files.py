@@ -11,8 +11,9 @@ escape.
 Writes are atomic (a temporary file in the same folder, then a rename) and their previews are unified diffs, shown in
 the approval card.
 
-Two parts live beside this module and are re-exported here: decoding a file's bytes as text (file_text.py) and
-the bounded search (file_search.py, `search_content`).
+Three parts live beside this module, their limits re-exported here: decoding a file's bytes as text (file_text.py),
+read_file's ranged reads in bounded pieces (file_ranges.py) and the bounded search (file_search.py,
+`search_content`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from nbagent.events.levels import Risk
 from nbagent.scope.rules import Resolved, Scope, ScopeDenied, ScopeGuard
 from nbagent.store.blobs import BlobStore
 from nbagent.tools.base import Tool, ToolError
+from nbagent.tools.file_ranges import MAX_SCAN_BYTES, read_bytes, read_lines
 from nbagent.tools.file_search import (
     MAX_LINE_BYTES,
     MAX_SEARCH_BYTES,
@@ -48,18 +50,13 @@ from nbagent.tools.file_text import (
     NUL,
     SAMPLE_BYTES,
     SNIFF_BYTES,
-    decode_part,
     decode_text,
-    encoding_name,
-    sniff,
 )
 
 MAX_CONTENT_CHARS = 40_000
 MAX_UNDO_COPY_BYTES = 256 * 1024 * 1024  # the largest file whose content a write or delete saves for undo
 _TOO_LARGE = "too-large"  # _save_current's answer for a file over that
 MAX_LIST_ENTRIES = 500
-# Every read and search is bounded in bytes, whatever the line structure of the file (a 2 GB file may be one line):
-MAX_SCAN_BYTES = 256 * 1024 * 1024  # a line-range read scans this far for its lines (memory stays ~ the reply)
 
 
 def _diff(old: str, new: str, rel: str, *, new_file: bool = False, deleted: bool = False) -> str:
@@ -179,10 +176,11 @@ class FileTools(SearchContent):
         if start_byte is not None and (start_byte < 0 or start_line > 1 or end_line is not None):
             raise ToolError("start_byte must be >= 0, and given without start_line or end_line")
         r = self.guard.check(path, "read", max_bytes=0 if _partial(start_line, end_line, start_byte) else None)
-        if start_byte is not None:
-            return self._read_bytes(r, start_byte, encoding)
-        if start_line > 1 or end_line is not None:
-            return self._read_lines(r, start_line, end_line, encoding)
+        if start_byte is not None or start_line > 1 or end_line is not None:  # a part, read in bounded pieces
+            with self.guard.open_read(r) as f:
+                if start_byte is not None:
+                    return read_bytes(f, r.rel, start_byte, encoding, self._reply_bytes())
+                return read_lines(f, r.rel, start_line, end_line, encoding, self._reply_bytes())
         with self.guard.open_read(r) as f:
             data = f.read(self.scope.max_read_bytes + 1)
         text, enc = decode_text(data, encoding, r.rel)
@@ -205,127 +203,6 @@ class FileTools(SearchContent):
     def _reply_bytes(self) -> int:
         """Bytes a ranged read keeps: no more than the reply can show (one byte is at least one character)."""
         return max(1, min(self.scope.max_read_bytes, MAX_CONTENT_CHARS))
-
-    def _read_lines(self, r: Resolved, start_line: int, end_line: int | None, encoding: str | None
-                    ) -> dict[str, Any]:
-        """A line range, read in bounded pieces: memory holds about one reply whatever the lines' lengths."""
-        cap = self._reply_bytes()
-        with self.guard.open_read(r) as f:
-            enc = sniff(f, r.rel, encoding)
-            line, pos, partial = 1, 0, False  # `line` is the line at `pos`; `partial`: pos is inside it
-            while line < start_line:
-                if pos >= MAX_SCAN_BYTES:
-                    raise ToolError(f"line {start_line:,} is past the first {MAX_SCAN_BYTES:,} bytes of {r.rel!r} "
-                                    f"(they hold {line - 1:,} lines), which is as far as a line-range read looks; "
-                                    "read from a byte offset with start_byte instead")
-                piece = f.readline(COUNT_CHUNK)
-                if not piece:
-                    break
-                pos += len(piece)
-                partial = not piece.endswith(b"\n")
-                line += 0 if partial else 1
-            if line < start_line:  # the file ended first
-                total = line if partial else line - 1
-                return {"path": r.rel, "encoding": encoding_name(enc), "lines": f"none: the file has {total:,} lines",
-                        "content": ""}
-            begin, first = pos, line
-            kept = bytearray()
-            stop = ""  # why the range ended early: "full", "long_line", "binary"; "eof" at the file's end
-            while end_line is None or line <= end_line:
-                line_start, start_len, done = pos, len(kept), False
-                while not done and len(kept) < cap:
-                    piece = f.readline(cap - len(kept))
-                    if not piece:
-                        stop = "eof"
-                        break
-                    nul = piece.find(b"\x00")
-                    if nul >= 0:
-                        kept += piece[:nul]
-                        pos += nul
-                        stop = "binary"
-                        break
-                    kept += piece
-                    pos += len(piece)
-                    done = piece.endswith(b"\n")
-                if stop:
-                    if len(kept) > start_len and stop == "eof":
-                        line += 1  # a last line without a newline
-                    break
-                if done:
-                    line += 1
-                elif start_len == 0:  # one line longer than a reply: keep its start
-                    stop = "long_line"
-                    break
-                else:  # the reply is full: end before this line
-                    del kept[start_len:]
-                    pos = line_start
-                    stop = "full"
-                    break
-            of_total = ""
-            if stop == "eof":
-                of_total = f" of {line - 1:,}"
-            elif not stop:
-                of_total = self._count_rest(f, line - 1, pos)
-        text, used = decode_part(bytes(kept), enc, r.rel, final=stop in ("", "eof", "full"))
-        last = line if stop in ("long_line", "binary") and kept else line - 1
-        out: dict[str, Any] = {"path": r.rel, "encoding": encoding_name(enc), "lines": f"{first:,}-{last:,}{of_total}",
-                               "content": text}
-        if stop == "full":
-            out["truncated"] = (f"the range holds more than one reply ({cap:,} bytes): lines {first:,}-{last:,} "
-                                f"shown; read on with start_line={last + 1}")
-        elif stop == "long_line":
-            at = begin + used
-            note = (f"line {line:,} is longer than one reply ({cap:,} bytes) and is cut after {used:,} bytes; it "
-                    f"goes on: read_file(path={r.rel!r}, start_byte={at}) reads from there")
-            out["content"] = text + f"\n[… {note}]"
-            out["truncated"], out["next_start_byte"] = note, at
-        elif stop == "binary":
-            out["truncated"] = (f"binary data (a NUL byte) at byte {pos:,}: the text is shown up to there; "
-                                "read_file reads text only")
-        return out
-
-    @staticmethod
-    def _count_rest(f: IO[bytes], lines: int, pos: int) -> str:
-        """' of N' lines in all, counted in chunks up to the scan limit, or ' of at least N' past it."""
-        last = NL
-        while pos < MAX_SCAN_BYTES:
-            chunk = f.read(min(COUNT_CHUNK, MAX_SCAN_BYTES - pos))
-            if not chunk:
-                return f" of {lines + (last != NL):,}"
-            lines += chunk.count(b"\n")
-            pos += len(chunk)
-            last = chunk[-1:]
-        return f" of at least {lines + 1:,} (counted in the first {MAX_SCAN_BYTES:,} bytes)"
-
-    def _read_bytes(self, r: Resolved, start_byte: int, encoding: str | None) -> dict[str, Any]:
-        """At most one reply's worth of text from a byte offset (a split character at either end is left out)."""
-        cap = self._reply_bytes()
-        with self.guard.open_read(r) as f:
-            enc = sniff(f, r.rel, encoding)
-            size = os.fstat(f.fileno()).st_size
-            f.seek(start_byte)
-            data = f.read(cap)
-        skip = 0
-        if enc.startswith("utf-8"):
-            while skip < min(3, len(data)) and 0x80 <= data[skip] < 0xC0:
-                skip += 1  # the offset fell inside a character
-        data = data[skip:]
-        nul = data.find(b"\x00")
-        if nul >= 0:
-            data = data[:nul]
-        begin = start_byte + skip
-        text, used = decode_part(data, enc, r.rel, final=nul < 0 and begin + len(data) >= size)
-        end = begin + used
-        out: dict[str, Any] = {"path": r.rel, "encoding": encoding_name(enc), "bytes": f"{begin:,}-{end:,} of {size:,}",
-                               "content": text}
-        if nul >= 0:
-            out["truncated"] = (f"binary data (a NUL byte) at byte {end:,}: the text is shown up to there; "
-                                "read_file reads text only")
-        elif end < size:
-            out["truncated"] = (f"the file goes on after byte {end:,}: read_file(path={r.rel!r}, start_byte={end}) "
-                                "reads on")
-            out["next_start_byte"] = end
-        return out
 
     def get_file_metadata(self, path: str) -> dict[str, Any]:
         """Size, modification time, type, line count and encoding of a file, without its content.
