@@ -117,13 +117,9 @@ def test_every_import_points_down_the_layers_and_none_goes_round() -> None:
     assert sorted(m for m in graph if reaches(m)) == [], "modules on an import cycle"
 
 
-# The private names still imported across modules (issue 47 left them): the record's renderers sharing record_words'
-# helpers (they go when the record is drawn once), the file tools' text and search helpers, the MCP and runtime
-# packages' own. Each is to become its module's public name or move; the set only shrinks (the test says when one
-# goes, so the list stays true).
-KNOWN_PRIVATE = frozenset({
-    "nbagent.ipython.run_cell: nbagent.ipython.cells._preview",
-})
+# The private names still imported across modules: none. A name two modules need is public in the module that owns
+# it (with a docstring saying why), or lives in the one module that uses it; the set stays empty.
+KNOWN_PRIVATE: frozenset[str] = frozenset()
 
 
 def test_no_module_imports_another_s_private_names() -> None:

@@ -29,7 +29,9 @@ RUNS_LATER = ("insert_code_cell writes a notebook cell: Run All runs it, and `nb
               "approval covers exactly its code")
 
 
-def _preview(arguments: dict[str, Any]) -> str | None:
+def code_preview(arguments: dict[str, Any]) -> str | None:
+    """What the approval card shows of a call that writes a cell (insert_code_cell, run_cell): the explanation as
+    a comment, then the code."""
     code = arguments.get("code")
     if not isinstance(code, str):
         return None
@@ -69,7 +71,7 @@ def insert_cell_tool(where: Callable[[], tuple[str | None, str | None]]) -> Tool
         return {"inserted": True, "after_cell_id": cell_id, "source": source, "metadata": metadata,
                 "sent_to_frontend": send(payload)}
 
-    return Tool(insert_code_cell, risk=Risk.WRITE_HIGH_RISK, preview=_preview, runs_later=RUNS_LATER)
+    return Tool(insert_code_cell, risk=Risk.WRITE_HIGH_RISK, preview=code_preview, runs_later=RUNS_LATER)
 
 
 def send(payload: dict[str, Any]) -> bool:

@@ -41,7 +41,7 @@ from types import FrameType
 from typing import Any
 
 from nbagent.events.levels import Risk
-from nbagent.ipython.cells import _preview, send
+from nbagent.ipython.cells import code_preview, send
 from nbagent.tools.base import Tool, time_limit
 from nbagent.tools.cell_text import source_digest
 
@@ -490,7 +490,7 @@ def run_cell_tool(shell: Any, where: Callable[[], tuple[str | None, str | None]]
             registry.wrote(result)
         return fitted(result, Redactor().redact)
 
-    return Tool(run_cell, risk=Risk.WRITE_HIGH_RISK, preview=_preview)
+    return Tool(run_cell, risk=Risk.WRITE_HIGH_RISK, preview=code_preview)
 
 
 __all__ = ["MAX_SENT", "TOOL", "cell_source", "keep_images", "run_cell_tool", "run_in_shell"]
