@@ -54,22 +54,16 @@ class Commands(HostState):
                 print(f"  {r.id} was interrupted: %agent resume {r.id}")
 
     async def cmd_runs(self, args: Any) -> None:
-        from nbagent.cli.commands import run_row, short_ids, table
-        from nbagent.ui.viewstate import cell_labels
+        from nbagent.ui.run_tables import runs_table
 
         runs = self.store.list_runs()
         if not runs:
             print("no runs yet")
             return
-        names = self.store.session_names()
-        short = short_ids([r.id for r in runs])
-        rows = [["RUN", "SESSION", "CELL", "STATUS", "MODEL", "TOOL CALLS", "TOKENS", "COST", "STARTED"]]
-        cells = cell_labels(r.cell_id for r in runs)  # the shortest unique form, as `nbagent runs` shows it
-        rows += [run_row(r, short[r.id], names, cells) for r in runs]
-        print(table(rows, right={5, 6, 7}))
+        print(runs_table(runs, self.store.session_names()))  # as `nbagent runs` shows it
 
     async def cmd_show(self, args: Any) -> None:
-        from nbagent.cli.commands import render_timeline
+        from nbagent.ui.run_tables import render_timeline
 
         run_id = self.store.resolve_run(args.run)
         print(render_timeline(self.store.run_state(run_id), self.store.run_events(run_id), self.store.path))
