@@ -36,6 +36,7 @@ from nbagent.ui.record_format import (
 from nbagent.ui.record_markdown import markdown_html
 from nbagent.ui.record_summary import compact, summary_head, summary_tail
 from nbagent.ui.record_words import (
+    DECISION_LABEL,
     DECISION_VERB,
     DIFF_OPEN_LINES,
     HIGH,
@@ -189,17 +190,7 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
         if step.get("retries"):
             facts.append(f"{step['retries']} retr{'y' if step['retries'] == 1 else 'ies'}")
         head += f' <span class="nbr-facts">· {" · ".join(esc(f) for f in facts)}</span>'
-        # the authorization reason only where it matters: a failure says what went wrong; a grant that let it
-        # through says so; a high-risk step that ran without asking says why. "READ_ONLY runs without asking" under
-        # every read, or the approval (shown once, on its plan card), is noise.
-        why = str(step.get("detail") or "")
-        if status == "failed" and why:
-            body += f'<div class="nbr-why nbr-bad">{esc(why)}</div>'
-        else:
-            body += _grant_why(step, why)
-        if not step.get("grant_id") and status != "failed" and why and step.get("risk") == HIGH \
-                and not re.match(r"(approved|plan approved)\b", why):
-            body += f'<div class="nbr-why">{esc(_PLAN_ID.sub("", why, count=1))}</div>'
+        body += _why_html(step, status)
         if step.get("risk_reason"):
             body += f'<div class="nbr-why nbr-bad">high risk: {esc(step["risk_reason"])}</div>'
         body += _all_arguments(args)
@@ -246,6 +237,22 @@ def _step_html(step: dict[str, Any], decisions_by_request: dict[str, dict[str, A
 _PLAN_ID = re.compile(r"\s*\(plan [^)]*\)")  # "(plan 01JX…)": the plan card names it
 _DECIDED = {"plan approved": "plan approved", "plan rejected": "plan denied",
             "plan refined": "plan sent back with feedback"}
+
+
+def _why_html(step: dict[str, Any], status: str) -> str:
+    """The authorization reason only where it matters: a failure says what went wrong; a grant that let it through
+    says so; a high-risk step that ran without asking says why. "READ_ONLY runs without asking" under every read, or
+    the approval (shown once, on its plan card), is noise."""
+    why = str(step.get("detail") or "")
+    if not why:
+        return ""
+    if status == "failed":
+        return f'<div class="nbr-why nbr-bad">{esc(why)}</div>'
+    if step.get("grant_id"):
+        return _grant_why(step, why)
+    if step.get("risk") == HIGH and not re.match(r"(approved|plan approved)\b", why):
+        return f'<div class="nbr-why">{esc(_PLAN_ID.sub("", why, count=1))}</div>'
+    return ""
 
 
 def _grant_why(step: dict[str, Any], why: str) -> str:
@@ -364,7 +371,7 @@ def _danger_html(effects: list[str], *, asking: bool) -> str:
 def _decision_html(d: dict[str, Any]) -> str:
     """"approved by you · 14:02", "denied by you · 14:02 — reason: …", and the grants it gave."""
     kind = str(d.get("kind") or "")
-    label = {"rejected": "reason", "refined": "feedback", "answered": "answer"}.get(kind, "note")
+    label = DECISION_LABEL.get(kind, "note")
     text = f" — {label}: {d['text']}" if d.get("text") else ""
     given = "".join(f'<div class="nbr-facts nbr-grant-given">{esc(grant_reach(g))}</div>'
                     for g in d.get("grants") or [])

@@ -35,6 +35,7 @@ STEP_ICON = {"ok": "✓", "failed": "✗", "denied": "⊘", "running": "…", "w
              "interrupted": "■"}
 RISK_LABEL = {"READ_ONLY": "READ_ONLY", "WRITE_LOW_RISK": "WRITE_LOW_RISK", "WRITE_HIGH_RISK": "WRITE_HIGH_RISK"}
 DECISION_VERB = {"approved": "approved", "rejected": "denied", "refined": "refined", "answered": "answered"}
+DECISION_LABEL = {"rejected": "reason", "refined": "feedback", "answered": "answer"}  # what a decision's text is
 PLAN_STATUS = {"proposed": "proposed", "auto": "ran without asking", "approved": "approved", "rejected": "denied",
                "refined": "sent back to the model"}
 
@@ -384,7 +385,7 @@ def decision_line(d: dict[str, Any]) -> str:
     if d.get("ts"):
         line += f" at {fmt_ts(d['ts'])}"
     if d.get("text"):
-        label = {"rejected": "reason", "refined": "feedback", "answered": "answer"}.get(d.get("kind", ""), "note")
+        label = DECISION_LABEL.get(d.get("kind", ""), "note")
         line += f" — {label}: {d['text']}"
     for g in d.get("grants") or []:
         line += f" · {grant_reach(g)}"
